@@ -1,0 +1,34 @@
+"""piexp's code sandbox: a SandboxFusion-compatible `/run_code` server with bubblewrap
+isolation, the embedded launcher that runs it on loopback, and the pooled client.
+
+Public API:
+- `sandbox_client(url) -> SandboxClient`, `await client.run(...)`, `close_sandbox_clients()`
+- `ensure_loopback_url(url)`
+- `EmbeddedSandbox(settings=None, **settings_overrides)` (context manager, `.url`)
+- `SandboxSettings`, `LANGUAGES`, `PIEXP_TO_SANDBOX_LANGUAGE`
+- `create_app(settings)` for hosting the server in-process
+"""
+
+from .client import SandboxClient, close_sandbox_clients, sandbox_client
+from .embedded import EmbeddedSandbox
+from .protocol import LANGUAGES, PIEXP_TO_SANDBOX_LANGUAGE
+from .settings import SandboxSettings
+from .url import ensure_loopback_url
+
+__all__ = [
+    "EmbeddedSandbox",
+    "LANGUAGES",
+    "PIEXP_TO_SANDBOX_LANGUAGE",
+    "SandboxClient",
+    "SandboxSettings",
+    "close_sandbox_clients",
+    "ensure_loopback_url",
+    "sandbox_client",
+]
+
+
+def create_app(*args, **kwargs):
+    """Lazy import: aiohttp is only needed by whoever hosts the server."""
+    from .server import create_app as _create_app
+
+    return _create_app(*args, **kwargs)

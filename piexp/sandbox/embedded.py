@@ -1,0 +1,163 @@
+"""Start the sandbox server as a child process on loopback, for piexp's `sandbox=embedded`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import fields
+from typing import Optional
+
+from .isolation import set_parent_death_signal
+from .settings import SandboxSettings
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class EmbeddedSandbox:
+    """Context manager running `python -m piexp.sandbox serve` on 127.0.0.1.
+
+    The server is its own process group (so stopping it also stops anything it spawned)
+    and receives SIGKILL from the kernel if this process dies (PR_SET_PDEATHSIG), so
+    neither Ctrl-C, an exception nor a crash of piexp leaves it orphaned.
+
+    `env` adds/overrides variables of the server's environment (tests use it to plant a
+    fake secret that programs must not see). `.url` is the `/run_code` URL.
+    """
+
+    def __init__(
+        self,
+        settings: Optional[SandboxSettings] = None,
+        *,
+        host: str = "127.0.0.1",
+        port: Optional[int] = None,
+        startup_timeout_s: float = 30.0,
+        env: Optional[dict[str, str]] = None,
+        log_path: Optional[str] = None,
+        **setting_overrides,
+    ):
+        base = settings or SandboxSettings()
+        if setting_overrides:
+            base = SandboxSettings(**{**{f.name: getattr(base, f.name) for f in fields(base)}, **setting_overrides})
+        self.settings = base
+        self.host = host
+        self.port = port
+        self.startup_timeout_s = startup_timeout_s
+        self.env = env
+        self.log_path = log_path
+        self.proc: Optional[subprocess.Popen] = None
+        self._log_file = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/run_code"
+
+    def _argv(self) -> list[str]:
+        s = self.settings
+        argv = [
+            sys.executable, "-m", "piexp.sandbox", "serve",
+            "--host", self.host, "--port", str(self.port),
+            "--max-concurrency", str(s.max_concurrency),
+            "--default-memory-limit-mb", str(s.default_memory_limit_mb),
+            "--output-cap-bytes", str(s.output_cap_bytes),
+            "--max-processes", str(s.max_processes),
+            "--max-file-size-mb", str(s.max_file_size_mb),
+            "--max-open-files", str(s.max_open_files),
+            "--die-with-parent",
+        ]
+        if s.cpu_time_s is not None:
+            argv += ["--cpu-time-s", str(s.cpu_time_s)]
+        if s.work_dir is not None:
+            argv += ["--work-dir", s.work_dir]
+        if not s.use_cgroups:
+            argv.append("--no-cgroups")
+        if s.allow_unisolated:
+            argv.append("--allow-unisolated")
+        return argv
+
+    def start(self) -> "EmbeddedSandbox":
+        if self.port is None:
+            self.port = free_port(self.host)
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        if self.log_path:
+            self._log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self._argv(),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file or subprocess.DEVNULL,
+            stderr=self._log_file or None,
+            start_new_session=True,
+            preexec_fn=set_parent_death_signal,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                raise RuntimeError(
+                    f"the embedded sandbox server exited with code {code} before answering; see its log above"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/v1/ping", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(
+            f"the embedded sandbox server did not answer {self.base_url}/v1/ping within {self.startup_timeout_s:.0f} s"
+        )
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM the server's process group, SIGKILL it after `grace_s`."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        elif proc is not None:
+            proc.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> "EmbeddedSandbox":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

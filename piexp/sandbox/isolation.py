@@ -1,0 +1,378 @@
+"""How one run is isolated: the bubblewrap command line, resource limits, cgroups, and
+killing the whole process tree.
+
+Choices and why:
+- bubblewrap with every namespace unshared: no network (only an unconfigured loopback
+  exists), a private pid namespace (so `/proc` shows only the run's processes and killing
+  the namespace's init kills detached/`setsid` children too), a private mount namespace in
+  which the system is read-only and only the run directory and a size-capped tmpfs `/tmp`
+  are writable. `--clearenv` plus spawning bwrap itself with a minimal environment: the
+  environment of bwrap's own process is what `/proc/1/environ` shows inside the sandbox,
+  so the host environment (TINKER_API_KEY, ...) must never reach bwrap at all.
+- The program runs as uid/gid 65534 (nobody) inside a user namespace, in a new session
+  (no terminal injection), and dies with its parent (`--die-with-parent`).
+- Only the runtime directories are bound from outside /usr (e.g. a pyenv prefix under
+  /root): the rest of /root, /work, /home and the host's /tmp are simply absent.
+- Memory: RLIMIT_AS breaks node (V8 reserves huge virtual ranges), so memory is limited by
+  a cgroup when one is writable (v2, else v1 `memory`), and otherwise per runtime:
+  python gets RLIMIT_AS, node `--max-old-space-size` plus RLIMIT_DATA (which counts only
+  writable private memory actually mapped), julia RLIMIT_DATA.
+- Processes: a cgroup `pids.max` when writable. RLIMIT_NPROC is set too, but note the
+  kernel does not enforce it for processes whose real uid outside the namespace is root;
+  the pid namespace and the wall-time kill still bound a fork bomb in time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+log = logging.getLogger(__name__)
+
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+SANDBOX_WORKDIR = "/sandbox"
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+# /etc entries a dynamically linked runtime needs; nothing else of /etc is exposed.
+_ETC_ENTRIES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/nsswitch.conf",
+)
+
+PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent dies (Linux only), so
+    a server started by piexp can never be left orphaned."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - non-Linux
+        pass
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A runtime resolved on the host: the absolute binary to exec and the directory to
+    bind read-only into the sandbox (None when it already lives under /usr)."""
+
+    binary: str
+    bind_prefix: Optional[str]
+
+
+def _under_usr(path: str) -> bool:
+    return path == "/usr" or path.startswith("/usr/")
+
+
+def resolve_runtime(binary: str) -> Optional[Runtime]:
+    """Find `binary` on PATH and resolve it to a real executable and its install prefix.
+
+    For python the interpreter is asked for its base prefix, which sees through pyenv
+    shims and virtual environments: the sandbox gets the bare base interpreter, never
+    the venv (and its site-packages) piexp itself runs in.
+    """
+    found = shutil.which(binary)
+    if found is None:
+        return None
+    if binary.startswith("python"):
+        try:
+            out = subprocess.run(
+                [found, "-I", "-S", "-c", "import sys,os;print(sys.base_prefix);print(os.path.realpath(sys.executable))"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout.splitlines()
+            base_prefix, executable = out[0], out[1]
+        except (subprocess.SubprocessError, OSError, IndexError):
+            return None
+        exe = executable
+        if not exe.startswith(base_prefix.rstrip("/") + "/"):
+            # A venv interpreter: use the base installation's python3 instead.
+            for name in ("python3", os.path.basename(executable)):
+                cand = os.path.join(base_prefix, "bin", name)
+                if os.access(cand, os.X_OK):
+                    exe = os.path.realpath(cand)
+                    break
+        prefix = os.path.realpath(base_prefix)
+    else:
+        exe = os.path.realpath(found)
+        prefix = os.path.dirname(os.path.dirname(exe))
+    return Runtime(binary=exe, bind_prefix=None if _under_usr(prefix) or _under_usr(exe) else prefix)
+
+
+def bwrap_path() -> Optional[str]:
+    return shutil.which("bwrap")
+
+
+def build_bwrap_argv(
+    bwrap: str, run_dir: str, command: list[str], runtime: Runtime, tmpfs_size_mb: int
+) -> list[str]:
+    """The bubblewrap command line for one run (see the module docstring for why)."""
+    argv = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",  # explicit: --unshare-all only *tries*, and --disable-userns needs it
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv", "PATH", SANDBOX_PATH,
+        "--setenv", "HOME", "/tmp",
+        "--setenv", "LANG", "C.UTF-8",
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    for name in ("bin", "lib", "lib32", "lib64", "sbin"):
+        target = os.path.join("/", name)
+        if os.path.islink(target):
+            argv += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            argv += ["--ro-bind", target, target]
+    for entry in _ETC_ENTRIES:
+        argv += ["--ro-bind-try", entry, entry]
+    if runtime.bind_prefix:
+        argv += ["--ro-bind", runtime.bind_prefix, runtime.bind_prefix]
+    argv += [
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(tmpfs_size_mb << 20), "--tmpfs", "/tmp",
+        "--bind", run_dir, SANDBOX_WORKDIR,
+        "--chdir", SANDBOX_WORKDIR,
+        "--uid", str(SANDBOX_UID),
+        "--gid", str(SANDBOX_GID),
+        "--disable-userns",
+        "--",
+        *command,
+    ]
+    return argv
+
+
+def bwrap_env() -> dict[str, str]:
+    """The environment bwrap itself is started with: nothing from the host."""
+    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+def _mountinfo() -> list[tuple[str, str, str, str]]:
+    """(root, mountpoint, fstype, super options) of every mount."""
+    rows = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                lparts, rparts = left.split(), right.split()
+                if len(lparts) >= 5 and len(rparts) >= 3:
+                    rows.append((lparts[3], lparts[4], rparts[0], rparts[2]))
+    except OSError:
+        pass
+    return rows
+
+
+def _own_cgroups() -> dict[str, str]:
+    """controller (or '' for v2) -> this process's cgroup path."""
+    out: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                for c in controllers.split(",") if controllers else [""]:
+                    out[c] = path
+    except OSError:
+        pass
+    return out
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+class CgroupLimiter:
+    """Per-run memory and pids cgroups, when the host lets us create them.
+
+    Each run gets its own child cgroup(s) under a per-server parent that sits inside the
+    server's own cgroup (so container limits still apply above it). The child process
+    joins them from `preexec_fn`, before exec'ing bwrap, so every descendant is counted.
+    """
+
+    def __init__(self, kind: str, parents: dict[str, str]):
+        self.kind = kind  # "v2" or "v1"
+        self.parents = parents  # controller -> parent dir ("unified" for v2)
+        self._seq = 0
+
+    @classmethod
+    def detect(cls) -> Optional["CgroupLimiter"]:
+        own = _own_cgroups()
+        mounts = _mountinfo()
+        tag = f"piexp-sandbox-{os.getpid()}"
+        # cgroup v2: needs a writable own cgroup with memory and pids delegated.
+        for root, mnt, fstype, _ in mounts:
+            if fstype != "cgroup2" or "" not in own:
+                continue
+            rel = os.path.relpath(own[""], root) if own[""].startswith(root) else own[""].lstrip("/")
+            base = os.path.normpath(os.path.join(mnt, rel))
+            try:
+                with open(os.path.join(base, "cgroup.controllers")) as f:
+                    available = f.read().split()
+                if not {"memory", "pids"} <= set(available):
+                    continue
+                parent = os.path.join(base, tag)
+                os.mkdir(parent)
+                try:
+                    _write(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
+                except OSError:
+                    os.rmdir(parent)
+                    continue
+                return cls("v2", {"unified": parent})
+            except OSError:
+                continue
+        # cgroup v1: separate memory and pids hierarchies.
+        parents: dict[str, str] = {}
+        for controller in ("memory", "pids"):
+            for root, mnt, fstype, opts in mounts:
+                if fstype != "cgroup" or controller not in opts.split(","):
+                    continue
+                path = own.get(controller, "/")
+                rel = os.path.relpath(path, root) if path.startswith(root) else path.lstrip("/")
+                base = os.path.normpath(os.path.join(mnt, rel))
+                if not os.path.isdir(base):
+                    base = mnt
+                parent = os.path.join(base, tag)
+                try:
+                    os.mkdir(parent)
+                    parents[controller] = parent
+                except OSError:
+                    pass
+                break
+        if parents:
+            return cls("v1", parents)
+        return None
+
+    def create(self, memory_bytes: int, max_pids: int) -> list[str]:
+        """Create the run's cgroup dirs with limits; returns their paths."""
+        self._seq += 1
+        name = f"run-{self._seq}"
+        dirs = []
+        try:
+            if self.kind == "v2":
+                d = os.path.join(self.parents["unified"], name)
+                os.mkdir(d)
+                dirs.append(d)
+                _write(os.path.join(d, "memory.max"), str(memory_bytes))
+                try:
+                    _write(os.path.join(d, "memory.swap.max"), "0")
+                except OSError:
+                    pass
+                _write(os.path.join(d, "pids.max"), str(max_pids))
+            else:
+                if "memory" in self.parents:
+                    d = os.path.join(self.parents["memory"], name)
+                    os.mkdir(d)
+                    dirs.append(d)
+                    _write(os.path.join(d, "memory.limit_in_bytes"), str(memory_bytes))
+                    try:
+                        _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(memory_bytes))
+                    except OSError:
+                        pass
+                if "pids" in self.parents:
+                    d = os.path.join(self.parents["pids"], name)
+                    os.mkdir(d)
+                    dirs.append(d)
+                    _write(os.path.join(d, "pids.max"), str(max_pids))
+        except OSError:
+            self.remove(dirs)
+            raise
+        return dirs
+
+    @property
+    def limits_memory(self) -> bool:
+        return self.kind == "v2" or "memory" in self.parents
+
+    def remove(self, dirs: list[str]) -> None:
+        """Kill anything left in the run's cgroups and remove them."""
+        for d in dirs:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.ENOENT:
+                        break
+                    try:
+                        with open(os.path.join(d, "cgroup.procs")) as f:
+                            for pid in f.read().split():
+                                try:
+                                    os.kill(int(pid), signal.SIGKILL)
+                                except (ProcessLookupError, ValueError):
+                                    pass
+                    except OSError:
+                        pass
+                    time.sleep(0.01)
+
+    def close(self) -> None:
+        for parent in self.parents.values():
+            try:
+                os.rmdir(parent)
+            except OSError:
+                pass
+
+
+# --------------------------------------------------------------------------- limits
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_time_s: int
+    file_size_bytes: int
+    open_files: int
+    processes: int
+    address_space_bytes: Optional[int] = None  # RLIMIT_AS (python without memory cgroup)
+    data_bytes: Optional[int] = None  # RLIMIT_DATA (node/julia without memory cgroup)
+
+
+def make_preexec(limits: Limits, cgroup_dirs: list[str]) -> Callable[[], None]:
+    """The function run in the child between fork and exec of bwrap: join the run's
+    cgroups, set rlimits (inherited by everything bwrap starts), and die if the server
+    dies. It must only make async-signal-safe-ish syscalls: no locks, no logging."""
+
+    def preexec() -> None:
+        pid = str(os.getpid())
+        for d in cgroup_dirs:
+            _write(os.path.join(d, "cgroup.procs"), pid)
+        set_parent_death_signal(signal.SIGKILL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+        if limits.address_space_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
+        if limits.data_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (limits.data_bytes, limits.data_bytes))
+
+    return preexec
+
+
+def kill_process_group(pid: int) -> None:
+    """SIGKILL the process group led by `pid` (bwrap is started as a session leader).
+    bwrap's `--die-with-parent` then takes down the sandbox's pid namespace, and with it
+    every process inside, including ones that called setsid() to escape the group."""
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,78 @@
+"""The aiohttp application serving SandboxFusion's `/run_code` and `/v1/ping`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Optional
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from .protocol import LANGUAGES, RunCodeRequest, sandbox_error
+from .runner import Runner
+from .settings import SandboxSettings
+
+log = logging.getLogger(__name__)
+
+RUNNER_KEY = web.AppKey("runner", Runner)
+SEMAPHORE_KEY = web.AppKey("semaphore", asyncio.Semaphore)
+
+
+def _unprocessable(detail: list[dict]) -> web.Response:
+    # FastAPI's 422 body shape, which is what SandboxFusion answers.
+    return web.json_response({"detail": detail}, status=422)
+
+
+async def ping(_request: web.Request) -> web.Response:
+    return web.Response(text="pong")
+
+
+async def run_code(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except ValueError:
+        return _unprocessable([{"loc": ["body"], "msg": "body is not valid JSON", "type": "json_invalid"}])
+    try:
+        req = RunCodeRequest.model_validate(body)
+    except ValidationError as exc:
+        return _unprocessable(exc.errors(include_url=False, include_context=False, include_input=False))
+    if req.language not in LANGUAGES:
+        return _unprocessable([{
+            "loc": ["body", "language"],
+            "msg": f"unknown language {req.language!r}; expected one of {sorted(LANGUAGES)}",
+            "type": "enum",
+        }])
+    runner = request.app[RUNNER_KEY]
+    # The semaphore bounds concurrent runs; further requests queue here (aiohttp keeps
+    # accepting connections), which is what a client sending a burst expects.
+    async with request.app[SEMAPHORE_KEY]:
+        try:
+            resp = await runner.run(req)
+        except Exception as exc:  # noqa: BLE001 - report, never crash the server
+            log.exception("run failed inside the sandbox server")
+            resp = sandbox_error(f"internal sandbox error: {type(exc).__name__}: {exc}")
+    return web.json_response(resp.model_dump(mode="json"))
+
+
+def create_app(settings: Optional[SandboxSettings] = None, runner: Optional[Runner] = None) -> web.Application:
+    """Build the app. Raises RuntimeError when bwrap is missing and unisolated runs are
+    not allowed, so the server refuses to start rather than run code unprotected."""
+    settings = settings or SandboxSettings()
+    runner = runner or Runner.create(settings)
+    app = web.Application(client_max_size=256 << 20)
+    app[RUNNER_KEY] = runner
+    app[SEMAPHORE_KEY] = asyncio.Semaphore(max(1, settings.max_concurrency))
+    app.router.add_post("/run_code", run_code)
+    app.router.add_get("/v1/ping", ping)
+
+    async def _cleanup(_app: web.Application) -> None:
+        runner.close()
+
+    app.on_cleanup.append(_cleanup)
+    return app
+
+
+def serve(host: str = "127.0.0.1", port: int = 8080, settings: Optional[SandboxSettings] = None) -> None:
+    """Run the server until SIGTERM/SIGINT."""
+    web.run_app(create_app(settings), host=host, port=port, print=None, access_log=None, handle_signals=True)

@@ -1,0 +1,96 @@
+"""arith: a file of integer expressions (precedence, parentheses) whose values are combined.
+
+Needs a program because there are ~150 expressions with nested parentheses; the answer
+also exercises floor-modulo of negatives, which Python, JavaScript and Julia spell
+differently, so the instruction defines it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from piexp.tasks.family import Family, check_exact
+
+BOUND = 10**12  # every node of every expression stays within +/-BOUND (<< 2^53)
+PREC = {"+": 1, "-": 1, "*": 2}
+
+
+@dataclass(frozen=True)
+class ArithParams:
+    n_expressions: int = 150  # lines in expressions.txt
+    max_depth: int = 3  # maximum nesting depth of an expression tree
+    max_literal: int = 99  # literals are drawn from 0..max_literal
+    modulus: int = 997  # prime used for the floor remainder of each value
+
+    def check(self) -> str | None:
+        if any(self.modulus % d == 0 for d in range(2, int(self.modulus**0.5) + 1)):
+            return f"modulus={self.modulus} must be prime"
+        return None
+
+
+def _gen(rng: random.Random, depth: int, p: ArithParams) -> tuple[str, int, int]:
+    """Returns (text, value, precedence); precedence 3 means atomic (literal or parenthesized)."""
+    if depth == 0 or rng.random() < 0.25:
+        value = rng.randint(0, p.max_literal)
+        return str(value), value, 3
+    op = rng.choice("+-*")
+    lt, lv, lp = _gen(rng, depth - 1, p)
+    rt, rv, rp = _gen(rng, depth - 1, p)
+    if lp < PREC[op]:
+        lt = f"({lt})"
+    # Equal precedence on the right is always parenthesized, so a - (b - c) keeps its meaning
+    # and left-to-right evaluation never produces an intermediate the tree does not have.
+    if rp <= PREC[op]:
+        rt = f"({rt})"
+    value = lv + rv if op == "+" else lv - rv if op == "-" else lv * rv
+    if abs(value) > BOUND:
+        raise OverflowError
+    sep = " " if rng.random() < 0.6 else ""
+    text = f"{lt}{sep}{op}{sep}{rt}"
+    if rng.random() < 0.1:
+        return f"({text})", value, 3
+    return text, value, PREC[op]
+
+
+def generate(rng: random.Random, p: ArithParams):
+    lines: list[str] = []
+    values: list[int] = []
+    while len(lines) < p.n_expressions:
+        try:
+            text, value, _ = _gen(rng, p.max_depth, p)
+        except OverflowError:
+            continue  # redraw: an intermediate left the exact range
+        lines.append(text)
+        values.append(value)
+    m = p.modulus
+    answer = sum(i * (v % m) for i, v in enumerate(values, start=1))
+    check_exact("arith", answer, *values)
+    instruction = (
+        "Each line of `expressions.txt` is an integer expression built from non-negative "
+        "integer literals, the binary operators `+`, `-` and `*`, and parentheses. The usual "
+        "precedence applies: `*` binds tighter than `+` and `-`, and operators of equal "
+        "precedence associate left to right. There is no division and no unary minus. "
+        f"Every value, including every intermediate result, lies within +/-{BOUND}.\n"
+        "Number the lines from 1. Let v_i be the value of line i and let "
+        f"r_i = v_i mod {m}, the floor remainder, which is always in 0..{m - 1} even when "
+        f"v_i is negative (for example -5 mod {m} = {-5 % m}).\n"
+        "The answer is the sum of i * r_i over all lines. Print it as a decimal integer.\n"
+        f"The modulus is also given in `query.txt` as `modulus={m}`."
+    )
+    files = {"expressions.txt": "\n".join(lines) + "\n", "query.txt": f"modulus={m}\n"}
+    return instruction, files, answer, {"modulus": m}
+
+
+FAMILY = Family(
+    name="arith",
+    summary="integer expressions with precedence and parentheses, combined with floor-mod",
+    params_type=ArithParams,
+    limits={
+        "n_expressions": (10, 400),
+        "max_depth": (1, 6),
+        "max_literal": (1, 9999),
+        "modulus": (2, 1_000_003),
+    },
+    generate=generate,
+)

@@ -1,0 +1,75 @@
+"""grid_search: breadth-first search on a walled grid from a start to several targets.
+
+Needs a program: a 20x30 maze-like grid with ~30% walls; distances must follow the walls
+and some targets may be sealed off (they are skipped).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from piexp.tasks.family import Family, check_exact
+
+
+@dataclass(frozen=True)
+class GridSearchParams:
+    rows: int = 20  # lines in grid.txt
+    cols: int = 30  # characters per line
+    wall_percent: int = 30  # chance (in percent) that a cell is a wall
+    n_targets: int = 6  # number of `*` target cells
+
+    def check(self) -> str | None:
+        if self.n_targets + 1 > self.rows * self.cols:
+            return "n_targets + 1 must fit in rows * cols cells"
+        return None
+
+
+def bfs(grid: list[str], start: tuple[int, int]) -> dict[tuple[int, int], int]:
+    dist = {start: 0}
+    queue = deque([start])
+    while queue:
+        r, c = queue.popleft()
+        for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < len(grid) and 0 <= nc < len(grid[0]) and grid[nr][nc] != "#" and (nr, nc) not in dist:
+                dist[(nr, nc)] = dist[(r, c)] + 1
+                queue.append((nr, nc))
+    return dist
+
+
+def generate(rng: random.Random, p: GridSearchParams):
+    for _attempt in range(100):
+        cells = [["#" if rng.random() * 100 < p.wall_percent else "." for _ in range(p.cols)] for _ in range(p.rows)]
+        spots = rng.sample([(r, c) for r in range(p.rows) for c in range(p.cols)], p.n_targets + 1)
+        start, targets = spots[0], spots[1:]
+        cells[start[0]][start[1]] = "S"
+        for r, c in targets:
+            cells[r][c] = "*"
+        grid = ["".join(row) for row in cells]
+        dist = bfs(grid, start)
+        reached = [dist[t] for t in targets if t in dist]
+        if reached or _attempt == 99:
+            break  # at least one reachable target makes the task non-trivial
+    answer = sum(reached)
+    check_exact("grid_search", answer)
+    instruction = (
+        "`grid.txt` is a rectangular grid: `#` is a wall, `.` is open floor, `S` is the start "
+        "and each `*` is a target (targets and the start are open cells). One step moves to "
+        "the cell directly above, below, left or right, never through a wall and never off "
+        "the grid.\n"
+        "The answer is the sum, over every target that can be reached from S, of the fewest "
+        "steps from S to it. Targets that cannot be reached are skipped. Print the answer as "
+        "a decimal integer."
+    )
+    return instruction, {"grid.txt": "\n".join(grid) + "\n"}, answer, {}
+
+
+FAMILY = Family(
+    name="grid_search",
+    summary="walled grid: sum of BFS distances from S to every reachable target",
+    params_type=GridSearchParams,
+    limits={"rows": (1, 60), "cols": (2, 100), "wall_percent": (0, 80), "n_targets": (1, 40)},
+    generate=generate,
+)

@@ -1,0 +1,5 @@
+import sys
+
+from piexp.cli import main
+
+sys.exit(main())

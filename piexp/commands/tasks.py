@@ -1,0 +1,48 @@
+"""`python -m piexp tasks [overrides] [n=N] [split=train|eval]`: print what the model
+would see for the first N tasks of each selected family, the files (truncated) and
+the answer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from piexp.errors import UserError
+
+USAGE = "usage: python -m piexp tasks [family=...] [lang=...] [n=N] [split=train|eval] [other overrides]"
+
+
+def _take(args: list[str], key: str, default: str) -> str:
+    for arg in list(args):
+        if arg.startswith(f"{key}="):
+            args.remove(arg)
+            return arg.split("=", 1)[1]
+    return default
+
+
+def main(argv: Sequence[str]) -> int:
+    from piexp.config.argv import rewrite_list_overrides
+    from piexp.config.compose import load
+    from piexp.env.prompt import workspace_prompt
+    from piexp.tasks import build_tasks
+    from piexp.tasks.preview import render_preview
+
+    args = list(argv)
+    if any(arg in ("-h", "--help") for arg in args):
+        print(USAGE)
+        return 0
+    n_text = _take(args, "n", "1")
+    split = _take(args, "split", "train")
+    if not n_text.isdigit() or int(n_text) < 1:
+        raise UserError(f"n must be a positive integer, got {n_text!r}. {USAGE}")
+    if split not in ("train", "eval"):
+        raise UserError(f"split must be train or eval, got {split!r}. {USAGE}")
+    config = load(rewrite_list_overrides(args))
+    languages = config.train_languages if split == "train" else config.eval_languages
+    language = languages[0]
+    tasks = build_tasks(
+        split=split, tasks_per_family=int(n_text), seed=config.seed,
+        families=config.families, params=config.family,
+    )
+    spec = config.languages[language]
+    print(render_preview(tasks, lambda task: workspace_prompt(task, language, spec)))
+    return 0

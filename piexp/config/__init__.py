@@ -1,0 +1,1 @@
+"""Configuration: Hydra composition, command-line rewriting and the typed run model."""

@@ -1,0 +1,150 @@
+"""Compose the Hydra config and turn it into a validated `RunConfig`.
+
+Used before Hydra's own entry point runs (so a bad command writes nothing) and inside
+each job. Hydra's and pydantic's errors become one `UserError` paragraph.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import ValidationError
+
+from piexp.config.paths import config_dir
+from piexp.config.presets import preset_names, register_presets
+from piexp.config.schema import RunConfig
+from piexp.errors import UserError
+
+# Sweeps larger than this are validated on their first combinations only.
+MAX_VALIDATED_SWEEP_JOBS = 256
+
+
+def group_options(group: str) -> list[str]:
+    if group == "experiment":
+        return preset_names()
+    return sorted(path.stem for path in (config_dir() / group).glob("*.yaml"))
+
+
+def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> UserError:
+    from hydra.errors import MissingConfigException
+
+    text = str(error).strip()
+    if isinstance(error, MissingConfigException):
+        group = None
+        for candidate in ("family", "reward", "limits", "model", "service", "sandbox", "mode",
+                          "languages", "experiment"):
+            if f"'{candidate}/" in text or f"'{candidate}'" in text or f" {candidate}=" in text:
+                group = candidate
+                break
+        if group is not None:
+            chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
+            return UserError(
+                f"Unknown {group} option {', '.join(chosen) or '(see above)'}. "
+                f"Valid {group} options: {', '.join(group_options(group))}."
+            )
+    first_line = text.splitlines()[0] if text else type(error).__name__
+    return UserError(f"Invalid command-line override: {first_line}")
+
+
+def compose(overrides: Sequence[str]) -> DictConfig:
+    """Compose `conf/config.yaml` with the overrides (list rewriting already applied)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_presets()
+    already = GlobalHydra.instance().is_initialized()
+    if already:
+        # Inside a Hydra job: compose in a fresh context and restore Hydra's afterwards.
+        saved = GlobalHydra.instance().hydra
+        GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            try:
+                return hydra_compose("config", overrides=list(overrides))
+            except Exception as error:  # Hydra raises several unrelated types here.
+                raise _hydra_error_to_user_error(error, overrides) from error
+    finally:
+        if already:
+            GlobalHydra.instance().initialize(saved.config_loader)  # type: ignore[union-attr]
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-"))
+        # The discriminated mode union adds the variant name to the path; drop it.
+        for variant in ("train.", "eval.", "check."):
+            location = location.replace(f"mode.{variant}", "mode.")
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "is not a known option here"
+        value = item.get("input")
+        shown = f" (got {value!r})" if item["type"] not in ("extra_forbidden", "value_error") and not isinstance(value, dict) else ""
+        problems.append(f"{location}: {message}{shown}" if location else f"{message}{shown}")
+    return "Invalid configuration: " + "; ".join(problems) + "."
+
+
+def validate(cfg: DictConfig) -> RunConfig:
+    """Turn a composed config into a `RunConfig`, or raise one clear `UserError`."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    plain = {key: value for key, value in cfg.items() if key != "hydra"}
+    try:
+        data = OmegaConf.to_container(OmegaConf.create(plain), resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as error:
+        key = getattr(error, "full_key", None) or str(error)
+        raise UserError(f"Invalid configuration: {key} must be set (it has no default).") from None
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as error:
+        raise UserError(_format_validation_error(error)) from None
+    except UserError:
+        raise
+
+
+def load(overrides: Sequence[str]) -> RunConfig:
+    return validate(compose(overrides))
+
+
+def sweep_combinations(overrides: Sequence[str]) -> Iterator[list[str]]:
+    """The override lists of every job a multirun would launch (basic sweeper semantics)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as error:
+        raise _hydra_error_to_user_error(error, overrides) from error
+    choices: list[list[str]] = []
+    for override in parsed:
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            choices.append([override.input_line])
+    yield from (list(combo) for combo in itertools.product(*choices))
+
+
+def validate_command_line(overrides: Sequence[str], *, multirun: bool) -> list[RunConfig]:
+    """Validate every job a command would run, before Hydra creates any folder."""
+    if not multirun:
+        return [load(overrides)]
+    configs = []
+    for index, combo in enumerate(sweep_combinations(overrides)):
+        if index >= MAX_VALIDATED_SWEEP_JOBS:
+            break
+        try:
+            configs.append(load(combo))
+        except UserError as error:
+            raise UserError(f"Sweep job {' '.join(combo)}: {error}") from None
+    return configs
+
+
+def saved_run_config(run_dir: Path) -> DictConfig:
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
+    return OmegaConf.load(path)  # type: ignore[return-value]

@@ -1,0 +1,212 @@
+"""The typed run configuration: every composed Hydra config becomes one `RunConfig`
+before anything runs, so a bad value is refused up front with a clear message."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+OFFLINE_POLICIES = ("oracle", "null", "crash", "wrong", "edit")
+EVAL_POLICIES = (*OFFLINE_POLICIES, "model")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LanguageSettings(_Strict):
+    runtimes: Annotated[list[str], Field(min_length=1)]
+    filename: Annotated[str, Field(min_length=1)]
+    sandbox_language: Annotated[str, Field(min_length=1)]
+
+    @property
+    def command(self) -> str:
+        """The exact command the prompt asks the model to run."""
+        return f"{self.runtimes[0]} {self.filename}"
+
+
+class RewardWeights(_Strict):
+    mutation: NonNegativeFloat = 0.15
+    execution: NonNegativeFloat = 0.15
+    output: NonNegativeFloat = 0.6
+    answer: NonNegativeFloat = 0.1
+    # The whole reward of an episode that hit an infrastructure error: a penalty, so <= 0.
+    infrastructure_error: Annotated[float, Field(le=0)] = -0.1
+
+
+class RewardSettings(_Strict):
+    mode: Literal["shaped", "binary"] = "shaped"
+    weights: RewardWeights = RewardWeights()
+    stdout_chars: PositiveInt = 512
+    stderr_chars: PositiveInt = 1200
+    context_overflow_reward: float = -0.1
+
+
+class Limits(_Strict):
+    max_turns: PositiveInt = 10
+    max_tool_calls: PositiveInt = 16
+    max_trajectory_tokens: PositiveInt = 16384
+    max_generation_tokens: PositiveInt = 2048
+    sandbox_timeout_s: PositiveInt = 10
+
+    @model_validator(mode="after")
+    def _generation_fits(self) -> Limits:
+        if self.max_generation_tokens > self.max_trajectory_tokens:
+            raise ValueError(
+                f"limits.max_generation_tokens ({self.max_generation_tokens}) exceeds "
+                f"limits.max_trajectory_tokens ({self.max_trajectory_tokens})"
+            )
+        return self
+
+
+class ModelSettings(_Strict):
+    name: Annotated[str, Field(min_length=1)]
+    renderer: str | None = None
+    lora_rank: PositiveInt = 32
+    learning_rate: PositiveFloat = 4e-5
+    temperature: NonNegativeFloat = 1.0
+
+
+class ServiceSettings(_Strict):
+    name: Literal["tinker"] = "tinker"
+    base_url: str | None = None
+    connect_timeout_s: PositiveFloat = 15
+
+
+class SandboxSettings(_Strict):
+    kind: Literal["embedded", "remote"] = "embedded"
+    url: str | None = None
+    max_concurrency: PositiveInt | None = None
+    memory_limit_mb: PositiveInt = 1024
+    output_cap_bytes: PositiveInt = 1 << 20
+    allow_unisolated: bool = False
+    start_timeout_s: PositiveFloat = 30
+
+    @model_validator(mode="after")
+    def _url_is_loopback(self) -> SandboxSettings:
+        if self.kind == "remote":
+            if not self.url:
+                raise ValueError("sandbox=remote needs sandbox.url (a loopback /run_code URL)")
+            from piexp.sandbox.url import ensure_loopback_url
+
+            ensure_loopback_url(self.url)
+        return self
+
+
+class TaskCounts(_Strict):
+    train_per_family: PositiveInt = 32
+    eval_per_family: PositiveInt = 8
+
+
+class TrainMode(_Strict):
+    name: Literal["train"] = "train"
+    group_size: PositiveInt = 4
+    groups_per_batch: PositiveInt = 8
+    max_steps: PositiveInt = 50
+    eval_every: Annotated[int, Field(ge=0)] = 10
+    save_every: Annotated[int, Field(ge=0)] = 10
+    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro"] = "importance_sampling"
+    preflight: bool = True
+    wandb_project: str | None = None
+
+
+class EvalMode(_Strict):
+    name: Literal["eval"] = "eval"
+    preflight: bool = True
+    max_concurrency: PositiveInt = 8
+
+
+class CheckMode(_Strict):
+    name: Literal["check"] = "check"
+    oracle_tasks_per_cell: PositiveInt = 3
+    sample_tasks_per_cell: PositiveInt = 1
+    max_concurrency: PositiveInt = 8
+
+
+class RunConfig(_Strict):
+    family: dict[str, dict[str, Any]]
+    languages: dict[str, LanguageSettings]
+    lang: list[str]
+    eval_lang: list[str] | None = None
+    seed: int = 0
+    tasks: TaskCounts = TaskCounts()
+    policy: str | None = None
+    k: PositiveInt | None = None
+    checkpoint: str | None = None
+    reward: RewardSettings = RewardSettings()
+    limits: Limits = Limits()
+    model: ModelSettings
+    service: ServiceSettings = ServiceSettings()
+    sandbox: SandboxSettings = SandboxSettings()
+    mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")]
+
+    @field_validator("lang", "eval_lang", mode="before")
+    @classmethod
+    def _one_language_is_a_list(cls, value: Any) -> Any:
+        # `lang=python` on the command line is a one-language schedule.
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> RunConfig:
+        from piexp.tasks import FAMILIES
+
+        if not self.family:
+            raise ValueError(f"no task family selected; choose from: {', '.join(sorted(FAMILIES))}")
+        unknown = sorted(set(self.family) - set(FAMILIES))
+        if unknown:
+            raise ValueError(
+                f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
+                f"valid families: {', '.join(sorted(FAMILIES))}"
+            )
+        if not self.lang:
+            raise ValueError("lang is empty; give at least one language")
+        for key, names in (("lang", self.lang), ("eval_lang", self.eval_lang or [])):
+            unknown = [name for name in names if name not in self.languages]
+            if unknown:
+                raise ValueError(
+                    f"unknown language {', '.join(unknown)} in {key}; "
+                    f"valid languages: {', '.join(self.languages)}"
+                )
+        if self.eval_lang is not None and not self.eval_lang:
+            raise ValueError("eval_lang is empty; give at least one language or leave it unset")
+        if self.mode.name == "train":
+            eval_only = [key for key in ("policy", "k", "checkpoint") if getattr(self, key) is not None]
+            if eval_only:
+                raise ValueError(
+                    f"{', '.join(eval_only)} {'is an eval-only option' if len(eval_only) == 1 else 'are eval-only options'}"
+                    " and cannot be used with mode=train (use mode=eval)"
+                )
+        if self.policy is not None and self.policy not in EVAL_POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; valid policies: {', '.join(EVAL_POLICIES)}")
+        if self.checkpoint is not None and not self.checkpoint.startswith("tinker://"):
+            raise ValueError(f"checkpoint must be a tinker:// path, got {self.checkpoint!r}")
+        if self.checkpoint is not None and self.eval_policy != "model":
+            raise ValueError("checkpoint is only used with policy=model")
+        return self
+
+    @property
+    def families(self) -> list[str]:
+        return list(self.family)
+
+    @property
+    def eval_languages(self) -> list[str]:
+        return list(self.eval_lang) if self.eval_lang is not None else list(dict.fromkeys(self.lang))
+
+    @property
+    def train_languages(self) -> list[str]:
+        return list(self.lang)
+
+    @property
+    def eval_policy(self) -> str:
+        return self.policy or "model"
+
+    @property
+    def uses_service(self) -> bool:
+        """Whether the run trains or samples through the training service."""
+        return self.mode.name == "train" or (self.mode.name == "eval" and self.eval_policy == "model")
+
+    @property
+    def samples_per_task(self) -> int:
+        return self.k or 1

@@ -1,0 +1,1 @@
+"""The Pi workspace environment on tinker-cookbook: tools, reward, prompt, episodes, datasets."""

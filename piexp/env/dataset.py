@@ -1,0 +1,95 @@
+"""Datasets of workspace groups, and the RLDatasetBuilder tinker-cookbook's loop calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import chz
+from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+from piexp.config.schema import RunConfig
+from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
+from piexp.tasks import Task
+
+
+def group_builders(
+    tasks: Sequence[Task],
+    languages: Sequence[str],
+    settings: EpisodeSettings,
+    group_size: int,
+    *,
+    evaluation: bool,
+) -> list[WorkspaceGroupBuilder]:
+    """One group per (task, language), languages in schedule order within each task."""
+    return [
+        WorkspaceGroupBuilder(
+            task=task, language=language, settings=settings, group_size=group_size, evaluation=evaluation
+        )
+        for task in tasks
+        for language in languages
+    ]
+
+
+class RepeatingDataset(RLDataset):
+    """Cycles through its groups; `set_epoch(seed)` shifts where batches start."""
+
+    def __init__(self, builders: Sequence[EnvGroupBuilder], batch_size: int, n_batches: int | None) -> None:
+        self.builders = list(builders)
+        self.batch_size = batch_size
+        self.n_batches = n_batches
+        self.offset = 0
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not self.builders:
+            return []
+        start = (index * self.batch_size + self.offset) % len(self.builders)
+        return [
+            self.builders[(start + position) % len(self.builders)]
+            for position in range(min(self.batch_size, len(self.builders)))
+        ]
+
+    def set_epoch(self, seed: int = 0) -> None:
+        self.offset = seed % max(1, len(self.builders))
+
+    def __len__(self) -> int:
+        natural = (len(self.builders) + self.batch_size - 1) // self.batch_size
+        return max(natural, self.n_batches or 0)
+
+
+def episode_settings(config: RunConfig, sandbox_url: str) -> EpisodeSettings:
+    return EpisodeSettings(
+        model_name=config.model.name,
+        renderer_name=config.model.renderer,
+        languages=dict(config.languages),
+        limits=config.limits,
+        reward=config.reward,
+        sandbox_url=sandbox_url,
+        memory_limit_mb=config.sandbox.memory_limit_mb,
+    )
+
+
+@chz.chz
+class WorkspaceDatasetBuilder(RLDatasetBuilder):
+    """Serialisable: the validated run config as JSON plus the sandbox URL. Builds both
+    splits, refusing any overlap, and returns (train, eval) datasets."""
+
+    config_json: str
+    sandbox_url: str
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        from piexp.launch.splits import build_splits
+        from piexp.sandbox.url import ensure_loopback_url
+
+        ensure_loopback_url(self.sandbox_url)
+        config = RunConfig.model_validate_json(self.config_json)
+        splits = build_splits(config)
+        settings = episode_settings(config, self.sandbox_url)
+        assert config.mode.name == "train", "the dataset builder serves training runs"
+        train = group_builders(
+            splits.train, config.train_languages, settings, config.mode.group_size, evaluation=False
+        )
+        evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
+        return (
+            RepeatingDataset(train, config.mode.groups_per_batch, config.mode.max_steps),
+            RepeatingDataset(evaluation, len(evaluation), None),
+        )

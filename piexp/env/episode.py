@@ -1,0 +1,107 @@
+"""Build one episode (a tinker-cookbook Env) and groups of them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tinker_cookbook import model_info, renderers, tokenizer_utils
+from tinker_cookbook.rl.types import Env, EnvGroupBuilder
+from tinker_cookbook.tool_use import build_agent_tool_env
+
+from piexp.config.schema import LanguageSettings, Limits, RewardSettings
+from piexp.env.prompt import workspace_prompt
+from piexp.env.reward import WorkspaceReward
+from piexp.env.tools import WorkspaceTools
+from piexp.tasks import Task
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """Everything an episode needs besides its task and language; picklable."""
+
+    model_name: str
+    renderer_name: str | None
+    languages: dict[str, LanguageSettings]
+    limits: Limits
+    reward: RewardSettings
+    sandbox_url: str
+    memory_limit_mb: int | None = None
+
+    def resolved_renderer_name(self) -> str:
+        return self.renderer_name or model_info.get_recommended_renderer_name(self.model_name)
+
+
+@lru_cache(maxsize=8)
+def get_run_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
+    """One renderer per (renderer, model) per process; the offline Qwen3 tokenizer is
+    registered first so no tokenizer is fetched from a hub."""
+    from piexp.tokenizer import register_offline_tokenizers
+
+    register_offline_tokenizers()
+    return renderers.get_renderer(renderer_name, tokenizer_utils.get_tokenizer(model_name))
+
+
+def build_workspace_env(
+    *,
+    task: Task,
+    language: str,
+    settings: EpisodeSettings,
+    renderer: renderers.Renderer,
+    evaluation: bool,
+) -> Env:
+    spec = settings.languages[language]
+    workspace = WorkspaceTools(
+        task,
+        spec,
+        settings.sandbox_url,
+        settings.limits.sandbox_timeout_s,
+        stdout_chars=settings.reward.stdout_chars,
+        stderr_chars=settings.reward.stderr_chars,
+        memory_limit_mb=settings.memory_limit_mb,
+    )
+    tools = workspace.all_tools()
+    prefix = renderer.create_conversation_prefix_with_tools(tools=[t.to_spec() for t in tools])
+    binary = evaluation or settings.reward.mode == "binary"
+    environment = build_agent_tool_env(
+        renderer=renderer,
+        tools=tools,
+        initial_messages=prefix + [{"role": "user", "content": workspace_prompt(task, language, spec)}],
+        reward_fn=WorkspaceReward(task.answer, settings.reward.weights, binary=binary),
+        model_name=settings.model_name,
+        max_turns=settings.limits.max_turns,
+        max_tool_calls=settings.limits.max_tool_calls,
+        max_trajectory_tokens=settings.limits.max_trajectory_tokens,
+        max_generation_tokens=settings.limits.max_generation_tokens,
+        context_overflow_reward=settings.reward.context_overflow_reward,
+    )
+    environment.example_id = f"{task.task_id}:{language}"  # type: ignore[attr-defined]
+    return environment
+
+
+@dataclass(frozen=True)
+class WorkspaceGroupBuilder(EnvGroupBuilder):
+    """`group_size` episodes of one (task, language); evaluation groups grade binary."""
+
+    task: Task
+    language: str
+    settings: EpisodeSettings
+    group_size: int
+    evaluation: bool = False
+
+    async def make_envs(self) -> Sequence[Env]:
+        renderer = get_run_renderer(self.settings.resolved_renderer_name(), self.settings.model_name)
+        return [
+            build_workspace_env(
+                task=self.task,
+                language=self.language,
+                settings=self.settings,
+                renderer=renderer,
+                evaluation=self.evaluation,
+            )
+            for _ in range(self.group_size)
+        ]
+
+    def logging_tags(self) -> list[str]:
+        return ["pi_workspace", self.task.family, self.task.split, self.language]

@@ -1,0 +1,95 @@
+"""The episode reward, graded from the tool results in the message history."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tinker_cookbook import renderers
+from tinker_cookbook.renderers.base import Message
+
+from piexp.config.schema import RewardWeights
+from piexp.env.tools import RESULT_SCHEMA
+
+REWARD_METRICS = (
+    "tool_called",
+    "mutation_succeeded",
+    "execution_succeeded",
+    "execution_output_correct",
+    "response_answer_correct",
+    "functional_correct",
+    "infrastructure_error",
+)
+_INTEGER = re.compile(r"(?<!\w)-?\d+(?!\w)")
+
+
+def tool_payloads(history: list[Message]) -> list[dict[str, Any]]:
+    payloads: list[dict[str, Any]] = []
+    for message in history:
+        if message.get("role") != "tool":
+            continue
+        try:
+            payload = json.loads(renderers.get_text_content(message))
+        except (TypeError, json.JSONDecodeError):
+            continue
+        if isinstance(payload, dict) and payload.get("schema") == RESULT_SCHEMA:
+            payloads.append(payload)
+    return payloads
+
+
+def final_answer(history: list[Message]) -> str | None:
+    """The last integer in the last assistant message (None if it has none)."""
+    for message in reversed(history):
+        if message.get("role") != "assistant":
+            continue
+        values = _INTEGER.findall(renderers.get_text_content(message))
+        return values[-1] if values else None
+    return None
+
+
+@dataclass(frozen=True)
+class WorkspaceReward:
+    """Shaped: weighted partial credit, 1.0 when all four hold. Binary: 1.0 only when all
+    four hold. Either way the infrastructure-error value when the sandbox failed."""
+
+    answer: str
+    weights: RewardWeights = RewardWeights()
+    binary: bool = False
+
+    async def __call__(self, history: list[Message]) -> tuple[float, dict[str, float]]:
+        return self.grade(history)
+
+    def grade(self, history: list[Message]) -> tuple[float, dict[str, float]]:
+        payloads = tool_payloads(history)
+        mutation = any(
+            p.get("tool") in {"write", "edit"} and p.get("status") == "ok" for p in payloads
+        )
+        bash_results = [p for p in payloads if p.get("tool") == "bash"]
+        executed = any(p.get("status") == "ok" for p in bash_results)
+        output_correct = any(bool(p.get("output_correct")) for p in bash_results)
+        final_correct = final_answer(history) == self.answer
+        infrastructure_error = any(p.get("status") == "infrastructure_error" for p in payloads)
+        fully_correct = mutation and executed and output_correct and final_correct
+        if infrastructure_error:
+            reward = self.weights.infrastructure_error
+        elif self.binary or fully_correct:
+            reward = float(fully_correct)
+        else:
+            w = self.weights
+            reward = (
+                w.mutation * mutation
+                + w.execution * executed
+                + w.output * output_correct
+                + w.answer * final_correct
+            )
+        return reward, {
+            "tool_called": float(bool(payloads)),
+            "mutation_succeeded": float(mutation),
+            "execution_succeeded": float(executed),
+            "execution_output_correct": float(output_correct),
+            "response_answer_correct": float(final_correct),
+            "functional_correct": float(fully_correct),
+            "infrastructure_error": float(infrastructure_error),
+        }

@@ -1,0 +1,51 @@
+"""Run one job in its run folder: splits (overlap refused), manifest, sandbox, then the
+selected mode. Train and model evaluation first make sure the service can be reached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from piexp.config.schema import RunConfig
+from piexp.launch.manifest import build_manifest, write_manifest
+from piexp.launch.splits import build_splits
+
+console = Console(stderr=True)
+
+
+def run_mode(config: RunConfig, run_dir: Path) -> float | None:
+    if config.uses_service:
+        from piexp.launch.service import preflight_tinker
+
+        preflight_tinker(config.service.base_url, config.service.connect_timeout_s)
+    splits = build_splits(config)
+    write_manifest(
+        run_dir,
+        build_manifest(
+            seed=config.seed,
+            task_digests=splits.digests(),
+            overlap_report=splits.overlap_report,
+            extra={"mode": config.mode.name, "families": config.families,
+                   "train_languages": config.train_languages, "eval_languages": config.eval_languages},
+        ),
+    )
+    from piexp.launch.sandbox import run_sandbox
+
+    with run_sandbox(config.sandbox) as sandbox_url:
+        if config.mode.name == "check":
+            from piexp.launch.check import run_check
+
+            return run_check(config, run_dir, sandbox_url, splits)
+        if getattr(config.mode, "preflight", False):
+            from piexp.launch.check import run_check
+
+            run_check(config, run_dir, sandbox_url, splits)
+        if config.mode.name == "eval":
+            from piexp.launch.evaluate import run_eval
+
+            return run_eval(config, run_dir, sandbox_url, splits)
+        from piexp.launch.train import run_train
+
+        run_train(config, run_dir, sandbox_url)
+    return None

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Idempotent set-up: system packages, a virtual environment in .venv, piexp with its
+# test extra. Fast when nothing changed (a stamp keyed to pyproject.toml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+# bubblewrap isolates sandboxed programs; node runs the JavaScript tasks.
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v git >/dev/null 2>&1 || missing+=(git)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+stamp=.venv/.piexp-setup-$(sha256sum pyproject.toml | cut -c1-16)
+if [ -f "$stamp" ]; then
+  exit 0
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first, pinned: 2.13.0 resolves to the local CPU wheel (about 1.6 GB) instead of
+# a 6 GB CUDA build; tinker-cookbook needs torch but piexp never runs it on a GPU here.
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[test]"
+rm -f .venv/.piexp-setup-*
+touch "$stamp"

@@ -1,0 +1,97 @@
+"""Every option of every config group and every preset composes into a valid RunConfig;
+list-valued overrides keep their two meanings (list in a run, sweep with -m)."""
+
+from __future__ import annotations
+
+import pytest
+
+from piexp.config.argv import rewrite_list_overrides
+from piexp.config.compose import group_options, load, sweep_combinations
+from piexp.config.presets import preset_names
+from piexp.config.schema import RunConfig
+from piexp.tasks import FAMILIES
+
+GROUPS = ["family", "languages", "reward", "limits", "model", "service", "sandbox", "mode"]
+REMOTE = ["sandbox.url=http://127.0.0.1:8080/run_code"]
+
+
+def _extra(group: str, option: str) -> list[str]:
+    return REMOTE if (group, option) == ("sandbox", "remote") else []
+
+
+@pytest.mark.parametrize(
+    ("group", "option"),
+    [(group, option) for group in GROUPS for option in group_options(group)],
+)
+def test_every_group_option_composes(group: str, option: str) -> None:
+    override = f"{group}=[{option}]" if group == "family" else f"{group}={option}"
+    config = load([override, *_extra(group, option)])
+    assert isinstance(config, RunConfig)
+    if group == "family" and option != "all":
+        assert config.families == [option]
+    if group == "mode":
+        assert config.mode.name == option
+
+
+def test_family_all_selects_every_family() -> None:
+    assert sorted(load(["family=all"]).families) == sorted(FAMILIES)
+
+
+def test_every_family_has_a_config_file_with_its_params() -> None:
+    assert set(group_options("family")) - {"all"} == set(FAMILIES)
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_preset_composes(preset: str) -> None:
+    assert isinstance(load([f"experiment={preset}"]), RunConfig)
+
+
+def test_required_presets_exist() -> None:
+    assert "offline" in preset_names()
+
+
+def test_comma_list_means_a_list_outside_multirun() -> None:
+    argv = rewrite_list_overrides(["family=arith,csv_agg", "lang=python,javascript"])
+    assert argv == ["family=[arith,csv_agg]", "lang=[python,javascript]"]
+    config = load(argv)
+    assert config.families == ["arith", "csv_agg"]
+    assert config.train_languages == ["python", "javascript"]
+    assert config.eval_languages == ["python", "javascript"]
+
+
+def test_comma_list_keeps_sweep_meaning_in_multirun() -> None:
+    argv = ["-m", "family=arith,csv_agg", "reward.weights.output=0.4,0.6"]
+    assert rewrite_list_overrides(argv) == argv
+    jobs = list(sweep_combinations(argv[1:]))
+    assert len(jobs) == 4
+    assert {tuple(load(job).families) for job in jobs} == {("arith",), ("csv_agg",)}
+    assert {load(job).reward.weights.output for job in jobs} == {0.4, 0.6}
+
+
+def test_schedule_keeps_order_and_repeats() -> None:
+    config = load(rewrite_list_overrides(["lang=javascript,python,javascript"]))
+    assert config.train_languages == ["javascript", "python", "javascript"]
+    assert config.eval_languages == ["javascript", "python"]
+
+
+def test_eval_lang_overrides_eval_languages() -> None:
+    config = load(rewrite_list_overrides(["lang=python", "eval_lang=javascript,python"]))
+    assert config.eval_languages == ["javascript", "python"]
+
+
+def test_bracketed_and_quoted_values_are_left_alone() -> None:
+    argv = ["family=[arith]", "lang='python'", "seed=3"]
+    assert rewrite_list_overrides(argv) == argv
+
+
+def test_defaults_match_the_reference() -> None:
+    config = load([])
+    weights = config.reward.weights
+    assert (weights.mutation, weights.execution, weights.output, weights.answer) == (0.15, 0.15, 0.6, 0.1)
+    assert weights.infrastructure_error == -0.1
+    assert (config.reward.stdout_chars, config.reward.stderr_chars) == (512, 1200)
+    assert {name: spec.filename for name, spec in config.languages.items()} == {
+        "python": "solution.py", "javascript": "solution.js", "julia": "solution.jl"}
+    assert {name: spec.sandbox_language for name, spec in config.languages.items()} == {
+        "python": "python", "javascript": "nodejs", "julia": "julia"}
+    assert config.languages["python"].runtimes == ["python", "python3"]

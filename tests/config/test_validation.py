@@ -1,0 +1,54 @@
+"""Every validation error: one clear paragraph naming the problem (and the valid
+choices), raised before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from piexp.config.argv import rewrite_list_overrides
+from piexp.config.compose import load, validate_command_line
+from piexp.errors import UserError
+
+CASES = [
+    (["family=nosuch"], ["Unknown family option nosuch", "arith"]),
+    (["family=arith,nosuch"], ["nosuch", "arith"]),
+    (["lang=python,cobol"], ["unknown language cobol", "valid languages: python, javascript, julia"]),
+    (["eval_lang=rust"], ["unknown language rust in eval_lang"]),
+    (["limits.max_turns=0"], ["limits.max_turns", "greater than 0"]),
+    (["limits.max_tool_calls=-3"], ["limits.max_tool_calls"]),
+    (["limits.sandbox_timeout_s=0"], ["limits.sandbox_timeout_s"]),
+    (["limits.max_generation_tokens=99999"], ["exceeds limits.max_trajectory_tokens"]),
+    (["reward.weights.output=-0.5"], ["reward.weights.output", "greater than or equal to 0"]),
+    (["reward.weights.infrastructure_error=0.5"], ["reward.weights.infrastructure_error"]),
+    (["reward.mode=fancy"], ["reward.mode"]),
+    (["sandbox=remote", "sandbox.url=http://10.0.0.5:8080/run_code"], ["loopback"]),
+    (["sandbox=remote", "sandbox.url=http://127.0.0.1.example.com/run_code"], ["loopback"]),
+    (["sandbox=remote"], ["sandbox.url"]),
+    (["mode=train", "policy=oracle"], ["policy is an eval-only option", "mode=train"]),
+    (["mode=train", "k=4"], ["k is an eval-only option"]),
+    (["mode=eval", "policy=psychic"], ["unknown policy", "oracle"]),
+    (["mode=eval", "policy=oracle", "checkpoint=tinker://x/y"], ["checkpoint is only used with policy=model"]),
+    (["mode=eval", "checkpoint=/tmp/weights"], ["tinker://"]),
+    (["mode=nosuch"], ["Unknown mode option nosuch", "check, eval, train"]),
+    (["model=gpt5"], ["Unknown model option gpt5"]),
+    (["experiment=nosuch"], ["Unknown experiment option nosuch", "offline"]),
+    (["nosuchkey=1"], ["nosuchkey"]),
+    (["mode.group_size=0"], ["mode.group_size"]),
+    (["tasks.eval_per_family=0"], ["tasks.eval_per_family"]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_invalid_config_is_one_clear_error(overrides: list[str], fragments: list[str]) -> None:
+    with pytest.raises(UserError) as caught:
+        load(rewrite_list_overrides(overrides))
+    message = str(caught.value)
+    assert "Traceback" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert caught.value.exit_code == 2
+
+
+def test_sweep_jobs_are_each_validated() -> None:
+    with pytest.raises(UserError, match="Sweep job .*limits.max_turns=0"):
+        validate_command_line(["limits.max_turns=4,0"], multirun=True)

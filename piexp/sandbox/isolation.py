@@ -149,6 +149,10 @@ def build_bwrap_argv(
         "--dev", "/dev",
         "--size", str(tmpfs_size_mb << 20), "--tmpfs", "/tmp",
         "--bind", run_dir, SANDBOX_WORKDIR,
+        # bwrap's root is a tmpfs holding the mount points (/etc, /sandbox, ...): make it
+        # read-only too, so /, /etc etc. are not scratch space; /tmp and the run dir are
+        # separate mounts and stay writable.
+        "--remount-ro", "/",
         "--chdir", SANDBOX_WORKDIR,
         "--uid", str(SANDBOX_UID),
         "--gid", str(SANDBOX_GID),

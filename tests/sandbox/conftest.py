@@ -1,0 +1,103 @@
+"""Shared fixtures: one embedded sandbox server per test module, with a fake secret in
+its environment and a dedicated work dir so tests can assert nothing is left behind."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import time
+import uuid
+
+import httpx
+import pytest
+
+from piexp.sandbox import EmbeddedSandbox
+
+FAKE_SECRET = "sk-test-secret"
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def processes_with(marker: str) -> list[tuple[int, str]]:
+    """Processes whose command line contains `marker` (a /proc scan, no psutil)."""
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            found.append((int(entry), cmd))
+    return found
+
+
+def wait_no_processes(marker: str, timeout: float = 5.0) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = processes_with(marker)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+class SandboxHandle:
+    def __init__(self, sb: EmbeddedSandbox, work_dir: str):
+        self.sb = sb
+        self.url = sb.url
+        self.work_dir = work_dir
+        self.http = httpx.Client(timeout=120, trust_env=False)
+
+    def post(self, code: str, language: str = "python", files: dict[str, str] | None = None, **extra) -> httpx.Response:
+        payload = {
+            "code": code,
+            "language": language,
+            "files": {k: base64.b64encode(v.encode()).decode() for k, v in (files or {}).items()},
+            **extra,
+        }
+        return self.http.post(self.url, json=payload)
+
+    def run(self, code: str, language: str = "python", files=None, **extra) -> dict:
+        r = self.post(code, language, files, **extra)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def ping(self) -> bool:
+        return self.http.get(self.sb.base_url + "/v1/ping").status_code == 200
+
+    def assert_clean(self, marker: str | None = None) -> None:
+        """The server still answers, no run process and no run directory is left."""
+        assert self.ping()
+        for m in filter(None, [marker, "_sandbox_main", "piexp-sbx-"]):
+            assert wait_no_processes(m) == [], f"leftover processes for {m!r}"
+        assert os.listdir(self.work_dir) == [], "leftover run directories"
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    work_dir = str(tmp_path_factory.mktemp("sbx-work"))
+    log_path = str(tmp_path_factory.mktemp("sbx-log") / "server.log")
+    with EmbeddedSandbox(
+        env={"TINKER_API_KEY": FAKE_SECRET},
+        work_dir=work_dir,
+        max_concurrency=4,
+        max_processes=64,
+        max_file_size_mb=16,
+        default_memory_limit_mb=512,
+        output_cap_bytes=1 << 20,
+        log_path=log_path,
+    ) as sb:
+        handle = SandboxHandle(sb, work_dir)
+        yield handle
+        handle.http.close()
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"PIEXPMARK{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,288 @@
+"""Hostile programs. Each case asserts containment, that the server still answers, and
+that no process or run directory is left behind (`assert_clean`)."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+FAKE_SECRET = "sk-test-secret"  # planted in the server environment by conftest.py
+
+
+def test_infinite_loop(sandbox, marker):
+    resp = sandbox.run(f"# {marker}\nwhile True: pass", run_timeout=1)
+    rr = resp["run_result"]
+    assert resp["status"] == "Failed"
+    assert rr["status"] == "TimeLimitExceeded" and rr["return_code"] is None
+    assert rr["execution_time"] < 5
+    sandbox.assert_clean()
+
+
+def test_sleep_past_timeout_js(sandbox):
+    resp = sandbox.run("setTimeout(() => console.log('late'), 60000)", "nodejs", run_timeout=1)
+    rr = resp["run_result"]
+    assert rr["status"] == "TimeLimitExceeded" and rr["return_code"] is None and "late" not in rr["stdout"]
+    assert rr["execution_time"] < 5
+    sandbox.assert_clean()
+
+
+def test_sleep_past_timeout_with_children(sandbox, marker):
+    code = (
+        "import subprocess, time\n"
+        f"subprocess.Popen(['sh', '-c', 'sleep 300 # {marker}'])\n"
+        "time.sleep(300)\n"
+    )
+    resp = sandbox.run(code, run_timeout=1)
+    assert resp["run_result"]["status"] == "TimeLimitExceeded"
+    sandbox.assert_clean(marker)
+
+
+def test_fork_bomb(sandbox, marker):
+    code = (
+        f"# {marker}\n"
+        "import os\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    resp = sandbox.run(code, run_timeout=2)
+    assert resp["status"] == "Failed"
+    assert resp["run_result"]["execution_time"] < 10
+    sandbox.assert_clean()
+    # And a normal program works right after.
+    assert sandbox.run("print('alive')")["run_result"]["stdout"] == "alive\n"
+
+
+def test_shell_fork_bomb_js(sandbox, marker):
+    code = (
+        "const {spawn} = require('child_process');\n"
+        f"spawn('sh', ['-c', 'f() {{ f | f & }}; f # {marker}'], {{stdio: 'ignore'}});\n"
+        "setTimeout(() => {}, 60000);\n"
+    )
+    resp = sandbox.run(code, "nodejs", run_timeout=2)
+    assert resp["run_result"]["status"] == "TimeLimitExceeded"
+    sandbox.assert_clean(marker)
+
+
+def test_memory_bomb_python(sandbox):
+    resp = sandbox.run("a = []\nwhile True:\n    a.append(bytearray(10**7))", run_timeout=10, memory_limit_MB=256)
+    rr = resp["run_result"]
+    assert resp["status"] == "Failed"
+    assert rr["status"] == "Finished" and rr["return_code"] != 0, rr
+    sandbox.assert_clean()
+
+
+def test_memory_bomb_node(sandbox):
+    code = "const a = []; for (;;) a.push(new Array(1e6).fill(1.5));"
+    resp = sandbox.run(code, "nodejs", run_timeout=15, memory_limit_MB=256)
+    rr = resp["run_result"]
+    assert resp["status"] == "Failed"
+    assert rr["status"] == "Finished" and rr["return_code"] != 0, {**rr, "stderr": rr["stderr"][-500:]}
+    sandbox.assert_clean()
+
+
+def test_node_runs_with_default_memory_limit(sandbox):
+    """The memory limit must not break node itself (RLIMIT_AS would)."""
+    resp = sandbox.run("const b = Buffer.alloc(100*1024*1024, 1); console.log(b.length)", "nodejs")
+    assert resp["status"] == "Success", resp
+    assert resp["run_result"]["stdout"] == f"{100 * 1024 * 1024}\n"
+
+
+def test_100mb_stdout_is_capped_without_stalling(sandbox):
+    code = "import sys\nchunk = b'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.buffer.write(chunk)\n"
+    resp = sandbox.run(code, run_timeout=20)
+    rr = resp["run_result"]
+    assert resp["status"] == "Success", {**rr, "stdout": rr["stdout"][-200:]}
+    assert rr["status"] == "Finished" and rr["return_code"] == 0
+    assert rr["stdout"].startswith("x" * 1000)
+    assert len(rr["stdout"]) < (1 << 20) + 200
+    assert "truncated" in rr["stdout"][-200:]
+    sandbox.assert_clean()
+
+
+def test_stderr_flood(sandbox):
+    code = "let s = 'e'.repeat(1 << 16); for (let i = 0; i < 800; i++) process.stderr.write(s);"
+    resp = sandbox.run(code, "nodejs", run_timeout=20)
+    rr = resp["run_result"]
+    assert rr["status"] == "Finished" and rr["return_code"] == 0, rr["status"]
+    assert len(rr["stderr"]) < (1 << 20) + 200
+    sandbox.assert_clean()
+
+
+def test_network_is_unreachable(sandbox):
+    port = sandbox.sb.port
+    code = (
+        "import socket\n"
+        f"for host, port in [('1.1.1.1', 53), ('127.0.0.1', {port}), ('localhost', {port})]:\n"
+        "    try:\n"
+        "        socket.create_connection((host, port), timeout=2).close()\n"
+        "        print('CONNECTED', host)\n"
+        "    except OSError as e:\n"
+        "        print('blocked', host, type(e).__name__)\n"
+    )
+    resp = sandbox.run(code, run_timeout=10)
+    out = resp["run_result"]["stdout"]
+    assert "CONNECTED" not in out, out
+    assert out.count("blocked") == 3, resp
+    sandbox.assert_clean()
+
+
+def test_host_environment_is_invisible(sandbox):
+    code = (
+        "import os, glob\n"
+        "print(dict(os.environ))\n"
+        "for p in ['/proc/1/environ', '/proc/self/environ'] + glob.glob('/proc/[0-9]*/environ'):\n"
+        "    try:\n"
+        "        print(p, open(p, 'rb').read())\n"
+        "    except OSError as e:\n"
+        "        print(p, 'denied', e)\n"
+        "for p in ['/root', '/work', '/home', '/proc/1/cmdline']:\n"
+        "    try:\n"
+        "        print(p, os.listdir(p) if not p.startswith('/proc') else open(p,'rb').read())\n"
+        "    except OSError as e:\n"
+        "        print(p, 'absent', e)\n"
+    )
+    resp = sandbox.run(code)
+    out = resp["run_result"]["stdout"]
+    assert resp["status"] == "Success", resp
+    assert FAKE_SECRET not in out and "TINKER_API_KEY" not in out
+    assert "/proc/1/environ" in out
+    assert "/work absent" in out
+    js = sandbox.run("console.log(JSON.stringify(process.env)); console.log(require('fs').readFileSync('/proc/1/environ','utf8'))", "nodejs")
+    assert FAKE_SECRET not in js["run_result"]["stdout"] and "TINKER_API_KEY" not in js["run_result"]["stdout"]
+    sandbox.assert_clean()
+
+
+def test_runs_as_unprivileged_user(sandbox):
+    resp = sandbox.run("import os; print(os.getuid(), os.getgid())")
+    assert resp["run_result"]["stdout"] == "65534 65534\n"
+
+
+def test_writing_outside_the_run_dir(sandbox, marker):
+    code = (
+        "import os\n"
+        f"targets = ['/usr/{marker}', '/etc/{marker}', '/bin/{marker}', '../{marker}', '/sandbox/../{marker}', "
+        f"'/tmp/{marker}']\n"
+        "for t in targets:\n"
+        "    try:\n"
+        "        open(t, 'w').write('x')\n"
+        "        print('wrote', t)\n"
+        "    except OSError as e:\n"
+        "        print('refused', t, type(e).__name__)\n"
+    )
+    resp = sandbox.run(code)
+    out = resp["run_result"]["stdout"]
+    for target in ("/usr", "/etc", "/bin", "..", "/sandbox/.."):
+        assert f"refused {target}/{marker}" in out, out
+    assert f"wrote /tmp/{marker}" in out  # the private tmpfs /tmp is writable...
+    # ...and private: nothing reached the host.
+    for host_path in (f"/usr/{marker}", f"/etc/{marker}", f"/{marker}", f"/tmp/{marker}",
+                      os.path.join(os.path.dirname(sandbox.work_dir), marker)):
+        assert not os.path.exists(host_path), host_path
+    sandbox.assert_clean()
+
+
+def test_setsid_double_fork_does_not_outlive_the_run(sandbox, marker):
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execvp('sh', ['sh', '-c', 'sleep 300; echo {marker}'])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+        "print('parent done')\n"
+    )
+    resp = sandbox.run(code, run_timeout=10)
+    rr = resp["run_result"]
+    assert rr["status"] == "Finished" and rr["stdout"] == "parent done\n"
+    assert rr["execution_time"] < 5  # the daemon did not hold the run open
+    sandbox.assert_clean(marker)
+
+
+def test_setsid_daemon_at_timeout(sandbox, marker):
+    code = (
+        "const {spawn} = require('child_process');\n"
+        f"spawn('setsid', ['sh', '-c', 'sleep 300 # {marker}'], {{detached: true, stdio: 'ignore'}}).unref();\n"
+        "for (;;) {}\n"
+    )
+    resp = sandbox.run(code, "nodejs", run_timeout=1)
+    assert resp["run_result"]["status"] == "TimeLimitExceeded"
+    sandbox.assert_clean(marker)
+
+
+def test_huge_file_is_stopped(sandbox):
+    code = (
+        "chunk = b'z' * (1 << 20)\n"
+        "with open('big.bin', 'wb') as f:\n"
+        "    for _ in range(200):\n"
+        "        f.write(chunk)\n"
+    )
+    resp = sandbox.run(code, run_timeout=20, fetch_files=["big.bin"])
+    rr = resp["run_result"]
+    assert resp["status"] == "Failed" and rr["return_code"] != 0, rr
+    # the file is capped at max_file_size_mb (16) and is also over the fetch cap? no: 16 MiB == cap
+    if "big.bin" in resp["files"]:
+        assert len(base64.b64decode(resp["files"]["big.bin"])) <= 16 << 20
+    sandbox.assert_clean()
+
+
+def test_huge_file_in_tmp(sandbox):
+    code = "open('/tmp/big', 'wb').write(b'z' * (200 << 20))"
+    resp = sandbox.run(code, run_timeout=20)
+    assert resp["status"] == "Failed"
+    sandbox.assert_clean()
+
+
+def test_invalid_utf8_output(sandbox):
+    resp = sandbox.run("import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe\\xc3 end\\n'); sys.stderr.buffer.write(b'\\x80err')")
+    rr = resp["run_result"]
+    assert resp["status"] == "Success"
+    assert rr["stdout"].startswith("ok ") and "\ufffd" in rr["stdout"] and rr["stdout"].endswith("end\n")
+    assert "\ufffd" in rr["stderr"]
+    sandbox.assert_clean()
+
+
+def test_symlink_out_of_run_dir_is_not_fetched(sandbox):
+    code = (
+        "import os\n"
+        "os.symlink('/etc/passwd', 'passwd_link')\n"
+        "os.symlink('/', 'rootdir')\n"
+        "os.symlink('/proc/self/environ', 'env_link')\n"
+        "os.mkfifo('fifo')\n"
+        "open('real.txt', 'w').write('real')\n"
+    )
+    resp = sandbox.run(code, fetch_files=["passwd_link", "rootdir/etc/passwd", "env_link", "fifo", "real.txt"])
+    assert resp["status"] == "Success", resp
+    assert set(resp["files"]) == {"real.txt"}
+    sandbox.assert_clean()
+
+
+def test_symlink_in_files_name_cannot_redirect_a_write(sandbox):
+    """A file whose name goes through a directory the payload itself cannot make a link:
+    plain names only; `..` anywhere is refused."""
+    resp = sandbox.run("print(1)", files={"a/../../escape.txt": "x"})
+    assert resp["status"] == "SandboxError" and "run_result" in resp and resp["run_result"] is None
+    assert not os.path.exists(os.path.join(os.path.dirname(sandbox.work_dir), "escape.txt"))
+
+
+def test_dotdot_and_absolute_file_names_are_refused(sandbox, marker):
+    parent = os.path.dirname(sandbox.work_dir)
+    for name in (f"../{marker}", f"/tmp/{marker}", f"sub/../../{marker}", "", ".", f"\\{marker}"):
+        resp = sandbox.run("print(1)", files={name: "x"})
+        assert resp["status"] == "SandboxError", (name, resp)
+        assert resp["run_result"] is None
+        assert "refused" in resp["message"]
+    for name in (f"../{marker}", f"/etc/passwd"):
+        resp = sandbox.run("print(1)", fetch_files=[name])
+        assert resp["status"] == "SandboxError", (name, resp)
+    assert not os.path.exists(os.path.join(parent, marker))
+    assert not os.path.exists(f"/tmp/{marker}")
+    sandbox.assert_clean()
+
+
+def test_reserved_code_file_name_is_refused(sandbox):
+    resp = sandbox.run("print(1)", files={"_sandbox_main.py": "print(2)"})
+    assert resp["status"] == "SandboxError"

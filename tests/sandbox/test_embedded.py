@@ -1,0 +1,97 @@
+"""The embedded launcher: no orphan server, and refusal to run unisolated by default."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import httpx
+import pytest
+
+from piexp.sandbox import EmbeddedSandbox
+from piexp.sandbox.embedded import free_port
+
+from_here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_dead(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_stops_on_exception():
+    with pytest.raises(KeyboardInterrupt):
+        with EmbeddedSandbox() as sb:
+            pid = sb.proc.pid
+            assert httpx.get(sb.base_url + "/v1/ping", trust_env=False).status_code == 200
+            assert sb.url.endswith("/run_code") and sb.url.startswith("http://127.0.0.1:")
+            raise KeyboardInterrupt
+    assert _wait_dead(pid)
+
+
+def test_server_dies_with_its_parent():
+    script = textwrap.dedent("""
+        import sys, time
+        from piexp.sandbox import EmbeddedSandbox
+        sb = EmbeddedSandbox().start()
+        print(sb.proc.pid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=from_here)
+    try:
+        server_pid = int(parent.stdout.readline())
+        assert _alive(server_pid)
+        parent.send_signal(signal.SIGKILL)  # no chance to clean up: the kernel must do it
+        parent.wait()
+        assert _wait_dead(server_pid), "the sandbox server outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _serve_without_bwrap(*extra: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "PATH"}
+    env["PATH"] = "/nonexistent"  # no bwrap (and no runtimes) to be found
+    return subprocess.Popen(
+        [sys.executable, "-m", "piexp.sandbox", "serve", "--port", str(free_port()), *extra],
+        env=env, cwd=from_here, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def test_refuses_to_start_without_bwrap():
+    proc = _serve_without_bwrap()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "bubblewrap" in out and "allow_unisolated" in out
+
+
+def test_unisolated_warns_on_start():
+    proc = _serve_without_bwrap("--allow-unisolated")
+    try:
+        deadline = time.monotonic() + 30
+        seen = ""
+        while time.monotonic() < deadline and "UNISOLATED" not in seen:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "UNISOLATED" in seen
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -18,6 +18,6 @@ for (const line of lines.slice(1)) {
   const f = line.trim().split(",");
   const start = toUtc(f[col.check_in]);
   const end = toUtc(f[col.check_out]);
-  if (wanted.has(new Date(start).getUTCDay())) total += Math.round((end - start) / 86400000);
+  if (wanted.has(new Date(start).getUTCDay())) total += Math.round((end - start) / (24 * 60 * 60 * 1000));
 }
 console.log(String(total));

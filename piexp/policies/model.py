@@ -1,0 +1,36 @@
+"""The `model` policy: a Tinker sampler (base model or a `tinker://` checkpoint) as the
+cookbook's `TinkerTokenCompleter`, so model evaluation uses the same rollout code as the
+scripted policies. Needs a Tinker account; offline tests cover it only by a recorded
+contract (which client calls are made, with which arguments)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from tinker_cookbook.completers import TinkerTokenCompleter
+
+from piexp.config.schema import RunConfig
+
+
+async def build_model_policy(config: RunConfig, service_client: Any | None = None) -> TinkerTokenCompleter:
+    """Sampling client for `config.checkpoint` if set, else for the base `config.model.name`.
+
+    `max_tokens` is the per-turn generation limit of the episodes, and the temperature is
+    the model's, so an evaluation samples the way training does.
+    """
+    if service_client is None:
+        import tinker
+
+        service_client = tinker.ServiceClient(base_url=config.service.base_url)
+    if config.checkpoint:
+        pending = service_client.create_sampling_client(model_path=config.checkpoint)
+    else:
+        pending = service_client.create_sampling_client(base_model=config.model.name)
+    # tinker returns a future of the client (awaitable); older clients return it directly.
+    sampling_client = await pending if inspect.isawaitable(pending) else pending
+    return TinkerTokenCompleter(
+        sampling_client,
+        max_tokens=config.limits.max_generation_tokens,
+        temperature=config.model.temperature,
+    )

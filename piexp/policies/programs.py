@@ -1,0 +1,81 @@
+"""The programs the non-solving policies write, one per language.
+
+Each is built to fail in one specific, known way, so that the reward it earns is fully
+determined by the reward formula (that is what makes the policies a regression suite for
+the reward).
+"""
+
+from __future__ import annotations
+
+# Raises at once: exit code != 0, nothing on stdout.
+CRASH = {
+    "python": 'raise RuntimeError("scripted crash: this program always fails")\n',
+    "javascript": 'throw new Error("scripted crash: this program always fails");\n',
+    "julia": 'error("scripted crash: this program always fails")\n',
+}
+
+# Prepended to the reference solution by the `edit` policy and removed again with `edit`;
+# the text is unique, so the tool's "exactly one match" rule is met.
+BUG_LINE = {
+    "python": 'raise RuntimeError("scripted bug: delete this line")\n',
+    "javascript": 'throw new Error("scripted bug: delete this line");\n',
+    "julia": 'error("scripted bug: delete this line")\n',
+}
+
+EXTENSIONS = {"python": "py", "javascript": "js", "julia": "jl"}
+
+
+def helper_filename(language: str, taken: set[str]) -> str:
+    """A file name for the copied reference that collides with no workspace file."""
+    name = f"reference.{EXTENSIONS[language]}"
+    while name in taken:
+        name = "_" + name
+    return name
+
+
+def off_by_one(language: str, helper: str) -> str:
+    """A program that runs the reference in `helper`, captures what it prints and prints
+    the last integer plus one.
+
+    Why derive the wrong answer from the reference: a fixed number could equal the answer
+    by chance, and the policy must never look at the stored answer. Off by one is
+    guaranteed wrong and is the most realistic wrong output there is.
+    """
+    if language == "python":
+        return f"""# Runs the reference, captures its output, prints its answer plus one (deliberately wrong).
+import contextlib
+import io
+import runpy
+
+buffer = io.StringIO()
+with contextlib.redirect_stdout(buffer):
+    runpy.run_path({helper!r}, run_name="__main__")
+lines = [line.strip() for line in buffer.getvalue().splitlines() if line.strip()]
+print(int(lines[-1]) + 1)
+"""
+    if language == "javascript":
+        return f"""// Runs the reference, captures its output, prints its answer plus one (deliberately wrong).
+const path = require("path");
+const captured = [];
+const write = process.stdout.write.bind(process.stdout);
+process.stdout.write = (chunk) => {{
+  captured.push(String(chunk));
+  return true;
+}};
+process.on("exit", () => {{
+  const lines = captured.join("").split("\\n").map((line) => line.trim()).filter((line) => line);
+  write(String(BigInt(lines[lines.length - 1]) + 1n) + "\\n");
+}});
+require(path.resolve({helper!r}));
+"""
+    if language == "julia":
+        return f"""# Runs the reference, captures its output, prints its answer plus one (deliberately wrong).
+output = mktemp() do path, io
+    redirect_stdout(() -> include(joinpath(pwd(), "{helper}")), io)
+    flush(io)
+    read(path, String)
+end
+lines = filter(!isempty, strip.(split(output, "\\n")))
+println(parse(Int, lines[end]) + 1)
+"""
+    raise ValueError(f"no off-by-one program for language {language!r}")

@@ -53,7 +53,10 @@ def _hydra_app(argv: list[str]) -> int:
     argv = rewrite_list_overrides(argv)
     flags, overrides = split_hydra_flags(argv)
     if not _INFO_FLAGS.intersection(flags):
-        code = exit_on_user_error(lambda: _prevalidate(overrides, is_multirun(argv), validate_command_line))
+        prints_only = bool({"--cfg", "-c"}.intersection(flags))
+        code = exit_on_user_error(
+            lambda: _prevalidate(overrides, is_multirun(argv), validate_command_line, prints_only)
+        )
         if code:
             return code
     from piexp.launch.job import hydra_entry
@@ -63,10 +66,13 @@ def _hydra_app(argv: list[str]) -> int:
     return 0
 
 
-def _prevalidate(overrides: Sequence[str], multirun: bool, validate: Callable[..., list]) -> None:
+def _prevalidate(
+    overrides: Sequence[str], multirun: bool, validate: Callable[..., list], prints_only: bool
+) -> None:
     from piexp.launch.service import require_api_key
+
     configs = validate(overrides, multirun=multirun)
-    if any(config.uses_service for config in configs):
+    if not prints_only and any(config.uses_service for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()
 

@@ -1,0 +1,79 @@
+"""The entry point as a user runs it: real subprocesses in an empty working directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def piexp(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "piexp", *args], cwd=cwd, env=environment,
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_help(tmp_path: Path) -> None:
+    result = piexp(tmp_path, "--help")
+    assert result.returncode == 0
+    assert "family: all, arith" in result.stdout and "mode: check, eval, train" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_comma_lists_without_multirun_print_as_lists(tmp_path: Path) -> None:
+    result = piexp(tmp_path, "family=arith,csv_agg", "lang=python,javascript", "--cfg", "job")
+    assert result.returncode == 0, result.stderr
+    assert "lang:\n- python\n- javascript\n" in result.stdout
+    assert "  arith:\n" in result.stdout and "  csv_agg:\n" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+BAD = [
+    (["family=nosuch"], "Unknown family option nosuch"),
+    (["lang=python,cobol"], "unknown language cobol"),
+    (["limits.max_turns=0"], "limits.max_turns"),
+    (["reward.weights.answer=-1"], "reward.weights.answer"),
+    (["sandbox=remote", "sandbox.url=http://127.0.0.1.example.com:8080/run_code"], "loopback"),
+    (["mode=train", "policy=oracle"], "eval-only"),
+    (["-m", "limits.max_turns=3,0"], "Sweep job"),
+    (["tasks", "n=0"], "n must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_paragraph_exit_2_nothing_written(tmp_path: Path, args: list[str], fragment: str) -> None:
+    result = piexp(tmp_path, *args)
+    assert result.returncode == 2, result.stderr
+    assert fragment in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
+    assert list(tmp_path.iterdir()) == [], "nothing may be written on a bad command"
+
+
+def test_training_without_api_key_exits_3_before_anything(tmp_path: Path) -> None:
+    result = piexp(tmp_path, "mode=train", "family=arith")
+    assert result.returncode == 3
+    assert "TINKER_API_KEY" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_training_with_unreachable_service_fails_fast(tmp_path: Path) -> None:
+    # Port 9 on loopback: nothing listens, so the probe is refused at once.
+    result = piexp(tmp_path, "mode=train", "family=arith", "service.base_url=http://127.0.0.1:9",
+                   "service.connect_timeout_s=3", env={"TINKER_API_KEY": "sk-test-not-real"})
+    assert result.returncode == 3, result.stderr
+    assert "127.0.0.1:9" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_tasks_preview(tmp_path: Path) -> None:
+    result = piexp(tmp_path, "tasks", "family=graph_paths", "n=2", "split=eval", "lang=javascript")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("family=graph_paths") == 2
+    assert "Execute it with exactly `node solution.js`" in result.stdout
+    assert "split=eval" in result.stdout

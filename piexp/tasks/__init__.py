@@ -8,6 +8,7 @@ Public API:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,7 +96,9 @@ def build_tasks(
                 instruction=instruction,
                 files=files,
                 answer=str(int(answer)),
-                params={**_params_dict(resolved[name]), **used, "stream": stream},
+                # The stream key makes (family, params) identify the generator stream, so
+                # the repeated-params check catches two tasks drawn from the same stream.
+                params={**dataclasses.asdict(resolved[name]), **used, "stream": stream},
             )
             if task.task_digest in seen:
                 raise UserError(
@@ -105,12 +108,6 @@ def build_tasks(
             seen[task.task_digest] = task.task_id
             tasks.append(task)
     return tasks
-
-
-def _params_dict(params: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(params)
 
 
 def build_splits(

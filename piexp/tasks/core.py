@@ -136,6 +136,9 @@ class Task:
     params: Mapping[str, Any] = field(default_factory=FrozenMap)
     task_digest: str = field(init=False, default="")
     files_digest: str = field(init=False, default="", repr=False)
+    # Canonical (family, params) key for the repeated-params check; derived once here so
+    # the overlap check is a plain dict lookup per task.
+    params_key: str = field(init=False, default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -155,14 +158,10 @@ class Task:
             compute_task_digest(self.family, self.instruction, files, self.answer),
         )
         object.__setattr__(self, "files_digest", compute_files_digest(files))
+        object.__setattr__(self, "params_key", canonical_json([self.family, _thaw(self.params)]))
 
     def __hash__(self) -> int:
         return hash((self.task_id, self.task_digest))
-
-    @property
-    def params_key(self) -> str:
-        """Canonical (family, params) key for the repeated-params check."""
-        return canonical_json([self.family, _thaw(self.params)])
 
     def to_dict(self, include_files: bool = True) -> dict[str, Any]:
         """JSON-able form (for manifests and previews)."""

@@ -73,7 +73,8 @@ def build_tasks(
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if isinstance(families, str):
-        families = [families]
+        # "arith,graph_paths" (as a CLI or the reference env's comma list spells it).
+        families = [name.strip() for name in families.split(",") if name.strip()]
     if tasks_per_family < 0:
         raise UserError(f"tasks_per_family must be >= 0, got {tasks_per_family}")
     families = list(dict.fromkeys(families))  # keep order, drop repeats

@@ -87,6 +87,11 @@ def test_unknown_family_is_refused_listing_valid_ones() -> None:
         reference_solution("nope", "python")
 
 
+def test_families_as_comma_string() -> None:
+    tasks = build_tasks("train", 1, 0, "arith, dates")
+    assert [t.family for t in tasks] == ["arith", "dates"]
+
+
 def test_unknown_language_and_split_are_refused() -> None:
     with pytest.raises(UserError, match="python, javascript, julia"):
         reference_solution("arith", "cobol")
@@ -128,10 +133,11 @@ def test_conf_file_matches_family_params(family: str) -> None:
 
 
 def test_conf_all_composes_every_family() -> None:
+    import shutil
+    import tempfile
+
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
-
-    import tempfile, shutil
 
     with tempfile.TemporaryDirectory() as tmp:
         # Compose only conf/family (other groups belong to other modules' tests).

@@ -17,7 +17,7 @@ from piexp.tasks.core import compute_task_digest
 
 GOLDEN_FIRST_TRAIN_DIGEST_SEED_0 = {
     "arith": "2c93815958259db3d1a9b58be87fd65504a30781dca59619d9759c76dd525de1",
-    "csv_agg": "15719d5937ade4e74bde73640a37525adf28112f8ec57480f4af3305c33d670f",
+    "csv_agg": "6a977433a059f9084466f87b6afa3e08c7c71b2bfc4175766e7ff392605d1bd8",
     "log_stats": "160eb987d9ff75c0dfeb1a982071c9bc2d01a2bc596217f6f0ce0b35f1d96388",
     "json_tree": "fee7c5773b20b816d87c6a39f35c32303896fa1e2f86272f3c499abca0f15568",
     "graph_paths": "ca004421a500c442ac5a82d9932a6c26fbe107646caa80e767b4170c31c95668",

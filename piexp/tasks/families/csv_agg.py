@@ -30,6 +30,11 @@ class CsvAggParams:
     max_price_cents: int = 5000  # unit_price_cents is drawn from 1..max_price_cents
 
 
+def _one_of(names: list[str]) -> str:
+    quoted = [f"'{name}'" for name in names]
+    return quoted[0] if len(quoted) == 1 else "one of " + ", ".join(quoted)
+
+
 def generate(rng: random.Random, p: CsvAggParams):
     regions = rng.sample(REGIONS, p.n_regions)
     products = rng.sample(PRODUCTS, p.n_products)
@@ -62,7 +67,7 @@ def generate(rng: random.Random, p: CsvAggParams):
         "`sales.csv` is a comma-separated file with a header row (the column order is "
         "given by the header) and one order per line: order_id, region, product, quantity, "
         "unit_price_cents and returned (`yes` or `no`).\n"
-        f"Keep only the rows whose region is one of {', '.join(chosen)} and whose returned "
+        f"Keep only the rows whose region is {_one_of(chosen)} and whose returned "
         "value is `no`. For each kept row, its revenue is quantity * unit_price_cents. Group "
         "the kept rows by product and sum the revenue per product (products with no kept "
         "row are ignored).\n"

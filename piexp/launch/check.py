@@ -1,0 +1,312 @@
+"""`mode=check`, and the preflight of `mode=train` / model evaluation.
+
+Before any GPU money is spent, prove through the exact path a model will use (renderer ->
+parse -> tools -> sandbox -> reward, driven by tinker-cookbook's `do_group_rollout`) that
+
+* every language runtime the run asks for answers a hello world in the sandbox; a missing
+  runtime is reported as missing (not as failing tasks) and fails only if it is asked for;
+* every (family, language) cell is solvable: the `oracle` earns binary reward 1.0 on the
+  first N tasks of the cell in both splits;
+* a non-solution earns nothing: `null` gets binary 0 and shaped 0 (or the answer weight
+  when its guess happens to be right), `crash` and `wrong` binary 0 and shaped < 0.5, and
+  `edit` (broken program, fixed with `edit`) binary 1.0, on a sample of each cell.
+
+Any violation raises `CheckFailedError` naming the cell and task; `check.json` in the run
+folder keeps the whole picture (runtimes, per-cell counts, every episode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from piexp.config.schema import RunConfig
+from piexp.env.dataset import episode_settings
+from piexp.env.episode import EpisodeSettings, get_run_renderer
+from piexp.errors import UserError
+from piexp.launch.splits import RunSplits
+from piexp.policies import make_policy
+from piexp.policies.rollout import EpisodeRecord, run_episode
+from piexp.sandbox.client import close_sandbox_clients, sandbox_client
+from piexp.tasks import Task
+
+console = Console(stderr=True)
+
+SAMPLED_POLICIES = ("null", "crash", "wrong", "edit")
+HELLO = "hello from piexp"
+HELLO_PROGRAMS = {
+    "python": f'print("{HELLO}")\n',
+    "javascript": f'console.log("{HELLO}");\n',
+    "julia": f'println("{HELLO}")\n',
+}
+MISSING_RETURN_CODE = 127  # what the sandbox (like a shell) answers for a missing runtime
+
+
+class CheckFailedError(UserError):
+    """The preflight found a cell that is not solvable or a non-solution that is rewarded."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    policy: str
+    task: Task
+    language: str
+
+
+# Runtimes -------------------------------------------------------------------------------
+
+
+async def probe_runtimes(config: RunConfig, sandbox_url: str) -> dict[str, dict[str, Any]]:
+    """Hello world per configured language: 'ok', 'missing' (exit 127, command not
+    found) or 'broken' (present but the hello world failed or the sandbox refused)."""
+    client = sandbox_client(sandbox_url)
+
+    async def probe(name: str) -> tuple[str, dict[str, Any]]:
+        spec = config.languages[name]
+        program = HELLO_PROGRAMS.get(name)
+        if program is None:
+            return name, {"status": "broken", "detail": f"no hello-world program for {name!r}"}
+        _ok, response = await client.run(
+            code=program, files={}, timeout=config.limits.sandbox_timeout_s, language=spec.sandbox_language
+        )
+        result = response.get("run_result")
+        if not isinstance(result, dict):
+            detail = str(response.get("message") or response.get("error") or response)[:300]
+            return name, {"status": "broken", "detail": f"sandbox error: {detail}"}
+        code = result.get("return_code")
+        stderr = str(result.get("stderr") or "").strip()
+        if code == MISSING_RETURN_CODE:
+            return name, {"status": "missing", "detail": stderr[:300] or "command not found"}
+        if code == 0 and HELLO in str(result.get("stdout") or ""):
+            return name, {"status": "ok", "detail": ""}
+        return name, {"status": "broken", "detail": f"exit {code}: {stderr[:300]}"}
+
+    return dict(await asyncio.gather(*(probe(name) for name in config.languages)))
+
+
+def requested_languages(config: RunConfig) -> list[str]:
+    """The languages the run's episodes will use (model eval needs only the eval split's)."""
+    if config.mode.name == "eval":
+        return list(config.eval_languages)
+    return list(dict.fromkeys([*config.train_languages, *config.eval_languages]))
+
+
+# Jobs and expectations ------------------------------------------------------------------
+
+
+def plan_jobs(config: RunConfig, splits: RunSplits, languages: Sequence[str]) -> list[Job]:
+    """Oracle on the first N tasks of each cell in each split (train tasks in the train
+    languages, eval tasks in the eval languages: what the run will actually build), and
+    each other policy on the first M tasks of the cell."""
+    oracle_n = getattr(config.mode, "oracle_tasks_per_cell", 3)
+    sample_n = getattr(config.mode, "sample_tasks_per_cell", 1)
+    train_languages = set(config.train_languages) if config.mode.name != "eval" else set()
+    eval_languages = set(config.eval_languages)
+    jobs: list[Job] = []
+    for family in config.families:
+        for language in languages:
+            pool: list[Task] = []
+            for split_tasks, split_languages in ((splits.train, train_languages), (splits.eval, eval_languages)):
+                if language not in split_languages:
+                    continue
+                mine = [task for task in split_tasks if task.family == family]
+                pool.extend(mine)
+                jobs.extend(Job("oracle", task, language) for task in mine[:oracle_n])
+            for policy in SAMPLED_POLICIES:
+                jobs.extend(Job(policy, task, language) for task in pool[:sample_n])
+    return jobs
+
+
+def expectation_violation(record: EpisodeRecord, answer_weight: float) -> str | None:
+    """Why this episode breaks its policy's expectation, or None."""
+    if record.error:
+        return f"the rollout raised {record.error}"
+    if record.metrics.get("infrastructure_error"):
+        return "the sandbox reported an infrastructure error"
+    binary, shaped = record.reward, record.shaped
+    if record.policy in ("oracle", "edit"):
+        if binary != 1.0:
+            return f"expected binary reward 1.0, got {binary:g}"
+    elif record.policy == "null":
+        allowed = answer_weight if record.metrics.get("response_answer_correct") else 0.0
+        if binary != 0.0 or abs(shaped - allowed) > 1e-9:
+            return f"expected binary 0 and shaped {allowed:g}, got binary {binary:g}, shaped {shaped:g}"
+    elif record.policy in ("crash", "wrong"):
+        if binary != 0.0 or shaped >= 0.5:
+            return f"expected binary 0 and shaped < 0.5, got binary {binary:g}, shaped {shaped:g}"
+    return None
+
+
+def _describe(record: EpisodeRecord, problem: str) -> str:
+    detail = [f"stop={record.stop_reason}", f"answer={record.answer}"]
+    run = record.last_run or {}
+    if run.get("return_code") not in (None, 0):
+        detail.append(f"exit {run.get('return_code')}")
+    for key in ("stderr", "error", "traceback"):
+        if run.get(key):
+            detail.append(f"{key}: {str(run[key]).strip()[-300:]}")
+            break
+    return (
+        f"cell {record.family} x {record.language}: {record.policy} on task {record.task_id} "
+        f"({record.split} split): {problem} ({'; '.join(detail)})"
+    )
+
+
+# The check ------------------------------------------------------------------------------
+
+
+def run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits: RunSplits) -> float | None:
+    """Run the whole check; write `check.json`; raise `CheckFailedError` on any violation.
+    Returns the oracle's pass rate (1.0 when the check passes)."""
+    return asyncio.run(_run_check(config, Path(run_dir), sandbox_url, splits))
+
+
+async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits: RunSplits) -> float:
+    started = time.perf_counter()
+    try:
+        requested = requested_languages(config)
+        runtimes = await probe_runtimes(config, sandbox_url)
+        for name, info in runtimes.items():
+            info["requested"] = name in requested
+        violations: list[str] = []
+        if not splits.overlap_report.get("ok", True):
+            violations.append(f"train and eval splits overlap: {splits.overlap_report.get('counts')}")
+        for name in requested:
+            info = runtimes.get(name, {"status": "missing", "detail": "not configured"})
+            if info["status"] != "ok":
+                violations.append(
+                    f"runtime {name} is {info['status']} in the sandbox ({info['detail']}); "
+                    f"the run asks for {name} (lang/eval_lang): install it or drop it from the run"
+                )
+        runnable = [name for name in requested if runtimes.get(name, {}).get("status") == "ok"]
+        settings = episode_settings(config, sandbox_url)
+        jobs = plan_jobs(config, splits, runnable)
+        records = await _run_jobs(jobs, settings, [*splits.train, *splits.eval], config.mode)
+        weight = config.reward.weights.answer
+        for record in records:
+            problem = expectation_violation(record, weight)
+            if problem:
+                violations.append(_describe(record, problem))
+        cells = _cells(config, requested, runtimes, records, weight)
+        oracle = [r for r in records if r.policy == "oracle"]
+        oracle_rate = sum(r.reward == 1.0 for r in oracle) / len(oracle) if oracle else 0.0
+        report = {
+            "passed": not violations,
+            "oracle_pass_rate": oracle_rate,
+            "requested_languages": requested,
+            "runtimes": runtimes,
+            "overlap": splits.overlap_report,
+            "cells": cells,
+            "violations": violations,
+            "episodes": [r.to_json() for r in records],
+            "wall_s": round(time.perf_counter() - started, 3),
+        }
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "check.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        console.print(_table(config, cells, runtimes))
+        if violations:
+            shown = violations[:5]
+            more = f" (and {len(violations) - 5} more)" if len(violations) > 5 else ""
+            raise CheckFailedError(
+                f"The check failed with {len(violations)} violation(s){more}: "
+                + " | ".join(shown)
+                + f". Details in {run_dir / 'check.json'}."
+            )
+        console.print(
+            f"[green]check passed[/green]: {len(records)} episodes, oracle {oracle_rate:.0%} "
+            f"in {report['wall_s']:.1f} s; wrote {run_dir / 'check.json'}"
+        )
+        return oracle_rate
+    finally:
+        await close_sandbox_clients()
+
+
+async def _run_jobs(
+    jobs: Sequence[Job], settings: EpisodeSettings, tasks: Sequence[Task], mode: Any
+) -> list[EpisodeRecord]:
+    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+    policies = {name: make_policy(name, renderer, tasks) for name in ("oracle", *SAMPLED_POLICIES)}
+    semaphore = asyncio.Semaphore(getattr(mode, "max_concurrency", 8))
+
+    async def one(job: Job) -> EpisodeRecord:
+        async with semaphore:
+            return await run_episode(policies[job.policy], job.policy, job.task, job.language, settings)
+
+    records: list[EpisodeRecord] = []
+    with Progress(
+        TextColumn("check"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"), console=console, transient=True,
+    ) as progress:
+        bar = progress.add_task("episodes", total=len(jobs), last="")
+        for finished in asyncio.as_completed([one(job) for job in jobs]):
+            record = await finished
+            records.append(record)
+            progress.update(bar, advance=1, last=f"{record.policy} {record.family} x {record.language}")
+    order = {(j.policy, j.task.task_id, j.language): i for i, j in enumerate(jobs)}
+    records.sort(key=lambda r: order[(r.policy, r.task_id, r.language)])
+    return records
+
+
+def _cells(
+    config: RunConfig,
+    requested: Sequence[str],
+    runtimes: dict[str, dict[str, Any]],
+    records: Sequence[EpisodeRecord],
+    weight: float,
+) -> dict[str, dict[str, Any]]:
+    cells: dict[str, dict[str, Any]] = {}
+    for family in config.families:
+        cells[family] = {}
+        for language in requested:
+            mine = [r for r in records if r.family == family and r.language == language]
+            if runtimes.get(language, {}).get("status") != "ok":
+                cells[family][language] = {"status": f"runtime {runtimes.get(language, {}).get('status', 'missing')}"}
+                continue
+            per_policy: dict[str, dict[str, int]] = {}
+            for record in mine:
+                counts = per_policy.setdefault(record.policy, {"ok": 0, "total": 0})
+                counts["total"] += 1
+                counts["ok"] += expectation_violation(record, weight) is None
+            failed = any(c["ok"] != c["total"] for c in per_policy.values())
+            cells[family][language] = {"status": "fail" if failed else "ok", "policies": per_policy}
+    return cells
+
+
+def _table(config: RunConfig, cells: dict[str, dict[str, Any]], runtimes: dict[str, dict[str, Any]]) -> Table:
+    languages = list(next(iter(cells.values())).keys()) if cells else []
+    table = Table(
+        title="piexp check: family x language (episodes meeting expectations)",
+        caption="runtimes: " + ", ".join(
+            f"{name} {info['status']}" + ("" if info.get("requested") else " (not requested)")
+            for name, info in runtimes.items()
+        ),
+    )
+    table.add_column("family")
+    for language in languages:
+        table.add_column(f"{language} ({runtimes.get(language, {}).get('status', '?')})")
+    for family, row in cells.items():
+        texts = []
+        for language in languages:
+            cell = row[language]
+            if "policies" not in cell:
+                texts.append(f"[yellow]{cell['status']}[/yellow]")
+                continue
+            oracle = cell["policies"].get("oracle", {"ok": 0, "total": 0})
+            others = [c for name, c in cell["policies"].items() if name != "oracle"]
+            ok = sum(c["ok"] for c in others)
+            total = sum(c["total"] for c in others)
+            colour = "green" if cell["status"] == "ok" else "red"
+            texts.append(f"[{colour}]oracle {oracle['ok']}/{oracle['total']}, others {ok}/{total}[/{colour}]")
+        table.add_row(family, *texts)
+    return table

@@ -1,0 +1,137 @@
+"""Run one episode through tinker-cookbook's real rollout code and record what happened.
+
+`mode=check` and `mode=eval` both need, per episode, the evaluation (binary) reward the
+env gives, the shaped reward the training formula would give, every reward metric and the
+stop reason. The env grades one way only, so the episode runs as the evaluation env
+(binary: exactly what an eval or a training-time eval sees) and the shaped reward is
+re-graded from the episode's final message history with the same `WorkspaceReward`.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tinker_cookbook.completers import TokenCompleter
+from tinker_cookbook.rl.rollouts import do_group_rollout
+from tinker_cookbook.rl.types import Env, EnvGroupBuilder
+
+from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
+from piexp.env.reward import REWARD_METRICS, WorkspaceReward, final_answer, tool_payloads
+from piexp.tasks import Task
+
+
+@dataclass
+class EpisodeRecord:
+    policy: str
+    task_id: str
+    family: str
+    split: str
+    language: str
+    sample: int
+    reward: float = 0.0  # the env's reward (binary, as in evaluation)
+    shaped: float = 0.0  # the training formula's reward for the same history
+    metrics: dict[str, float] = field(default_factory=dict)  # every REWARD_METRICS key
+    stop_reason: str | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    answer: str | None = None  # the final integer the policy stated
+    last_run: dict[str, Any] | None = None  # the last bash result (diagnostics)
+    wall_s: float = 0.0
+    error: str | None = None  # the rollout raised (nothing was graded)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.task_id, self.language, self.sample)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EpisodeRecord:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+
+
+class _KeepEnvs(EnvGroupBuilder):
+    """Delegates to the real group builder and keeps the envs it made, so the final
+    message history can be read after the rollout."""
+
+    def __init__(self, inner: EnvGroupBuilder) -> None:
+        self.inner = inner
+        self.envs: list[Env] = []
+
+    async def make_envs(self) -> Sequence[Env]:
+        self.envs = list(await self.inner.make_envs())
+        return self.envs
+
+    async def compute_group_rewards(self, trajectory_group, env_group):  # type: ignore[no-untyped-def]
+        return await self.inner.compute_group_rewards(trajectory_group, env_group)
+
+    async def cleanup(self) -> None:
+        await self.inner.cleanup()
+
+    def logging_tags(self) -> list[str]:
+        return self.inner.logging_tags()
+
+
+async def run_episode(
+    policy: TokenCompleter,
+    policy_name: str,
+    task: Task,
+    language: str,
+    settings: EpisodeSettings,
+    *,
+    sample: int = 0,
+) -> EpisodeRecord:
+    """One evaluation episode of `policy` on (task, language). Never raises for a failed
+    rollout: the error is recorded, so one bad episode cannot hide the others."""
+    record = EpisodeRecord(
+        policy=policy_name, task_id=task.task_id, family=task.family, split=task.split,
+        language=language, sample=sample,
+    )
+    builder = _KeepEnvs(
+        WorkspaceGroupBuilder(task=task, language=language, settings=settings, group_size=1, evaluation=True)
+    )
+    start = time.perf_counter()
+    try:
+        group = await do_group_rollout(builder, policy)
+    except Exception as error:  # noqa: BLE001 - recorded, and reported by the caller
+        record.error = f"{type(error).__name__}: {error}"
+        record.metrics = {name: 0.0 for name in REWARD_METRICS}
+        record.wall_s = time.perf_counter() - start
+        record.last_run = {"traceback": traceback.format_exc(limit=6)[-2000:]}
+        return record
+    record.wall_s = time.perf_counter() - start
+    trajectory = group.trajectories_G[0]
+    total = float(group.get_total_rewards()[0])
+    final_metrics = dict(trajectory.transitions[-1].metrics) if trajectory.transitions else {}
+    record.reward = total
+    record.turns = len(trajectory.transitions)
+    record.stop_reason = str(trajectory.stop_reason) if trajectory.stop_reason is not None else None
+
+    history = _history(builder.envs[0]) if builder.envs else []
+    payloads = tool_payloads(history)
+    record.tool_calls = len(payloads)
+    record.answer = final_answer(history)
+    runs = [p for p in payloads if p.get("tool") == "bash"]
+    if runs:
+        record.last_run = {k: runs[-1].get(k) for k in ("status", "return_code", "stdout", "stderr", "error")}
+    shaped, metrics = WorkspaceReward(task.answer, settings.reward.weights, binary=False).grade(history)
+    record.metrics = {name: float(metrics[name]) for name in REWARD_METRICS}
+    if "functional_correct" in final_metrics:
+        # The env graded this history: swap its binary grade for the shaped one.
+        last = trajectory.transitions[-1].reward
+        record.shaped = total - last + shaped
+    else:
+        # Ended before grading (context overflow, parse error): both modes give the
+        # same terminal reward.
+        record.shaped = total
+    return record
+
+
+def _history(env: Env) -> list[Any]:
+    message_env = getattr(env, "message_env", None)
+    return list(getattr(message_env, "history", None) or [])

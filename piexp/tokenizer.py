@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tokenizers import Tokenizer as RustTokenizer
-    from transformers import PreTrainedTokenizerFast
 
 __all__ = [
     "QWEN3_MODEL_NAMES",
@@ -181,7 +180,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 def _qwen3_ranks_and_specials() -> tuple[dict[bytes, int], list[tuple[str, int, bool]]]:

@@ -17,7 +17,7 @@ import os
 import platform
 import subprocess
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,7 @@ def build_manifest(
     git = git_state()
     manifest: dict[str, Any] = {
         "manifest_version": MANIFEST_VERSION,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "seed": seed,
         "task_digests": {k: list(v) for k, v in task_digests.items()},
         "task_counts": {k: len(v) for k, v in task_digests.items()},

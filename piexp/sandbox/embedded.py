@@ -33,6 +33,10 @@ class EmbeddedSandbox:
     and receives SIGKILL from the kernel if this process dies (PR_SET_PDEATHSIG), so
     neither Ctrl-C, an exception nor a crash of piexp leaves it orphaned.
 
+    Caveat: Linux delivers the parent-death signal when the *thread* that spawned the
+    server exits, so start it from a thread that lives as long as the sandbox is used
+    (the main thread, in piexp's entry point).
+
     `env` adds/overrides variables of the server's environment (tests use it to plant a
     fake secret that programs must not see). `.url` is the `/run_code` URL.
     """

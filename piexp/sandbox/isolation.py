@@ -218,6 +218,29 @@ class CgroupLimiter:
         self.parents = parents  # controller -> parent dir ("unified" for v2)
         self._seq = 0
 
+    @staticmethod
+    def _reap_stale(base: str) -> None:
+        """Remove parents left by servers that were SIGKILLed (e.g. by PR_SET_PDEATHSIG)
+        and so never ran their cleanup; they are empty once their processes are gone."""
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return
+        for name in names:
+            if not name.startswith("piexp-sandbox-"):
+                continue
+            pid = name.rsplit("-", 1)[-1]
+            if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+                continue
+            parent = os.path.join(base, name)
+            try:
+                for child in os.listdir(parent):
+                    if child.startswith("run-"):
+                        os.rmdir(os.path.join(parent, child))
+                os.rmdir(parent)
+            except OSError:
+                pass
+
     @classmethod
     def detect(cls) -> Optional["CgroupLimiter"]:
         own = _own_cgroups()
@@ -234,6 +257,7 @@ class CgroupLimiter:
                     available = f.read().split()
                 if not {"memory", "pids"} <= set(available):
                     continue
+                cls._reap_stale(base)
                 parent = os.path.join(base, tag)
                 os.mkdir(parent)
                 try:
@@ -255,6 +279,7 @@ class CgroupLimiter:
                 base = os.path.normpath(os.path.join(mnt, rel))
                 if not os.path.isdir(base):
                     base = mnt
+                cls._reap_stale(base)
                 parent = os.path.join(base, tag)
                 try:
                     os.mkdir(parent)

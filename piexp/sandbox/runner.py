@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import logging
 import math
 import os
@@ -275,7 +276,7 @@ class Runner:
 
             command, limits = self._command(req.language, runtime, memory_mb)
             cpu = s.cpu_time_s if s.cpu_time_s is not None else timeout + 1
-            limits = isolation.Limits(**{**limits.__dict__, "cpu_time_s": max(1, math.ceil(cpu))})
+            limits = dataclasses.replace(limits, cpu_time_s=max(1, math.ceil(cpu)))
             if self.cgroups is not None:
                 try:
                     cgroup_dirs = self.cgroups.create(memory_mb << 20, s.max_processes)
@@ -284,7 +285,7 @@ class Runner:
                     cgroup_dirs = []
                     if self.cgroups.limits_memory:
                         command, limits2 = self._command_without_cgroup(req.language, runtime, memory_mb)
-                        limits = isolation.Limits(**{**limits2.__dict__, "cpu_time_s": limits.cpu_time_s})
+                        limits = dataclasses.replace(limits2, cpu_time_s=limits.cpu_time_s)
             if self.bwrap is not None:
                 argv = isolation.build_bwrap_argv(self.bwrap, run_dir, command, runtime, s.tmpfs_size_mb)
                 env = isolation.bwrap_env()
@@ -316,8 +317,9 @@ class Runner:
             self.cgroups = saved
 
     def _give_to_sandbox_user(self, run_dir: str) -> None:
-        """Make the run dir writable by the sandbox's uid. As root bwrap maps the sandbox
-        uid to root outside, so ownership already works; chown is for the general case."""
+        """Make the run dir writable by the sandbox's uid. Run as root, bwrap maps the
+        sandbox uid to root outside, so ownership already matches; run unprivileged, it
+        maps it to our own uid, which also owns the dir; 0777 is the belt to those braces."""
         if self.bwrap is None:
             return
         try:

@@ -98,6 +98,13 @@ def sandbox(tmp_path_factory):
         handle.http.close()
 
 
+@pytest.fixture(scope="session")
+def sandbox_handle_cls():
+    """SandboxHandle for modules that start their own server (no cross-module imports,
+    which would depend on pytest's import mode)."""
+    return SandboxHandle
+
+
 @pytest.fixture
 def marker() -> str:
     return f"PIEXPMARK{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,1 @@
+"""Launching runs: splits, sandbox, train, eval, check, manifests."""

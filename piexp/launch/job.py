@@ -1,5 +1,10 @@
 """The Hydra job: validate the composed config, then run the selected mode in the
-Hydra run folder. Failures a user can cause end the job with one paragraph."""
+Hydra run folder. Failures a user can cause end the job with one paragraph.
+
+Every job goes through `piexp.sweeps.run_tracked`, which skips a job already completed
+with the same config in the same folder (resumable sweeps), keeps the sweep's status
+file current, and in a multirun turns a failure into a recorded, reported job failure
+instead of an exit that would take the other parallel jobs down with it."""
 
 from __future__ import annotations
 
@@ -20,12 +25,16 @@ def run_job(cfg: DictConfig) -> float | None:
     from piexp.cli import report_user_error
     from piexp.config.compose import validate
     from piexp.launch.run import run_mode
+    from piexp.sweeps import JobInfo, job_failed, run_tracked
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    job = JobInfo.from_hydra()
     try:
         config = validate(cfg)
-        return run_mode(config, run_dir)
+        return run_tracked(config, run_dir, job, run_mode)
     except UserError as error:
+        if job.multirun:  # a sweep job's validation error: record it, keep the others going
+            raise job_failed(job, run_dir, error) from None
         report_user_error(error)
         sys.exit(error.exit_code)
 

@@ -1,0 +1,66 @@
+"""The completed marker of a job: `<job folder>/.piexp/complete.json`.
+
+A job is only skipped on a rerun if the marker's hash equals the hash of the config the
+job would run now, so a sweep whose values changed (job 1 of the new sweep is a different
+job than job 1 of the old one) reruns instead of silently reporting stale results. The
+hash covers the validated `RunConfig` only, not Hydra's own settings (run folder, time
+stamps, launcher), which differ between two launches of the same job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from piexp.config.schema import RunConfig
+
+MARKER_PATH = Path(".piexp") / "complete.json"
+
+
+def config_hash(config: RunConfig) -> str:
+    """sha256 of the resolved config as canonical JSON (sorted keys)."""
+    text = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_marker(run_dir: Path) -> dict[str, Any] | None:
+    """The marker's content, or None when there is none (or it is unreadable, which
+    counts as not completed: a half-written marker must never skip a job)."""
+    path = Path(run_dir) / MARKER_PATH
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("config_hash"), str) else None
+
+
+def clear_marker(run_dir: Path) -> None:
+    (Path(run_dir) / MARKER_PATH).unlink(missing_ok=True)
+
+
+def write_marker(run_dir: Path, digest: str, *, metric: float | None, overrides: list[str]) -> Path:
+    """Write the marker atomically (temp file + rename): it is written last, after the
+    job's results, so its presence means the job really finished."""
+    target = Path(run_dir) / MARKER_PATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "config_hash": digest,
+        "completed_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "metric": metric,
+        "overrides": list(overrides),
+    }
+    fd, tmp = tempfile.mkstemp(prefix=".complete.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,147 @@
+"""Run one job with resume, live status and failure isolation.
+
+`run_tracked` wraps `run_mode` for every job, single run or multirun:
+
+1. If the job folder holds a completed marker for the same resolved config, the job is
+   skipped (logged, status `skipped`) and the marker's metric is returned.
+2. Otherwise any stale marker is removed first (a rerun that dies half-way must not
+   look finished), the status becomes `running`, the mode runs, and the marker is
+   written last, after every result file.
+3. In a multirun a failure is recorded (`failed`, with the error) and printed on stderr
+   the moment it happens, then raised as `SweepJobFailed`, which Hydra stores in the
+   job's result instead of letting it escape the worker: the other jobs keep running,
+   and after the sweep Hydra raises it, printing one line and exiting 1.
+
+`PIEXP_SWEEP_FAIL_JOBS` (a comma list of Hydra job numbers) makes those jobs fail after
+their run finished but before the marker is written: the state an interrupted job leaves.
+It exists for the resume tests and for trying out a sweep's failure handling.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.errors import CompactHydraException
+
+from piexp.config.schema import RunConfig
+from piexp.errors import UserError
+from piexp.sweeps.marker import clear_marker, config_hash, read_marker, write_marker
+from piexp.sweeps.status import SweepStatus
+
+log = logging.getLogger("piexp.sweeps")
+
+FAIL_JOBS_ENV = "PIEXP_SWEEP_FAIL_JOBS"
+
+
+class SweepJobFailed(CompactHydraException):
+    """A multirun job failed. Compact: Hydra prints only this message at the end of the
+    sweep (the traceback was already printed by the job when it failed)."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """Where a job sits: its number and overrides, and the sweep folder (multirun only)."""
+
+    num: int
+    overrides: list[str] = field(default_factory=list)
+    sweep_dir: Path | None = None
+
+    @property
+    def multirun(self) -> bool:
+        return self.sweep_dir is not None
+
+    @classmethod
+    def from_hydra(cls) -> JobInfo:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra_cfg = HydraConfig.get()
+        multirun = hydra_cfg.mode == RunMode.MULTIRUN
+        num = hydra_cfg.job.get("num", 0) if multirun else 0
+        return cls(
+            num=int(num if num is not None else 0),
+            overrides=list(hydra_cfg.overrides.task),
+            sweep_dir=Path(hydra_cfg.sweep.dir) if multirun else None,
+        )
+
+
+def _injected_failure(job: JobInfo) -> None:
+    wanted = {item.strip() for item in os.environ.get(FAIL_JOBS_ENV, "").split(",") if item.strip()}
+    if job.multirun and str(job.num) in wanted:
+        raise RuntimeError(f"injected failure ({FAIL_JOBS_ENV} includes job {job.num})")
+
+
+def _error_text(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _label(job: JobInfo) -> str:
+    return f"job {job.num} ({' '.join(job.overrides) or 'no overrides'})"
+
+
+def job_failed(job: JobInfo, run_dir: Path, error: BaseException, *, recorded: bool = False) -> SweepJobFailed:
+    """Record (unless already done) and report a multirun job's failure now, and return
+    the compact exception for Hydra to hold until the sweep ends."""
+    assert job.sweep_dir is not None
+    status = SweepStatus(job.sweep_dir)
+    text = _error_text(error)
+    if not recorded:
+        status.update(job.num, state="failed", error=text, overrides=job.overrides, dir=str(run_dir))
+    # Reported now, not at the end of the sweep: a failed job must not hide.
+    print(f"piexp: sweep {_label(job)} FAILED: {text} (folder {run_dir}; status in {status.md_path})",
+          file=sys.stderr, flush=True)
+    if not isinstance(error, UserError):
+        log.error("%s failed", _label(job), exc_info=error)
+    return SweepJobFailed(
+        f"Sweep {_label(job)} failed: {text}. Every job's state is in {status.md_path}; run the "
+        "same command with the same hydra.sweep.dir=... to rerun only the jobs that did not complete."
+    )
+
+
+def run_tracked(
+    config: RunConfig,
+    run_dir: Path,
+    job: JobInfo,
+    run: Callable[[RunConfig, Path], float | None],
+) -> float | None:
+    digest = config_hash(config)
+    status = SweepStatus(job.sweep_dir) if job.sweep_dir is not None else None
+    label = _label(job)
+    common = {"overrides": job.overrides, "dir": str(run_dir), "config_hash": digest}
+
+    marker = read_marker(run_dir)
+    if marker is not None and marker["config_hash"] == digest:
+        log.info("Skipping %s: %s holds a completed marker for the same config.", label, run_dir)
+        if status is not None:
+            status.update(job.num, state="skipped", metric=marker.get("metric"), **common)
+        return marker.get("metric")
+    if marker is not None:
+        log.info("Rerunning %s: the completed marker in %s is for a different config.", label, run_dir)
+    clear_marker(run_dir)
+
+    if status is not None:
+        status.update(job.num, state="running", metric=None, **common)
+    try:
+        metric = run(config, run_dir)
+        _injected_failure(job)
+    except BaseException as error:
+        # Ctrl-C stays an interruption (re-raised as it is); SystemExit(non-zero) from deep
+        # inside a mode is a failure like any exception.
+        interrupted = not isinstance(error, Exception) and not (
+            isinstance(error, SystemExit) and error.code not in (None, 0)
+        )
+        if status is not None:
+            status.update(job.num, state="interrupted" if interrupted else "failed",
+                          error=_error_text(error), **common)
+        if not job.multirun or interrupted:
+            raise
+        raise job_failed(job, run_dir, error, recorded=True) from None
+    write_marker(run_dir, digest, metric=metric, overrides=job.overrides)
+    if status is not None:
+        status.update(job.num, state="complete", metric=metric, **common)
+    return metric

@@ -249,10 +249,16 @@ async def _run_jobs(
         TextColumn("{task.fields[last]}"), console=console, transient=True,
     ) as progress:
         bar = progress.add_task("episodes", total=len(jobs), last="")
-        for finished in asyncio.as_completed([one(job) for job in jobs]):
-            record = await finished
-            records.append(record)
-            progress.update(bar, advance=1, last=f"{record.policy} {record.family} x {record.language}")
+        pending = [asyncio.ensure_future(one(job)) for job in jobs]
+        try:
+            for finished in asyncio.as_completed(pending):
+                record = await finished
+                records.append(record)
+                progress.update(bar, advance=1, last=f"{record.policy} {record.family} x {record.language}")
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
     order = {(j.policy, j.task.task_id, j.language): i for i, j in enumerate(jobs)}
     records.sort(key=lambda r: order[(r.policy, r.task_id, r.language)])
     return records

@@ -287,20 +287,33 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                         policy, config.eval_policy, job.task, job.language, settings, sample=job.sample
                     )
 
-            with (run_dir / EPISODES_FILE).open("a") as sink, Progress(
+            sink_path = run_dir / EPISODES_FILE
+            if sink_path.exists() and not sink_path.read_bytes().endswith(b"\n") and sink_path.stat().st_size:
+                # The last run died mid-line: start on a fresh line so that record stays
+                # unreadable (and is redone) instead of corrupting the next one.
+                with sink_path.open("a") as sink:
+                    sink.write("\n")
+            with sink_path.open("a") as sink, Progress(
                 TextColumn(f"eval {config.eval_policy}"), BarColumn(), MofNCompleteColumn(),
                 TimeElapsedColumn(), console=console, transient=True,
             ) as progress:
                 bar = progress.add_task("episodes", total=len(todo))
-                for done in asyncio.as_completed([one(job) for job in todo]):
-                    record = await done
-                    progress.update(bar, advance=1)
-                    if record.error:
-                        errors.append(record)
-                        continue
-                    sink.write(json.dumps({**record.to_json(), "task_digest": digests[record.task_id]}) + "\n")
-                    sink.flush()  # a finished episode survives an interruption right after it
-                    finished[record.key] = record
+                pending = [asyncio.ensure_future(one(job)) for job in todo]
+                try:
+                    for done in asyncio.as_completed(pending):
+                        record = await done
+                        progress.update(bar, advance=1)
+                        if record.error:
+                            errors.append(record)
+                            continue
+                        sink.write(json.dumps({**record.to_json(), "task_digest": digests[record.task_id]}) + "\n")
+                        sink.flush()  # a finished episode survives an interruption right after it
+                        finished[record.key] = record
+                finally:
+                    # Interrupted: stop the episodes still running; what finished is on disk.
+                    for task in pending:
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
     finally:
         await close_sandbox_clients()
     wanted = {job.key for job in jobs}

@@ -31,7 +31,11 @@ def group_builders(
 
 
 class RepeatingDataset(RLDataset):
-    """Cycles through its groups; `set_epoch(seed)` shifts where batches start."""
+    """Cycles through its groups; `set_epoch(seed)` shifts where batches start.
+
+    With `n_batches` set the dataset has exactly that many batches (the run's
+    `mode.max_steps`: it cycles when there are fewer groups, and stops early when there
+    are more); without it, one pass over the groups."""
 
     def __init__(self, builders: Sequence[EnvGroupBuilder], batch_size: int, n_batches: int | None) -> None:
         self.builders = list(builders)
@@ -52,8 +56,9 @@ class RepeatingDataset(RLDataset):
         self.offset = seed % max(1, len(self.builders))
 
     def __len__(self) -> int:
-        natural = (len(self.builders) + self.batch_size - 1) // self.batch_size
-        return max(natural, self.n_batches or 0)
+        if self.n_batches is not None:
+            return self.n_batches
+        return (len(self.builders) + self.batch_size - 1) // self.batch_size
 
 
 def episode_settings(config: RunConfig, sandbox_url: str) -> EpisodeSettings:

@@ -42,6 +42,7 @@ def test_repeating_dataset_cycles_and_shifts() -> None:
     assert dataset.get_batch(0) == [3, 4]
     assert RepeatingDataset([], 2, None).get_batch(0) == []
     assert len(RepeatingDataset(list(range(5)), 2, None)) == 3  # type: ignore[arg-type]
+    assert len(RepeatingDataset(list(range(50)), 2, 4)) == 4, "max_steps caps a long dataset"  # type: ignore[arg-type]
     assert RepeatingDataset([1], 4, None).get_batch(0) == [1]  # type: ignore[list-item]
 
 

@@ -1,0 +1,32 @@
+"""mode=train hands tinker-cookbook a complete, serialisable rl.train.Config built from
+the run config (no service is contacted here)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import chz
+
+from piexp.config.argv import rewrite_list_overrides
+from piexp.config.compose import load
+from piexp.launch.train import cookbook_config
+
+
+def test_cookbook_config_mirrors_the_run_config(tmp_path: Path) -> None:
+    config = load(rewrite_list_overrides([
+        "family=arith", "lang=python,javascript", "model=qwen3-8b", "model.learning_rate=1e-5",
+        "model.lora_rank=8", "mode.group_size=3", "mode.groups_per_batch=2", "mode.max_steps=5",
+        "mode.eval_every=2", "mode.save_every=4", "limits.max_generation_tokens=1024",
+        "service.base_url=http://127.0.0.1:9999", "mode.loss_fn=ppo"]))
+    cfg = cookbook_config(config, tmp_path, "http://127.0.0.1:8080/run_code")
+    assert cfg.model_name == "Qwen/Qwen3-8B" and cfg.renderer_name == "qwen3"
+    assert (cfg.learning_rate, cfg.lora_rank, cfg.max_tokens) == (1e-5, 8, 1024)
+    assert (cfg.eval_every, cfg.save_every, cfg.loss_fn) == (2, 4, "ppo")
+    assert cfg.log_path == str(tmp_path) and cfg.base_url == "http://127.0.0.1:9999"
+    assert cfg.wandb_project is None
+    assert chz.replace(cfg) == cfg
+    train, evaluation = asyncio.run(cfg.dataset_builder())
+    assert len(train) == 5 and len(train.get_batch(0)) == 2
+    assert all(group.group_size == 3 for group in train.get_batch(0))
+    assert evaluation is not None and all(group.evaluation for group in evaluation.get_batch(0))

@@ -135,6 +135,8 @@ class RunConfig(_Strict):
     policy: str | None = None
     k: PositiveInt | None = None
     checkpoint: str | None = None
+    # The run folder this run reproduces (set by `piexp reproduce`); a record, not a setting.
+    reproduces: str | None = None
     reward: RewardSettings = RewardSettings()
     limits: Limits = Limits()
     model: ModelSettings

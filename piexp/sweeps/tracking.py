@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from hydra.errors import CompactHydraException
@@ -76,6 +77,10 @@ def _injected_failure(job: JobInfo) -> None:
         raise RuntimeError(f"injected failure ({FAIL_JOBS_ENV} includes job {job.num})")
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
 def _error_text(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
@@ -125,7 +130,9 @@ def run_tracked(
     clear_marker(run_dir)
 
     if status is not None:
-        status.update(job.num, state="running", metric=None, **common)
+        # Start/finish times and the worker's pid show, after the fact, that jobs overlapped.
+        status.update(job.num, state="running", metric=None, started_utc=_now(), finished_utc=None,
+                      pid=os.getpid(), **common)
     try:
         metric = run(config, run_dir)
         _injected_failure(job)
@@ -137,11 +144,11 @@ def run_tracked(
         )
         if status is not None:
             status.update(job.num, state="interrupted" if interrupted else "failed",
-                          error=_error_text(error), **common)
+                          error=_error_text(error), finished_utc=_now(), **common)
         if not job.multirun or interrupted:
             raise
         raise job_failed(job, run_dir, error, recorded=True) from None
     write_marker(run_dir, digest, metric=metric, overrides=job.overrides)
     if status is not None:
-        status.update(job.num, state="complete", metric=metric, **common)
+        status.update(job.num, state="complete", metric=metric, finished_utc=_now(), **common)
     return metric

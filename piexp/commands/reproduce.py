@@ -1,0 +1,192 @@
+"""`python -m piexp reproduce DIR [--check-only] [hydra.run.dir=...]`: rerun a finished run
+from its folder.
+
+Why not Hydra's own `--experimental-rerun` or `--config-dir DIR/.hydra`: those reuse a
+*config file*, which breaks for installed apps and loses the defaults list (Hydra issues
+1805, 1868). piexp instead recomposes from the saved *overrides* (`.hydra/overrides.yaml`)
+with the config tree it carries (source tree or the installed `piexp._conf`), and then
+proves the recomposition is the same run before anything is started:
+
+1. the recomposed config must equal the saved `.hydra/config.yaml` (else conf/ defaults
+   changed since: the differing keys are named);
+2. the task splits it builds must have exactly the digests in the run's `manifest.json`
+   (else a task generator changed: the first mismatching task is named).
+
+`--check-only` stops there (exit 0). Otherwise a new run is launched in a new folder (by
+default `outputs/DATE/TIME` under the current directory) with the same overrides, forced
+to a single run (a job of a preset sweep would otherwise relaunch the whole sweep), with
+`reproduces=DIR` in its config and a `reproduces.json` saying what was verified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from piexp.errors import UserError
+
+_REPRODUCES = "reproduces"
+
+
+def saved_overrides(run_dir: Path) -> list[str]:
+    """The run's command-line overrides, without an earlier `reproduces=` (a reproduction
+    of a reproduction records only its direct source)."""
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
+    try:
+        overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError as error:
+        raise UserError(f"{path} is not valid YAML ({error}); the run cannot be recomposed.") from None
+    if not isinstance(overrides, list) or not all(isinstance(item, str) for item in overrides):
+        raise UserError(f"{path} is not a list of overrides; the run cannot be recomposed.")
+    return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != _REPRODUCES]
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): data}
+
+
+def config_differences(saved: dict[str, Any], recomposed: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ, as `key: saved -> now` (the `reproduces` record
+    itself is not part of what is reproduced)."""
+    a = {k: v for k, v in _flatten(saved).items() if k != _REPRODUCES}
+    b = {k: v for k, v in _flatten(recomposed).items() if k != _REPRODUCES}
+    return [f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
+            for key in sorted(set(a) | set(b)) if a.get(key, ...) != b.get(key, ...)]
+
+
+def _read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{run_dir} has no manifest.json (the run stopped before building its tasks), "
+                        "so its tasks cannot be verified.") from None
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path} cannot be read ({error}).") from None
+    digests = manifest.get("task_digests") if isinstance(manifest, dict) else None
+    if not isinstance(digests, dict):
+        raise UserError(f"{path} has no task_digests; the run's tasks cannot be verified.")
+    return manifest
+
+
+def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
+    """Recompose and verify the run in `run_dir`; returns (overrides, RunConfig, report)."""
+    from piexp.config.compose import load, saved_run_config, validate
+    from piexp.launch.splits import build_splits
+
+    run_dir = run_dir.resolve()
+    saved_cfg = saved_run_config(run_dir)
+    overrides = saved_overrides(run_dir)
+    manifest = _read_manifest(run_dir)
+    try:
+        saved = validate(saved_cfg)
+    except UserError as error:
+        raise UserError(f"The saved config of {run_dir} is not valid for this piexp: {error}") from None
+    config = load(overrides)
+    differences = config_differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
+    if differences:
+        shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
+        raise UserError(
+            f"Recomposing {run_dir} from its overrides ({' '.join(overrides) or 'none'}) does not give "
+            f"the config it ran with; piexp's config defaults changed since. Differences (saved -> "
+            f"now): {shown}. Use the piexp version the run used (manifest.json: git_commit "
+            f"{manifest.get('git_commit')}, piexp {(manifest.get('packages') or {}).get('piexp')})."
+        )
+    splits = build_splits(config)
+    built = {"train": splits.train, "eval": splits.eval}
+    expected = manifest["task_digests"]
+    for split in ("train", "eval"):
+        want = list(expected.get(split) or [])
+        tasks = built[split]
+        for index, (task, digest) in enumerate(zip(tasks, want)):
+            if task.task_digest != digest:
+                raise UserError(
+                    f"The task generators changed since the run in {run_dir}: {split} task #{index} "
+                    f"({task.task_id}, family {task.family}) has digest {task.task_digest} now, but "
+                    f"{digest} in the run's manifest.json. The run cannot be reproduced with this "
+                    f"piexp; use the version it ran with (git_commit {manifest.get('git_commit')})."
+                )
+        if len(tasks) != len(want):
+            raise UserError(
+                f"The task generators changed since the run in {run_dir}: the {split} split has "
+                f"{len(tasks)} tasks now but {len(want)} in the run's manifest.json."
+            )
+    report = {
+        "reproduces": str(run_dir),
+        "overrides": overrides,
+        "verified_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "task_counts": {split: len(built[split]) for split in built},
+        "source_git_commit": manifest.get("git_commit"),
+        "source_packages": manifest.get("packages"),
+    }
+    return overrides, config, report
+
+
+def _default_run_dir() -> Path:
+    """Like Hydra's default (outputs/DATE/TIME), made unique, decided here so that it can
+    be reported and `reproduces.json` written into it before the run starts."""
+    now = datetime.now()
+    base = Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
+    candidate, n = base, 1
+    while candidate.exists():
+        candidate, n = base.with_name(f"{base.name}-{n}"), n + 1
+    return candidate
+
+
+def _quoted(value: str) -> str:
+    if "'" in value:
+        raise UserError(f"Cannot reproduce from {value}: its path contains a single quote.")
+    return f"'{value}'"
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="piexp reproduce",
+        description="Recompose a run from its folder, verify its config and task digests, and rerun it.",
+    )
+    parser.add_argument("dir", type=Path, help="the run folder (a single run, or one job of a sweep)")
+    parser.add_argument("--check-only", action="store_true", help="verify, do not run")
+    parser.add_argument("hydra_overrides", nargs="*", metavar="hydra.KEY=VALUE",
+                        help="Hydra settings for the new run, e.g. hydra.run.dir=DIR")
+    args = parser.parse_args(list(argv))
+    not_hydra = [o for o in args.hydra_overrides if not o.startswith("hydra.")]
+    if not_hydra:
+        raise UserError(f"reproduce takes only hydra.* settings after DIR (got {' '.join(not_hydra)}): "
+                        "changing the config would not reproduce the run.")
+    run_dir = Path(args.dir)
+    if not run_dir.is_dir():
+        raise UserError(f"Cannot reproduce {run_dir}: it is not a folder. Give a run folder "
+                        "(outputs/DATE/TIME, or multirun/DATE/TIME/N for a sweep job).")
+    overrides, config, report = verify(run_dir)
+    counts = report["task_counts"]
+    print(f"verified {run_dir}: the config recomposes identically and all {counts['train']} train "
+          f"and {counts['eval']} eval task digests match manifest.json")
+    if args.check_only:
+        return 0
+
+    extra = list(args.hydra_overrides)
+    chosen = [o for o in extra if o.split("=", 1)[0] == "hydra.run.dir"]
+    new_dir = Path(chosen[-1].split("=", 1)[1]) if chosen else _default_run_dir()
+    if not chosen:
+        extra.append(f"hydra.run.dir={_quoted(str(new_dir))}")
+    new_dir.mkdir(parents=True, exist_ok=True)
+    (new_dir / "reproduces.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"reproducing into {new_dir}")
+
+    from piexp.cli import _hydra_app
+
+    # hydra.mode=RUN: a job of a preset sweep (hydra.mode: MULTIRUN) is rerun alone.
+    return _hydra_app([*overrides, f"{_REPRODUCES}={_quoted(report['reproduces'])}", "hydra.mode=RUN", *extra])

@@ -1,0 +1,301 @@
+"""`python -m piexp summarize DIR`: one table and one plot per key metric over a run or a
+multirun folder.
+
+Why: a sweep leaves one folder per job, each with its own results; comparing them by
+opening files one at a time is how mistakes get made. This reads every job folder under
+DIR (any folder holding `.hydra/config.yaml`) and writes, into DIR:
+
+* `summary.csv` and `summary.md`: one row per job with its overrides (those that differ
+  between the jobs first, so the swept values stand out), its state, and the final and
+  best value of each key metric;
+* `summary_<metric>.png` per key metric: reward curves over training steps for train
+  runs, bars for eval runs (one value per run).
+
+Key metrics, and where they come from:
+
+* `pass@1`: eval runs: `results.json` `overall.pass@1`. Train runs: tinker-cookbook's
+  `metrics.jsonl`, the periodic eval on the eval split (`test/env/all/reward/total`, which
+  piexp grades with the binary reward, one sample per task: that is pass@1).
+* `reward`: eval runs: `overall.reward_shaped` (mean shaped reward); train runs:
+  `env/all/reward/total` (mean reward of each training batch, in the run's reward mode).
+
+"final" is the last value (eval: the only one), "best" the highest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from piexp.errors import UserError
+
+KEY_METRICS = ("pass@1", "reward")
+# metrics.jsonl keys per key metric for train runs (first present wins).
+TRAIN_KEYS: dict[str, tuple[str, ...]] = {
+    "pass@1": ("test/env/all/reward/total",),
+    "reward": ("env/all/reward/total",),
+}
+# results.json `overall` keys per key metric for eval runs.
+EVAL_KEYS: dict[str, str] = {"pass@1": "pass@1", "reward": "reward_shaped"}
+
+
+@dataclass
+class JobSummary:
+    folder: Path
+    name: str
+    mode: str
+    overrides: list[str]
+    state: str
+    finals: dict[str, float | None] = field(default_factory=dict)
+    bests: dict[str, float | None] = field(default_factory=dict)
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    steps: int | None = None
+
+
+# ---------------------------------------------------------------------------- finding jobs
+
+
+def find_job_folders(root: Path) -> list[Path]:
+    """Every run folder under `root` (itself included), in natural order (2 before 10)."""
+    folders = {path.parent.parent for path in root.rglob(".hydra/config.yaml")}
+    if (root / ".hydra" / "config.yaml").is_file():
+        folders.add(root)
+
+    def natural(path: Path) -> list[Any]:
+        parts = path.relative_to(root).parts
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts]
+
+    return sorted(folders, key=natural)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _sweep_states(root: Path) -> dict[str, str]:
+    """Job folder (resolved) -> state, from the sweep status files under root."""
+    from piexp.sweeps.status import STATUS_JSON
+
+    states: dict[str, str] = {}
+    for path in root.rglob(STATUS_JSON):
+        data = _read_json(path) or {}
+        for entry in (data.get("jobs") or {}).values():
+            if isinstance(entry, dict) and entry.get("dir") and entry.get("state"):
+                states[str(Path(entry["dir"]).resolve())] = str(entry["state"])
+                # Job folders are recorded as Hydra saw them (maybe relative to its cwd).
+                states[str((path.parent / Path(entry["dir"]).name).resolve())] = str(entry["state"])
+    return states
+
+
+def _read_metrics_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a crash
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummary:
+    from piexp.sweeps.marker import read_marker
+
+    config = _read_yaml(folder / ".hydra" / "config.yaml") or {}
+    mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
+    overrides = _read_yaml(folder / ".hydra" / "overrides.yaml") or []
+    name = str(folder.relative_to(root)) if folder != root else "."
+    state = states.get(str(folder.resolve()))
+    if state is None:
+        state = "complete" if read_marker(folder) is not None else "incomplete"
+    job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state)
+
+    results = _read_json(folder / "results.json")
+    if isinstance(results, dict) and isinstance(results.get("overall"), dict):
+        for metric, key in EVAL_KEYS.items():
+            value = _number(results["overall"].get(key))
+            job.finals[metric] = job.bests[metric] = value
+    rows = _read_metrics_jsonl(folder / "metrics.jsonl")
+    if rows:
+        for metric, keys in TRAIN_KEYS.items():
+            for key in keys:
+                curve = [
+                    (int(row.get("step", index)), value)
+                    for index, row in enumerate(rows)
+                    if (value := _number(row.get(key))) is not None
+                ]
+                if curve:
+                    job.curves[metric] = curve
+                    job.finals[metric] = curve[-1][1]
+                    job.bests[metric] = max(value for _, value in curve)
+                    break
+        steps = [int(row["step"]) for row in rows if isinstance(row.get("step"), int)]
+        job.steps = max(steps) + 1 if steps else len(rows)
+    return job
+
+
+def varying_overrides(jobs: Sequence[JobSummary]) -> list[list[str]]:
+    """Per job, the overrides not shared by every job (all of them for a single job)."""
+    if len(jobs) < 2:
+        return [list(job.overrides) for job in jobs]
+    common = set(jobs[0].overrides).intersection(*(set(job.overrides) for job in jobs[1:]))
+    return [[o for o in job.overrides if o not in common] for job in jobs]
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
+    header = ["job", "mode", "state", "overrides", "all_overrides", "steps"]
+    for metric in KEY_METRICS:
+        header += [f"final_{metric}", f"best_{metric}"]
+    rows = []
+    for job, varying in zip(jobs, varying_overrides(jobs)):
+        row = [job.name, job.mode, job.state, " ".join(varying), " ".join(job.overrides),
+               "" if job.steps is None else str(job.steps)]
+        for metric in KEY_METRICS:
+            row += [_fmt(job.finals.get(metric)), _fmt(job.bests.get(metric))]
+        rows.append(row)
+    return header, rows
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def markdown(root: Path, header: list[str], rows: list[list[str]]) -> str:
+    shown = [i for i, name in enumerate(header) if name != "all_overrides"]
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|") or "-"
+
+    lines = [f"# Summary of {root}", "", f"{len(rows)} job(s). pass@1: eval split, binary reward; "
+             "reward: mean shaped reward (eval runs) or training-batch reward (train runs).", "",
+             "| " + " | ".join(header[i] for i in shown) + " |",
+             "| " + " | ".join("---" for _ in shown) + " |"]
+    for row in rows:
+        lines.append("| " + " | ".join(cell(row[i]) for i in shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _label(job: JobSummary, varying: list[str]) -> str:
+    return f"{job.name}: {' '.join(varying)}" if varying else job.name
+
+
+def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
+    """Curves over steps for jobs with a training curve, otherwise bars of the eval
+    value; returns False (and writes nothing) when no job has the metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labelled = list(zip(jobs, varying_overrides(jobs)))
+    curves = [(job, varying) for job, varying in labelled if job.curves.get(metric)]
+    bars = [(job, varying) for job, varying in labelled if job.finals.get(metric) is not None]
+    if not curves and not bars:
+        return False
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    if curves:
+        for job, varying in curves:
+            steps, values = zip(*job.curves[metric])
+            axes.plot(steps, values, marker="." if len(steps) < 30 else None, label=_label(job, varying))
+        axes.set_xlabel("step")
+        axes.legend(fontsize="small", loc="best")
+        axes.set_title(f"{metric} over training")
+    else:
+        labels = [_label(job, varying) for job, varying in bars]
+        values = [job.finals[metric] for job, _ in bars]
+        positions = range(len(bars))
+        axes.bar(positions, values, color="tab:blue")
+        for x, value in zip(positions, values):
+            axes.annotate(f"{value:.3f}", (x, value), ha="center", va="bottom", fontsize="small")
+        axes.set_xticks(list(positions), labels, rotation=30 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center", fontsize="small")
+        axes.set_title(f"{metric} per run")
+        if metric == "pass@1":
+            axes.set_ylim(0, 1.05)
+    axes.set_ylabel(metric)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
+    """Write the summary files of `root` into `out_dir` (default: root); returns them."""
+    root = Path(root)
+    if not root.exists():
+        raise UserError(f"Cannot summarize {root}: it does not exist. Give a run folder "
+                        "(outputs/DATE/TIME) or a multirun folder (multirun/DATE/TIME).")
+    if not root.is_dir():
+        raise UserError(f"Cannot summarize {root}: it is not a folder. Give a run folder "
+                        "(outputs/DATE/TIME) or a multirun folder (multirun/DATE/TIME).")
+    folders = find_job_folders(root)
+    if not folders:
+        raise UserError(f"Cannot summarize {root}: no piexp run was found in it (a run folder holds "
+                        ".hydra/config.yaml). Give a run folder (outputs/DATE/TIME) or a multirun "
+                        "folder (multirun/DATE/TIME).")
+    out_dir = Path(out_dir) if out_dir is not None else root
+    out_dir.mkdir(parents=True, exist_ok=True)
+    states = _sweep_states(root)
+    jobs = [summarize_job(folder, root, states) for folder in folders]
+    header, rows = table_rows(jobs)
+    written = {"csv": out_dir / "summary.csv", "md": out_dir / "summary.md"}
+    write_csv(written["csv"], header, rows)
+    written["md"].write_text(markdown(root, header, rows), encoding="utf-8")
+    for metric in KEY_METRICS:
+        path = out_dir / f"summary_{metric}.png"
+        if plot_metric(metric, jobs, path):
+            written[metric] = path
+    return written
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="piexp summarize",
+        description="Table (CSV, Markdown) and plots of a run folder or a multirun folder.",
+    )
+    parser.add_argument("dir", type=Path, help="a run folder or a multirun (sweep) folder")
+    parser.add_argument("--out", type=Path, default=None, help="where to write the summary (default: DIR)")
+    args = parser.parse_args(list(argv))
+    written = summarize(args.dir, args.out)
+    print(written["md"].read_text(encoding="utf-8"), end="")
+    print("wrote " + ", ".join(str(path) for path in written.values()))
+    return 0

@@ -70,7 +70,11 @@ Step = Act | Answer
 
 
 def render_assistant_tokens(
-    renderer: renderers.Renderer, message: Message, stop: StopCondition | None = None
+    renderer: renderers.Renderer,
+    message: Message,
+    stop: StopCondition | None = None,
+    *,
+    prefill: list[int] | None = None,
 ) -> list[int]:
     """The tokens a model sampling after the generation prompt would emit for `message`.
 
@@ -85,7 +89,8 @@ def render_assistant_tokens(
         if not isinstance(chunk, tinker.EncodedTextChunk):
             raise TypeError("scripted policies only emit text")
         tokens.extend(chunk.tokens)
-    prefill = _generation_prefill(renderer, ctx, rendered)
+    if prefill is None:
+        prefill = generation_prefill(renderer)
     if prefill and tokens[: len(prefill)] == prefill:
         tokens = tokens[len(prefill) :]
     stop_ids = [s for s in (stop or []) if isinstance(s, int)]
@@ -94,7 +99,11 @@ def render_assistant_tokens(
     return tokens
 
 
-def _generation_prefill(renderer: renderers.Renderer, ctx: RenderContext, rendered: Any) -> list[int]:
+def generation_prefill(renderer: renderers.Renderer) -> list[int]:
+    """Tokens the generation prompt puts after the assistant header (the model never
+    samples them). Fixed per renderer, so policies compute it once."""
+    ctx = RenderContext(idx=1, is_last=True, in_last_assistant_turn=True)
+    rendered = renderer.render_message({"role": "assistant", "content": ""}, ctx)
     header = list(rendered.header.tokens) if rendered.header is not None else []
     suffix = renderer._get_generation_suffix("assistant", ctx)  # noqa: SLF001 - cookbook seam
     if suffix[: len(header)] == header:
@@ -117,6 +126,7 @@ class ScriptedPolicy(TokenCompleter):
         guess: str = "0",
     ) -> None:
         self.renderer = renderer
+        self._prefill = generation_prefill(renderer)
         self.guess = str(int(guess))
         # Keyed by what the model sees of a task, never by its answer.
         self._families: dict[tuple[str, tuple[str, ...]], str] = {
@@ -135,7 +145,7 @@ class ScriptedPolicy(TokenCompleter):
     ) -> TokensWithLogprobs:
         observation = parse_observation(decode_model_input(self.renderer, model_input))
         message = self.next_message(observation)
-        tokens = render_assistant_tokens(self.renderer, message, stop)
+        tokens = render_assistant_tokens(self.renderer, message, stop, prefill=self._prefill)
         stop_reason: tinker.StopReason = "stop"
         if max_tokens is not None and len(tokens) > max_tokens:
             # What a sampler does at its budget: cut the turn and report "length".

@@ -1,0 +1,135 @@
+"""Oracle episodes per second, end to end, and where an episode's wall time goes.
+
+Runs the oracle through the real path (renderer, env, tools, embedded sandbox, reward,
+tinker-cookbook's do_group_rollout) at concurrency 1 and 8, and splits each episode's wall
+time into time awaiting the sandbox's /run_code and everything else (rendering, parsing,
+the policy's decode/render, tools, reward). Target: the share outside the sandbox under
+10%, i.e. the harness is not the bottleneck; the programs are.
+
+    .venv/bin/python bench/rollouts.py [--episodes 48] [--families arith,csv_agg] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextvars
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from piexp.config.compose import load  # noqa: E402
+from piexp.env.dataset import episode_settings  # noqa: E402
+from piexp.env.episode import get_run_renderer  # noqa: E402
+from piexp.launch.splits import build_splits  # noqa: E402
+from piexp.policies import make_policy  # noqa: E402
+from piexp.policies.rollout import run_episode  # noqa: E402
+from piexp.sandbox import client as sandbox_client_module  # noqa: E402
+from piexp.sandbox.client import close_sandbox_clients  # noqa: E402
+from piexp.sandbox.embedded import EmbeddedSandbox  # noqa: E402
+
+# Per-episode accumulators, set inside each episode's task (tasks copy the context).
+_sandbox_s: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("sandbox_s", default=None)
+_policy_s: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("policy_s", default=None)
+
+
+def _instrument_sandbox() -> None:
+    original = sandbox_client_module.SandboxClient.run
+
+    async def timed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            box = _sandbox_s.get()
+            if box is not None:
+                box[0] += time.perf_counter() - start
+
+    sandbox_client_module.SandboxClient.run = timed  # type: ignore[method-assign]
+
+
+class TimedPolicy:
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner = inner
+
+    async def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return await self.inner(*args, **kwargs)
+        finally:
+            box = _policy_s.get()
+            if box is not None:
+                box[0] += time.perf_counter() - start
+
+
+async def _bench(concurrency: int, jobs, policy, settings) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    semaphore = asyncio.Semaphore(concurrency)
+    rows: list[tuple[float, float, float, float]] = []
+
+    async def one(task, language):  # type: ignore[no-untyped-def]
+        async with semaphore:
+            sandbox_box, policy_box = [0.0], [0.0]
+            _sandbox_s.set(sandbox_box)
+            _policy_s.set(policy_box)
+            record = await run_episode(policy, "oracle", task, language, settings)
+            assert record.error is None and record.reward == 1.0, (record.error, record.last_run)
+            rows.append((record.wall_s, sandbox_box[0], policy_box[0], record.reward))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(task, language) for task, language in jobs))
+    elapsed = time.perf_counter() - start
+    wall = sum(r[0] for r in rows)
+    sandbox = sum(r[1] for r in rows)
+    policy_time = sum(r[2] for r in rows)
+    return {
+        "concurrency": concurrency,
+        "episodes": len(rows),
+        "episodes_per_s": len(rows) / elapsed,
+        "median_episode_s": statistics.median(r[0] for r in rows),
+        "share_outside_sandbox": 1 - sandbox / wall,
+        "share_in_policy": policy_time / wall,
+    }
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, float]]:
+    config = load(["mode=check", f"family=[{args.families}]", "lang=[python,javascript]",
+                   f"tasks.train_per_family={args.tasks}", "tasks.eval_per_family=1"])
+    splits = build_splits(config)
+    _instrument_sandbox()
+    results = []
+    with EmbeddedSandbox() as sandbox:
+        settings = episode_settings(config, sandbox.url)
+        renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+        policy = TimedPolicy(make_policy("oracle", renderer, splits.train))
+        pool = [(task, language) for task in splits.train for language in ("python", "javascript")]
+        jobs = [pool[i % len(pool)] for i in range(args.episodes)]
+        await _bench(2, jobs[:4], policy, settings)  # warm-up: tokenizer, runtimes, connections
+        for concurrency in (1, 8):
+            results.append(await _bench(concurrency, jobs, policy, settings))
+        await close_sandbox_clients()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=48)
+    parser.add_argument("--tasks", type=int, default=3, help="train tasks per family to cycle through")
+    parser.add_argument("--families", default="arith,csv_agg,log_stats,json_tree,graph_paths,grid_search,number_theory,dates")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    print(f"{'concurrency':>11} {'episodes/s':>10} {'median s':>9} {'outside sandbox':>16} {'in policy':>10}")
+    for row in results:
+        flag = "ok" if row["share_outside_sandbox"] < 0.10 else "ABOVE 10% TARGET"
+        print(f"{row['concurrency']:>11} {row['episodes_per_s']:>10.2f} {row['median_episode_s']:>9.3f} "
+              f"{row['share_outside_sandbox']:>15.1%} {row['share_in_policy']:>10.1%}  {flag}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

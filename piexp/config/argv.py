@@ -33,9 +33,19 @@ def _bare_comma_list(value: str) -> bool:
     return True
 
 
+def _quote_null_policy(arg: str) -> str:
+    # `policy=null` names the scripted policy that answers without tools; Hydra would
+    # read a bare null as "no value" (which means the model policy).
+    match = _ASSIGNMENT.match(arg)
+    if match and match["key"] == "policy" and match["value"] == "null":
+        return f"{match['prefix']}policy='null'"
+    return arg
+
+
 def rewrite_list_overrides(argv: Sequence[str]) -> list[str]:
     """Turn `family=a,b` into `family=[a,b]` (and the same for `lang`, `eval_lang`)
-    unless the command is a multirun."""
+    unless the command is a multirun; `policy=null` always means the null policy."""
+    argv = [_quote_null_policy(arg) for arg in argv]
     if is_multirun(argv):
         return list(argv)
     rewritten: list[str] = []

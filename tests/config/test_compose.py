@@ -98,3 +98,11 @@ def test_defaults_match_the_reference() -> None:
     assert {name: spec.sandbox_language for name, spec in config.languages.items()} == {
         "python": "python", "javascript": "nodejs", "julia": "julia"}
     assert config.languages["python"].runtimes == ["python", "python3"]
+
+
+def test_policy_null_names_the_null_policy() -> None:
+    argv = rewrite_list_overrides(["mode=eval", "policy=null"])
+    assert argv == ["mode=eval", "policy='null'"]
+    assert load(argv).eval_policy == "null"
+    assert load(["mode=eval"]).eval_policy == "model"
+    assert rewrite_list_overrides(["-m", "policy=null"]) == ["-m", "policy='null'"]

@@ -104,10 +104,13 @@ def test_interrupted_eval_resumes_without_redoing_finished_episodes(sandbox_url,
     assert rerun == []
 
 
-def test_policy_null_must_be_quoted_on_the_command_line():
-    """Hydra reads a bare `policy=null` as YAML null, which means the model policy; the
-    scripted null policy is `policy='null'`."""
+def test_policy_null_on_the_command_line_is_the_null_policy():
+    """Hydra would read a bare `policy=null` as YAML null (the model policy); piexp's
+    command-line rewriting makes it the scripted null policy, quoted or not."""
+    from piexp.config.argv import rewrite_list_overrides
+
     assert load([*BASE, "policy='null'"]).eval_policy == "null"
+    assert load(rewrite_list_overrides([*BASE, "policy=null"])).eval_policy == "null"
 
 
 def test_resume_refuses_a_folder_of_another_policy(sandbox_url, tmp_path):

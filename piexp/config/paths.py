@@ -7,18 +7,25 @@ installed piexp carries the same files as the packages `piexp._conf` and
 
 from __future__ import annotations
 
-from importlib import resources
+import importlib.util
 from pathlib import Path
 
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _packaged(name: str) -> Path | None:
+    # piexp._conf has no __init__.py (it is the plain conf/ folder), so it installs as a
+    # namespace package, for which importlib.resources returns a MultiplexedPath whose
+    # str() is not a path; the import spec's search locations are plain folders.
     try:
-        path = Path(str(resources.files(name)))
+        spec = importlib.util.find_spec(name)
     except ModuleNotFoundError:
         return None
-    return path if path.is_dir() else None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(location)
+        if path.is_dir():
+            return path
+    return None
 
 
 def config_dir() -> Path:

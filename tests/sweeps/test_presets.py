@@ -94,3 +94,16 @@ def test_binary_vs_shaped_completes_offline(tmp_path: Path) -> None:
     assert {entry["state"] for entry in status.values()} == {"complete"} and len(status) == 2
     modes = sorted(read_json(sweep / j / "manifest.json")["mode"] for j in ("0", "1"))
     assert modes == ["eval", "eval"]
+
+
+def test_config_leaves_launcher_settings_to_the_launcher() -> None:
+    """conf/config.yaml selects joblib through its defaults list only: a hydra.launcher
+    key there would be merged into any launcher, and the submitit launchers (the
+    documented switch to SLURM) have no joblib keys, so they would fail to compose."""
+    import yaml
+
+    from piexp.config.paths import config_dir
+
+    config = yaml.safe_load((config_dir() / "config.yaml").read_text())
+    assert "launcher" not in config["hydra"]
+    assert {"override hydra/launcher": "joblib"} in config["defaults"]

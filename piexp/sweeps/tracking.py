@@ -86,7 +86,8 @@ def _error_text(error: BaseException) -> str:
 
 
 def _label(job: JobInfo) -> str:
-    return f"job {job.num} ({' '.join(job.overrides) or 'no overrides'})"
+    overrides = " ".join(job.overrides) or "no overrides"
+    return f"job {job.num} ({overrides})" if job.multirun else f"run ({overrides})"
 
 
 def job_failed(job: JobInfo, run_dir: Path, error: BaseException, *, recorded: bool = False) -> SweepJobFailed:

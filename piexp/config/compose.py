@@ -49,8 +49,9 @@ def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> Us
     return UserError(f"Invalid command-line override: {first_line}")
 
 
-def compose(overrides: Sequence[str]) -> DictConfig:
-    """Compose `conf/config.yaml` with the overrides (list rewriting already applied)."""
+def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig:
+    """Compose `conf/config.yaml` with the overrides (list rewriting already applied);
+    `with_hydra` keeps Hydra's own node (sweeper params, run mode)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -64,7 +65,7 @@ def compose(overrides: Sequence[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             try:
-                return hydra_compose("config", overrides=list(overrides))
+                return hydra_compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
             except Exception as error:  # Hydra raises several unrelated types here.
                 raise _hydra_error_to_user_error(error, overrides) from error
     finally:
@@ -128,10 +129,29 @@ def sweep_combinations(overrides: Sequence[str]) -> Iterator[list[str]]:
     yield from (list(combo) for combo in itertools.product(*choices))
 
 
+def declared_sweep(overrides: Sequence[str]) -> tuple[bool, list[str]]:
+    """Whether the composed config asks for a multirun itself (a sweep preset sets
+    `hydra.mode: MULTIRUN`), and the sweep params it declares, as overrides."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as error:
+        raise _hydra_error_to_user_error(error, overrides) from error
+    cfg = compose([o.input_line for o in parsed if not o.is_sweep_override()], with_hydra=True)
+    mode = str(OmegaConf.select(cfg, "hydra.mode") or "")
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    return mode.endswith("MULTIRUN"), [f"{key}={value}" for key, value in params.items()]
+
+
 def validate_command_line(overrides: Sequence[str], *, multirun: bool) -> list[RunConfig]:
-    """Validate every job a command would run, before Hydra creates any folder."""
-    if not multirun:
+    """Validate every job a command would run, before Hydra creates any folder: the
+    command line's sweeps and those a preset declares (the command line wins a key)."""
+    preset_multirun, declared = declared_sweep(overrides)
+    if not (multirun or preset_multirun):
         return [load(overrides)]
+    given = {override.split("=", 1)[0].lstrip("+~") for override in overrides}
+    overrides = [d for d in declared if d.split("=", 1)[0] not in given] + list(overrides)
     configs = []
     for index, combo in enumerate(sweep_combinations(overrides)):
         if index >= MAX_VALIDATED_SWEEP_JOBS:

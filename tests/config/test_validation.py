@@ -52,3 +52,12 @@ def test_invalid_config_is_one_clear_error(overrides: list[str], fragments: list
 def test_sweep_jobs_are_each_validated() -> None:
     with pytest.raises(UserError, match="Sweep job .*limits.max_turns=0"):
         validate_command_line(["limits.max_turns=4,0"], multirun=True)
+
+
+def test_a_sweep_presets_own_values_are_validated() -> None:
+    configs = validate_command_line(["experiment=reward_sweep"], multirun=False)
+    assert sorted(c.reward.weights.output for c in configs) == [0.4, 0.6, 0.8]
+    with pytest.raises(UserError, match="Sweep job .*reward.weights.output=-1"):
+        validate_command_line(["experiment=reward_sweep", "reward.weights.output=0.5,-1"], multirun=True)
+    with pytest.raises(UserError, match="Sweep job .*limits.max_turns=0"):
+        validate_command_line(["experiment=reward_sweep", "limits.max_turns=0"], multirun=False)

@@ -32,6 +32,7 @@ transformers is imported lazily inside functions because importing it takes seco
 
 from __future__ import annotations
 
+import array
 import functools
 import hashlib
 import json
@@ -39,6 +40,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from tokenizers import Tokenizer as RustTokenizer
 
 __all__ = [
+    "EncodeCache",
     "QWEN3_MODEL_NAMES",
     "QWEN3_PRETOKENIZE_REGEX",
     "ThreadSafeTokenizer",
@@ -390,7 +393,6 @@ def offline_qwen3_tokenizer_dir() -> Path:
 #: Methods the cookbook renderers and training code call; guarded explicitly so they
 #: are visible (and documented) rather than relying only on ``__getattr__``.
 _LOCKED_METHODS = (
-    "encode",
     "decode",
     "batch_decode",
     "tokenize",
@@ -400,6 +402,85 @@ _LOCKED_METHODS = (
     "apply_chat_template",
     "pad",
 )
+
+
+class EncodeCache:
+    """A bounded, thread-safe LRU of ``encode`` results keyed by the exact text.
+
+    Why: tinker-cookbook's renderers re-render the whole conversation before every
+    sampling call (``EnvFromMessageEnv`` calls ``build_generation_prompt`` on the full
+    history each turn), so every earlier message, and the tool-laden system prompt
+    shared by all episodes, is tokenized again turn after turn.  That was most of an
+    episode's time outside the sandbox.  A ``str`` is immutable and encoding it is a
+    pure function of the text and the tokenizer, so a remembered result is exact.
+
+    Bounded both by entry count and by the total characters of the cached texts (one
+    huge tool result cannot pin memory); texts longer than ``max_text_chars`` are not
+    cached.  Ids are stored compactly (``array('i')``, 4 bytes a token) and every hit
+    returns a fresh ``list``, so callers may mutate what they get.  ``clear()`` is
+    called when the tokenizer's vocabulary or settings may have changed.
+    """
+
+    def __init__(self, max_entries: int = 8192, max_chars: int = 8_000_000, max_text_chars: int = 262_144):
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self.max_text_chars = min(max_text_chars, max_chars)
+        self._entries: OrderedDict[tuple[Any, str], array.array] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def chars(self) -> int:
+        """Total characters of the cached texts."""
+        return self._chars
+
+    def get(self, text: str, options: Any = None) -> list[int] | None:
+        """The cached ids of ``text`` encoded with ``options`` (a hashable summary of
+        the keyword arguments), as a new list; ``None`` on a miss."""
+        key = (options, text)
+        with self._lock:
+            ids = self._entries.get(key)
+            if ids is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return ids.tolist()
+
+    def put(self, text: str, options: Any, ids: list[int]) -> None:
+        if len(text) > self.max_text_chars or self.max_entries <= 0:
+            return
+        try:
+            packed = array.array("i", ids)
+        except (TypeError, OverflowError):  # not plain ints: do not cache
+            return
+        key = (options, text)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._chars -= len(text)
+            self._entries[key] = packed
+            self._chars += len(text)
+            while self._entries and (len(self._entries) > self.max_entries or self._chars > self.max_chars):
+                (_, evicted), _ = self._entries.popitem(last=False)
+                self._chars -= len(evicted)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+
+#: Keyword arguments of ``encode`` that the memo keys on (any other: not memoised).
+_CACHEABLE_ENCODE_KWARGS = frozenset({"add_special_tokens", "split_special_tokens"})
+
+#: Methods after which cached encodings may be stale (the vocabulary changed).
+_INVALIDATING_METHODS = frozenset({"add_tokens", "add_special_tokens", "set_special_tokens", "train_new_from_iterator"})
 
 
 class ThreadSafeTokenizer:
@@ -415,12 +496,50 @@ class ThreadSafeTokenizer:
 
     Several proxies may share one backend and lock (one per registered model name,
     each with its own ``name_or_path`` so pickled renderers rebuild by that name).
+
+    ``encode(text, add_special_tokens=..., split_special_tokens=...)`` of a ``str``
+    (either keyword optional, nothing else) is memoised in an :class:`EncodeCache` (shared by the proxies of one backend): a hit
+    neither takes the lock nor enters transformers.  Any other form of ``encode``
+    (extra arguments, non-``str`` input) goes to the tokenizer as before.  Setting an
+    attribute through the proxy or adding tokens clears the cache.
     """
 
-    def __init__(self, tokenizer: Any, lock: threading.RLock | None = None, name_or_path: str | None = None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        lock: threading.RLock | None = None,
+        name_or_path: str | None = None,
+        encode_cache: EncodeCache | None = None,
+    ):
         object.__setattr__(self, "_tokenizer", tokenizer)
         object.__setattr__(self, "_lock", lock if lock is not None else threading.RLock())
         object.__setattr__(self, "_name_or_path", name_or_path)
+        object.__setattr__(self, "_encode_cache", encode_cache if encode_cache is not None else EncodeCache())
+
+    def encode(self, text: Any, *args: Any, **kwargs: Any) -> Any:
+        """``encode`` of the wrapped tokenizer, memoised for a plain ``str`` (see above)."""
+        if args or type(text) is not str or not kwargs.keys() <= _CACHEABLE_ENCODE_KWARGS:
+            with self._lock:
+                return self._tokenizer.encode(text, *args, **kwargs)
+        options = (kwargs.get("add_special_tokens", True), kwargs.get("split_special_tokens"))
+        if not all(o is None or type(o) is bool for o in options):
+            with self._lock:
+                return self._tokenizer.encode(text, **kwargs)
+        cache = self._encode_cache
+        ids = cache.get(text, options)
+        if ids is not None:
+            return ids
+        with self._lock:
+            ids = self._tokenizer.encode(text, **kwargs)
+        if isinstance(ids, list):
+            cache.put(text, options, ids)
+            return list(ids)
+        return ids
+
+    @property
+    def encode_cache(self) -> EncodeCache:
+        """The memo of ``encode`` results (shared by the proxies of one backend)."""
+        return self._encode_cache
 
     # -- explicit, frequently used entry points
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -457,10 +576,16 @@ class ThreadSafeTokenizer:
         if callable(attr) and getattr(attr, "__self__", None) is self._tokenizer:
             lock = self._lock
 
+            cache = self._encode_cache if name in _INVALIDATING_METHODS else None
+
             @functools.wraps(attr)
             def locked(*args: Any, **kwargs: Any) -> Any:
                 with lock:
-                    return attr(*args, **kwargs)
+                    try:
+                        return attr(*args, **kwargs)
+                    finally:
+                        if cache is not None:
+                            cache.clear()
 
             return locked
         return attr
@@ -468,6 +593,7 @@ class ThreadSafeTokenizer:
     def __setattr__(self, name: str, value: Any) -> None:
         with self._lock:
             setattr(self._tokenizer, name, value)
+            self._encode_cache.clear()
 
     def __dir__(self) -> Iterable[str]:
         return sorted(set(dir(type(self))) | set(dir(self._tokenizer)))
@@ -491,12 +617,12 @@ del _m
 # --------------------------------------------------------------------------- loading
 
 _LOAD_LOCK = threading.Lock()
-_backend: tuple[Any, threading.RLock] | None = None
+_backend: tuple[Any, threading.RLock, EncodeCache] | None = None
 _proxies: dict[str | None, ThreadSafeTokenizer] = {}
 
 
-def _shared_backend() -> tuple[Any, threading.RLock]:
-    """The process-wide transformers tokenizer and its lock (loaded once)."""
+def _shared_backend() -> tuple[Any, threading.RLock, EncodeCache]:
+    """The process-wide transformers tokenizer, its lock and its encode memo (loaded once)."""
     global _backend
     with _LOAD_LOCK:
         if _backend is None:
@@ -504,7 +630,7 @@ def _shared_backend() -> tuple[Any, threading.RLock]:
 
             path = offline_qwen3_tokenizer_dir()
             tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
-            _backend = (tok, threading.RLock())
+            _backend = (tok, threading.RLock(), EncodeCache())
         return _backend
 
 
@@ -514,11 +640,11 @@ def load_offline_qwen3_tokenizer(name_or_path: str | None = None) -> ThreadSafeT
     ``name_or_path`` only sets what the proxy reports as ``name_or_path`` (the
     cookbook stamps it into renderers for pickling); all proxies share one backend.
     """
-    tok, lock = _shared_backend()
+    tok, lock, cache = _shared_backend()
     with _LOAD_LOCK:
         proxy = _proxies.get(name_or_path)
         if proxy is None:
-            proxy = ThreadSafeTokenizer(tok, lock, name_or_path)
+            proxy = ThreadSafeTokenizer(tok, lock, name_or_path, cache)
             _proxies[name_or_path] = proxy
         return proxy
 

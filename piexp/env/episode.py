@@ -62,7 +62,7 @@ def build_workspace_env(
         memory_limit_mb=settings.memory_limit_mb,
     )
     tools = workspace.all_tools()
-    prefix = renderer.create_conversation_prefix_with_tools(tools=[t.to_spec() for t in tools])
+    prefix = renderer.create_conversation_prefix_with_tools(tools=workspace.tool_specs(tools))
     binary = evaluation or settings.reward.mode == "binary"
     environment = build_agent_tool_env(
         renderer=renderer,

@@ -7,9 +7,10 @@ reward.
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from tinker_cookbook.tool_use import ToolResult, simple_tool_result, tool
 
@@ -50,8 +51,25 @@ class WorkspaceTools:
         self.stderr_chars = stderr_chars
         self.memory_limit_mb = memory_limit_mb
 
+    # Tool specs by (class, tool names); see tool_specs().
+    _spec_cache: ClassVar[dict[tuple[type, tuple[str, ...]], list[dict[str, Any]]]] = {}
+
     def all_tools(self) -> list[Any]:
         return [self.read, self.write, self.edit, self.bash]
+
+    def tool_specs(self, tools: list[Any] | None = None) -> list[dict[str, Any]]:
+        """The renderer specs of `tools` (default: all_tools()), as `to_spec()` gives them.
+
+        A spec is built from the tool's signature and docstring only (never the task,
+        language or files), and building its JSON schema through pydantic costs about
+        a millisecond per episode, so it is built once per class and copied out.
+        """
+        tools = self.all_tools() if tools is None else tools
+        key = (type(self), tuple(t.name for t in tools))
+        specs = self._spec_cache.get(key)
+        if specs is None:
+            specs = self._spec_cache[key] = [t.to_spec() for t in tools]
+        return copy.deepcopy(specs)
 
     def _result(self, tool_name: str, **payload: Any) -> ToolResult:
         return simple_tool_result(

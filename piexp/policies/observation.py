@@ -3,9 +3,11 @@
 A scripted policy receives the same `tinker.ModelInput` a sampled model receives. It
 decodes those tokens back to text and reads from it the workspace prompt (language,
 instruction, file list, file to write, exact command) and the tool results so far. No
-state is kept between calls: the observation alone says where the episode stands, so
-one policy object serves any number of concurrent episodes (k samples of the same task
-share a prompt prefix, so keying state by prefix would mix them up).
+episode state is kept between calls: the observation alone says where the episode
+stands, so one policy object serves any number of concurrent episodes (k samples of the
+same task share a prompt prefix, so keying state by prefix would mix them up). The only
+thing remembered is a pure memo of decoded text (`DecodeCache`): each turn's input
+extends the previous one, so only the new suffix is decoded.
 
 Parsing is renderer-agnostic on purpose: the prompt is found by its own wording (fixed by
 `piexp.env.prompt`) and tool results by their JSON schema tag (fixed by
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,21 +60,109 @@ class Observation:
         return [result for result in self.results if result.get("tool") == "bash"]
 
 
-def decode_model_input(renderer: renderers.Renderer, model_input: tinker.ModelInput) -> str:
+class DecodeCache:
+    """Remembers the decoded text of recent model inputs, so that an input extending one
+    of them (the next turn of the same conversation) decodes only its new tokens.
+
+    A pure memo: the text returned is exactly what decoding all the tokens gives. Byte-
+    level BPE decoding is byte concatenation, so decode(prefix + suffix) equals
+    decode(prefix) + decode(suffix) whenever the split falls between whole UTF-8
+    characters; a split that might not (the prefix's text ends, or the suffix's text
+    starts, with U+FFFD, the replacement for a partial character) falls back to decoding
+    everything. Bounded by entries and by total tokens held; thread-safe.
+    """
+
+    def __init__(self, max_entries: int = 64, max_tokens: int = 1_000_000) -> None:
+        self.max_entries = max_entries
+        self.max_tokens = max_tokens
+        self._entries: OrderedDict[int, tuple[list[int], str]] = OrderedDict()
+        self._tokens = 0
+        self._next_key = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def longest_prefix(self, ids: list[int]) -> tuple[list[int], str] | None:
+        """The longest remembered input that is a proper prefix of `ids`, and its text."""
+        n = len(ids)
+        best: tuple[int, list[int], str] | None = None
+        with self._lock:
+            for key, (prefix, text) in self._entries.items():
+                m = len(prefix)
+                if not 0 < m < n or (best is not None and m <= len(best[1])):
+                    continue
+                # Cheap probes first (inputs share a system prompt and end alike, so
+                # probe the conversation's later part), then the exact comparison.
+                a, b, c = (m * 7) // 8, (m * 5) // 8, (m * 3) // 8
+                if ids[a] == prefix[a] and ids[b] == prefix[b] and ids[c] == prefix[c] and ids[:m] == prefix:
+                    best = (key, prefix, text)
+            if best is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(best[0])
+            self.hits += 1
+        return best[1], best[2]
+
+    def put(self, ids: list[int], text: str) -> None:
+        if not ids or len(ids) > self.max_tokens or self.max_entries <= 0:
+            return
+        with self._lock:
+            self._entries[self._next_key] = (ids, text)
+            self._next_key += 1
+            self._tokens += len(ids)
+            while self._entries and (len(self._entries) > self.max_entries or self._tokens > self.max_tokens):
+                _, (old, _text) = self._entries.popitem(last=False)
+                self._tokens -= len(old)
+
+    def decode(self, ids: list[int], decode_all) -> str:  # type: ignore[no-untyped-def]
+        """The text of `ids`; `decode_all(ids)` decodes a token list from scratch."""
+        found = self.longest_prefix(ids)
+        text = None
+        if found is not None:
+            prefix, prefix_text = found
+            if not prefix_text.endswith("\ufffd"):
+                suffix_text = decode_all(ids[len(prefix) :])
+                if not suffix_text.startswith("\ufffd"):
+                    text = prefix_text + suffix_text
+        if text is None:
+            text = decode_all(ids)
+        self.put(list(ids), text)
+        return text
+
+
+def decode_model_input(
+    renderer: renderers.Renderer,
+    model_input: tinker.ModelInput,
+    cache: DecodeCache | None = None,
+) -> str:
     """The text of the prompt tokens. Special tokens are kept: they are only markup.
 
     piexp's thread-safe tokenizer exposes its Rust backend and lock; decoding there
     skips transformers' per-token Python conversion, which made decoding the policy's
-    largest cost (about 1.5 ms per turn at 4k tokens, against 0.1 ms).
+    largest cost (about 1.5 ms per turn at 4k tokens, against 0.1 ms). With a `cache`,
+    an input that extends a recent one decodes only its new tokens.
     """
     ids = model_input.to_ints()
     tokenizer = renderer.tokenizer
     unwrapped, lock = getattr(tokenizer, "unwrapped", None), getattr(tokenizer, "lock", None)
     backend = getattr(unwrapped, "backend_tokenizer", None)
     if backend is not None and lock is not None:
-        with lock:
-            return backend.decode(ids, skip_special_tokens=False)
-    return tokenizer.decode(ids, skip_special_tokens=False)
+
+        def decode_all(tokens: list[int]) -> str:
+            with lock:
+                return backend.decode(tokens, skip_special_tokens=False)
+
+    else:
+
+        def decode_all(tokens: list[int]) -> str:
+            return tokenizer.decode(tokens, skip_special_tokens=False)
+
+    if cache is None:
+        return decode_all(ids)
+    return cache.decode(ids, decode_all)
 
 
 def parse_observation(text: str) -> Observation:

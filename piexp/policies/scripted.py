@@ -29,6 +29,7 @@ from tinker_cookbook.renderers.base import Message, RenderContext, ToolCall
 import piexp.tasks as task_registry
 from piexp.policies import programs
 from piexp.policies.observation import (
+    DecodeCache,
     Observation,
     ObservationError,
     decode_model_input,
@@ -127,6 +128,8 @@ class ScriptedPolicy(TokenCompleter):
     ) -> None:
         self.renderer = renderer
         self._prefill = generation_prefill(renderer)
+        # A memo of decoded inputs (not episode state): each turn decodes only new tokens.
+        self._decoded = DecodeCache()
         self.guess = str(int(guess))
         # Keyed by what the model sees of a task, never by its answer.
         self._families: dict[tuple[str, tuple[str, ...]], str] = {
@@ -143,7 +146,7 @@ class ScriptedPolicy(TokenCompleter):
         *,
         max_tokens: int | None = None,
     ) -> TokensWithLogprobs:
-        observation = parse_observation(decode_model_input(self.renderer, model_input))
+        observation = parse_observation(decode_model_input(self.renderer, model_input, self._decoded))
         message = self.next_message(observation)
         tokens = render_assistant_tokens(self.renderer, message, stop, prefill=self._prefill)
         stop_reason: tinker.StopReason = "stop"

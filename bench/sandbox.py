@@ -3,9 +3,12 @@
 For a small Python and a small JavaScript program, at concurrency 1, 4 and 8: runs per
 second and p50/p99 latency through the embedded server (HTTP + bubblewrap + limits),
 and the same program spawned bare with `subprocess` (no isolation, no HTTP) as the
-baseline; then the ratio sandbox/bare of runs per second.
+baseline; then the ratio sandbox/bare of runs per second. Then, per language, where a
+sandboxed run's time goes at concurrency 1: the median of each step the server reports
+in its `Server-Timing` header (parse, queue, files, cgroup, spawn, confine, run, drain,
+fetch, cleanup, respond) and what is left for HTTP and the client.
 
-    python bench/sandbox.py [--runs 40] [--concurrency 1 4 8]
+    python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import tempfile
 import time
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -112,14 +116,52 @@ async def main_async(args) -> None:
                     f"{s_rps:.1f}", f"{statistics.median(sl) * 1e3:.1f}", f"{percentile(sl, 0.99) * 1e3:.1f}",
                     f"{s_rps / b_rps:.2f}",
                 )
+        spans = {lang: await bench_spans(sb.url, lang, args.span_runs) for lang in PROGRAMS} if args.span_runs else {}
         await close_sandbox_clients()
     console.print(table)
+    if spans:
+        steps = list(dict.fromkeys(k for per_lang in spans.values() for k in per_lang))
+        st = Table(title=f"where a sandboxed run's time goes, concurrency 1 (median ms of {args.span_runs} runs)")
+        st.add_column("step")
+        for lang in spans:
+            st.add_column(lang, justify="right")
+        for step in steps:
+            st.add_row(step, *[f"{statistics.median(spans[lang][step]):.2f}" if step in spans[lang] else "" for lang in spans])
+        console.print(st)
+
+
+async def bench_spans(url: str, lang: str, n_runs: int) -> dict[str, list[float]]:
+    """Per-step server spans (from `Server-Timing`) plus the client-side rest."""
+    _, _, code = PROGRAMS[lang]
+    import base64
+
+    payload = {"code": code, "language": "nodejs" if lang == "javascript" else lang, "run_timeout": 30,
+               "files": {k: base64.b64encode(v.encode()).decode() for k, v in FILES.items()}}
+    out: dict[str, list[float]] = {}
+    async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+        for i in range(n_runs + 2):
+            t0 = time.perf_counter()
+            r = await http.post(url, json=payload)
+            total = (time.perf_counter() - t0) * 1e3
+            assert r.status_code == 200 and r.json()["status"] == "Success", r.text
+            if i < 2:  # warm-up
+                continue
+            server = 0.0
+            for part in r.headers.get("server-timing", "").split(","):
+                name, _, dur = part.strip().partition(";dur=")
+                if name:
+                    out.setdefault(name, []).append(float(dur))
+                    server += float(dur)
+            out.setdefault("http+client", []).append(total - server)
+            out.setdefault("total (client)", []).append(total)
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--span-runs", type=int, default=30, help="runs per language for the per-step table (0: skip)")
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import binascii
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -165,6 +166,60 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+class Timings:
+    """perf_counter spans (ms) of one request, in the order they were marked; each span
+    runs from the previous mark. Sent back as a `Server-Timing` header by the server."""
+
+    __slots__ = ("spans", "_last")
+
+    def __init__(self) -> None:
+        self.spans: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.spans[name] = self.spans.get(name, 0.0) + (now - self._last) * 1e3
+        self._last = now
+
+    def header(self) -> str:
+        return ", ".join(f"{k};dur={v:.3f}" for k, v in self.spans.items())
+
+
+async def _read_child_pid(fd: int) -> Optional[int]:
+    """Read bwrap's `--info-fd` JSON to EOF without blocking the loop; the init's pid,
+    or None when bwrap exited before reporting one."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    buf = bytearray()
+    done: asyncio.Future = loop.create_future()
+
+    def readable() -> None:
+        try:
+            while True:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    if not done.done():
+                        done.set_result(None)
+                    return
+                buf.extend(chunk)
+        except BlockingIOError:
+            return
+        except OSError as exc:  # pragma: no cover
+            if not done.done():
+                done.set_exception(exc)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+    try:
+        pid = json.loads(bytes(buf).decode() or "{}").get("child-pid")
+    except ValueError:
+        return None
+    return int(pid) if isinstance(pid, int) and pid > 0 else None
+
+
 @dataclass
 class Runner:
     """Runs requests under the given settings. Holds the resolved runtimes, the bwrap
@@ -230,7 +285,10 @@ class Runner:
             data_bytes=data_bytes,
         )
 
-    async def run(self, req: RunCodeRequest) -> RunCodeResponse:
+    async def run(self, req: RunCodeRequest, timings: Optional[Timings] = None) -> RunCodeResponse:
+        """Run one request. `timings`, when given, receives a span per step (the server
+        sends them back in a `Server-Timing` header)."""
+        t = timings if timings is not None else Timings()
         s = self.settings
         spec = LANGUAGES[req.language]  # the server has checked the language already
         runtime = self.runtimes.get(req.language)
@@ -277,6 +335,7 @@ class Runner:
             command, limits = self._command(req.language, runtime, memory_mb)
             cpu = s.cpu_time_s if s.cpu_time_s is not None else timeout + 1
             limits = dataclasses.replace(limits, cpu_time_s=max(1, math.ceil(cpu)))
+            t.mark("files")
             if self.cgroups is not None:
                 try:
                     cgroup_dirs = self.cgroups.create(memory_mb << 20, s.max_processes)
@@ -286,13 +345,8 @@ class Runner:
                     if self.cgroups.limits_memory:
                         command, limits2 = self._command_without_cgroup(req.language, runtime, memory_mb)
                         limits = dataclasses.replace(limits2, cpu_time_s=limits.cpu_time_s)
-            if self.bwrap is not None:
-                argv = isolation.build_bwrap_argv(self.bwrap, run_dir, command, runtime, s.tmpfs_size_mb)
-                env = isolation.bwrap_env()
-                cwd = None
-            else:
-                argv, env, cwd = command, {**isolation.bwrap_env(), "HOME": run_dir}, run_dir
-            result = await self._spawn(argv, env, cwd, limits, cgroup_dirs, req.stdin, timeout)
+                t.mark("cgroup")
+            result = await self._spawn(run_dir, runtime, command, limits, cgroup_dirs, req.stdin, timeout, t)
             files: dict[str, str] = {}
             for rel in fetch:
                 data = read_file(run_dir, rel, s.fetch_file_cap_bytes)
@@ -305,9 +359,11 @@ class Runner:
                 files=files,
             )
         finally:
+            t.mark("fetch")
             if self.cgroups is not None and cgroup_dirs:
                 self.cgroups.remove(cgroup_dirs)
             _rmtree(run_dir)
+            t.mark("cleanup")
 
     def _command_without_cgroup(self, language, runtime, memory_mb):
         saved, self.cgroups = self.cgroups, None
@@ -329,49 +385,109 @@ class Runner:
         except OSError:
             pass
 
-    async def _spawn(self, argv, env, cwd, limits, cgroup_dirs, stdin, timeout) -> CommandRunResult:
+    async def _spawn(self, run_dir, runtime, command, limits, cgroup_dirs, stdin, timeout, t: Timings) -> CommandRunResult:
         cap = self.settings.output_cap_bytes
         start = time.monotonic()
+        stdin_mode = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
+        pipes = dict(stdin=stdin_mode, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        info_r = block_w = -1
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=isolation.make_preexec(limits, cgroup_dirs),
-                close_fds=True,
-            )
+            if self.bwrap is not None:
+                # No preexec_fn: CPython then spawns with vfork+exec. Limits and cgroups
+                # are applied to the sandbox's init while bwrap holds it at --block-fd.
+                info_r, info_w = os.pipe()
+                block_r, block_w = os.pipe()
+                try:
+                    # Read-write, so the init never reads EOF (and starts the program
+                    # unconfined) if this server dies before releasing it.
+                    block_rw = os.open(f"/proc/self/fd/{block_r}", os.O_RDWR | os.O_CLOEXEC)
+                finally:
+                    os.close(block_r)
+                try:
+                    argv = isolation.build_bwrap_argv(
+                        self.bwrap, run_dir, command, runtime, self.settings.tmpfs_size_mb,
+                        info_fd=info_w, block_fd=block_rw,
+                    )
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv, **pipes, env=isolation.bwrap_env(),
+                        start_new_session=True, close_fds=True, pass_fds=(info_w, block_rw),
+                    )
+                finally:
+                    os.close(info_w)
+                    os.close(block_rw)
+            else:
+                proc = await asyncio.create_subprocess_exec(
+                    *command, **pipes, env={**isolation.bwrap_env(), "HOME": run_dir}, cwd=run_dir,
+                    start_new_session=True, close_fds=True,
+                    preexec_fn=isolation.make_preexec(limits, cgroup_dirs),
+                )
         except (OSError, subprocess.SubprocessError) as exc:
+            for fd in (info_r, block_w):
+                if fd >= 0:
+                    os.close(fd)
             return CommandRunResult(status=CommandRunStatus.error, execution_time=0.0, stderr=f"could not start: {exc}")
+        t.mark("spawn")
 
         out_task = asyncio.ensure_future(_drain(proc.stdout, cap))
         err_task = asyncio.ensure_future(_drain(proc.stderr, cap))
-        feeder = asyncio.ensure_future(self._feed(proc, stdin))
+        feeder = None
         timed_out = False
+        confine_error: Optional[str] = None
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
-        except asyncio.TimeoutError:
-            timed_out = True
+            if info_r >= 0:
+                try:
+                    child = await asyncio.wait_for(_read_child_pid(info_r), timeout)
+                    if child is not None:
+                        # Held at --block-fd: confine it, then let it start the program.
+                        isolation.confine_blocked_child(child, limits, cgroup_dirs)
+                        os.write(block_w, b"1")
+                    # else bwrap failed before it cloned: its stderr says why.
+                except asyncio.TimeoutError:
+                    timed_out = True
+                except OSError as exc:
+                    # Never release a sandbox we could not confine.
+                    confine_error = f"could not apply the run's limits: {exc}"
+                finally:
+                    os.close(info_r)
+                    os.close(block_w)
+                    info_r = block_w = -1
+                t.mark("confine")
+            if not timed_out and confine_error is None:
+                feeder = asyncio.ensure_future(self._feed(proc, stdin))
+                remaining = max(0.0, timeout - (time.monotonic() - start))
+                try:
+                    await asyncio.wait_for(proc.wait(), remaining)
+                except asyncio.TimeoutError:
+                    timed_out = True
         finally:
             # Always kill the group: if the program exited normally this is a no-op,
-            # on time-out or cancellation it takes the whole sandbox down.
+            # on time-out, cancellation or a failed confinement it takes the whole
+            # sandbox down.
             isolation.kill_process_group(proc.pid)
+            for fd in (info_r, block_w):
+                if fd >= 0:
+                    os.close(fd)
             if proc.returncode is None:
                 try:
                     await asyncio.wait_for(proc.wait(), 5)
                 except asyncio.TimeoutError:  # pragma: no cover
                     log.error("bwrap pid %d did not die after SIGKILL", proc.pid)
         elapsed = time.monotonic() - start
-        feeder.cancel()
+        t.mark("run")
+        if feeder is not None:
+            feeder.cancel()
         # After the namespace is gone every write end is closed; bound the wait anyway.
         done, pending = await asyncio.wait({out_task, err_task}, timeout=5)
-        for t in pending:
-            t.cancel()
+        for task in pending:
+            task.cancel()
         stdout, out_total = out_task.result() if out_task in done else (b"", 0)
         stderr, err_total = err_task.result() if err_task in done else (b"", 0)
+        t.mark("drain")
+        if confine_error is not None:
+            return CommandRunResult(
+                status=CommandRunStatus.error, execution_time=round(elapsed, 6),
+                stderr=f"{confine_error}\n{_decode(stderr)}",
+            )
         stdout_s, stderr_s = _decode(stdout), _decode(stderr)
         if out_total > cap:
             stdout_s += f"\n[stdout truncated: {out_total} bytes, kept {cap}]\n"

@@ -72,7 +72,7 @@ def _prevalidate(
     from piexp.launch.service import require_api_key
 
     configs = validate(overrides, multirun=multirun)
-    if not prints_only and any(config.uses_service for config in configs):
+    if not prints_only and any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()
 

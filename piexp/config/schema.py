@@ -70,9 +70,34 @@ class ModelSettings(_Strict):
 
 
 class ServiceSettings(_Strict):
-    name: Literal["tinker"] = "tinker"
-    base_url: str | None = None
+    # tinker: the Tinker API; local: a SkyRL server piexp starts on loopback (offline);
+    # selfhosted: a Tinker-compatible server the user runs, at `url`.
+    name: Literal["tinker", "local", "selfhosted"] = "tinker"
+    base_url: str | None = None  # tinker: endpoint override; local/selfhosted: set at run time
+    url: str | None = None  # selfhosted: the server's URL
     connect_timeout_s: PositiveFloat = 15
+    start_timeout_s: PositiveFloat = 300  # local: bound on the server's start-up
+    compat_proxy: bool = True  # selfhosted: put piexp's SkyRL compatibility proxy in front
+
+    @model_validator(mode="after")
+    def _url_fits_service(self) -> ServiceSettings:
+        if self.name == "selfhosted":
+            if not self.url:
+                raise ValueError("service=selfhosted needs service.url (e.g. service.url=http://gpu-box:8000)")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"service.url must be an http:// or https:// URL, got {self.url!r}")
+        elif self.url is not None:
+            raise ValueError(f"service.url is only used with service=selfhosted (service is {self.name})")
+        return self
+
+
+class WarmStartSettings(_Strict):
+    """Supervised steps on scripted-policy trajectories before RL (0 = off)."""
+
+    sft_steps: Annotated[int, Field(ge=0)] = 0
+    policy: Literal["oracle"] = "oracle"
+    tasks: PositiveInt = 8  # train tasks rolled out (one episode each) to make the SFT data
+    learning_rate: PositiveFloat | None = None  # null = model.learning_rate
 
 
 class SandboxSettings(_Strict):
@@ -141,6 +166,7 @@ class RunConfig(_Strict):
     limits: Limits = Limits()
     model: ModelSettings
     service: ServiceSettings = ServiceSettings()
+    warm_start: WarmStartSettings = WarmStartSettings()
     sandbox: SandboxSettings = SandboxSettings()
     mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")]
 
@@ -180,6 +206,10 @@ class RunConfig(_Strict):
                     f"{', '.join(eval_only)} {'is an eval-only option' if len(eval_only) == 1 else 'are eval-only options'}"
                     " and cannot be used with mode=train (use mode=eval)"
                 )
+        if self.model.name == "tiny-local" and self.service.name == "tinker":
+            raise ValueError("model=tiny-local is a local model folder; use it with service=local")
+        if self.warm_start.sft_steps and self.mode.name != "train":
+            raise ValueError("warm_start.sft_steps is a training option (mode=train)")
         if self.policy is not None and self.policy not in EVAL_POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; valid policies: {', '.join(EVAL_POLICIES)}")
         if self.checkpoint is not None and not self.checkpoint.startswith("tinker://"):

@@ -16,9 +16,16 @@ console = Console(stderr=True)
 
 def run_mode(config: RunConfig, run_dir: Path) -> float | None:
     if config.uses_service:
-        from piexp.launch.service import preflight_tinker
+        # Tinker: preflight; local: start (and at exit stop) a SkyRL server; selfhosted:
+        # preflight + compatibility proxy. Yields the config with URL and model resolved.
+        from piexp.service import open_service
 
-        preflight_tinker(config.service.base_url, config.service.connect_timeout_s)
+        with open_service(config, run_dir) as resolved:
+            return _run_mode(resolved, run_dir)
+    return _run_mode(config, run_dir)
+
+
+def _run_mode(config: RunConfig, run_dir: Path) -> float | None:
     splits = build_splits(config)
     write_manifest(
         run_dir,

@@ -9,7 +9,9 @@ from typing import Any
 from piexp.config.schema import RunConfig, TrainMode
 
 
-def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str) -> Any:
+def cookbook_config(
+    config: RunConfig, run_dir: Path, sandbox_url: str, load_checkpoint_path: str | None = None
+) -> Any:
     """The tinker-cookbook `rl.train.Config` for this run. Its log path is the run folder;
     the loop resumes from the last checkpoint there by itself (never interactively)."""
     from tinker_cookbook.rl import train as rl_train
@@ -36,6 +38,7 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str) -> Any:
         wandb_project=mode.wandb_project,
         wandb_name=run_dir.name if mode.wandb_project else None,
         base_url=config.service.base_url,
+        load_checkpoint_path=load_checkpoint_path,
     )
 
 
@@ -45,8 +48,12 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     from piexp.sandbox.client import close_sandbox_clients
 
     async def _train() -> None:
+        from piexp.launch.warm_start import warm_start, write_summary
+
         try:
-            await rl_train.main(cookbook_config(config, run_dir, sandbox_url))
+            start_from = await warm_start(config, run_dir, sandbox_url) if config.warm_start.sft_steps else None
+            await rl_train.main(cookbook_config(config, run_dir, sandbox_url, start_from))
+            write_summary(run_dir)
         finally:
             await close_sandbox_clients()
 

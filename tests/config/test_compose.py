@@ -17,8 +17,16 @@ GROUPS = ["family", "languages", "reward", "limits", "model", "service", "sandbo
 REMOTE = ["sandbox.url=http://127.0.0.1:8080/run_code"]
 
 
+# Options that need a companion override to be valid on their own.
+COMPANIONS = {
+    ("sandbox", "remote"): REMOTE,
+    ("model", "tiny-local"): ["service=local"],  # a local model folder
+    ("service", "selfhosted"): ["service.url=http://127.0.0.1:8000"],
+}
+
+
 def _extra(group: str, option: str) -> list[str]:
-    return REMOTE if (group, option) == ("sandbox", "remote") else []
+    return COMPANIONS.get((group, option), [])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,192 @@
+"""Warm start (`warm_start.sft_steps=N`): imitate the oracle before RL.
+
+A tiny or weak model gets reward 0 on every sample, so RL sees no reward variance and
+learns nothing. Before RL, the scripted `oracle` policy is rolled out through the real
+renderer, tools and sandbox on the first `warm_start.tasks` train tasks; its
+trajectories become supervised data (exactly the tokens an episode sees: observations
+masked out, the oracle's actions weighted 1, via tinker-cookbook's
+`trajectory_to_data`), and N cross-entropy steps run on a fresh LoRA training client.
+The resulting state is saved and RL starts from those weights (tinker-cookbook's
+`load_checkpoint_path`: weights only, fresh optimizer).
+
+Resumable: `warm_start.json` in the run folder records the saved state; a rerun reuses
+it instead of training again (and once RL has a checkpoint, the RL loop resumes from
+that instead). `summary.md` reports whether reward rose (`write_summary`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from piexp.config.schema import RunConfig
+
+console = Console(stderr=True)
+
+WARM_START_FILE = "warm_start.json"
+SUMMARY_FILE = "summary.md"
+
+
+def _sft_datums(trajectories: list[Any]) -> list[Any]:
+    import tinker
+    from tinker_cookbook.rl.data_processing import trajectory_to_data
+
+    datums = []
+    for trajectory in trajectories:
+        for datum in trajectory_to_data(trajectory, 1.0):
+            datums.append(
+                tinker.Datum(
+                    model_input=datum.model_input,
+                    loss_fn_inputs={
+                        "target_tokens": datum.loss_fn_inputs["target_tokens"],
+                        "weights": datum.loss_fn_inputs["mask"],
+                    },
+                )
+            )
+    return datums
+
+
+async def oracle_trajectories(config: RunConfig, sandbox_url: str) -> tuple[list[Any], list[float]]:
+    """Oracle episodes (trajectories, rewards) on the first `warm_start.tasks` train tasks,
+    cycling through the run's train languages."""
+    import asyncio
+
+    from tinker_cookbook.rl.rollouts import do_group_rollout
+
+    from piexp.env.dataset import episode_settings
+    from piexp.env.episode import WorkspaceGroupBuilder, get_run_renderer
+    from piexp.launch.splits import build_splits
+    from piexp.policies import make_policy
+
+    splits = build_splits(config)
+    settings = episode_settings(config, sandbox_url)
+    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+    policy = make_policy(config.warm_start.policy, renderer, [*splits.train, *splits.eval])
+    tasks = list(splits.train)[: config.warm_start.tasks]
+    languages = config.train_languages
+    builders = [
+        WorkspaceGroupBuilder(task=task, language=languages[i % len(languages)], settings=settings, group_size=1)
+        for i, task in enumerate(tasks)
+    ]
+    groups = await asyncio.gather(*(do_group_rollout(builder, policy) for builder in builders))
+    trajectories = [group.trajectories_G[0] for group in groups]
+    rewards = [float(group.get_total_rewards()[0]) for group in groups]
+    return trajectories, rewards
+
+
+async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str | None:
+    """Run the SFT steps (unless done or RL already checkpointed) and return the saved
+    state's `tinker://` path for RL to start from."""
+    import tinker
+    from tinker_cookbook import checkpoint_utils
+
+    record_path = run_dir / WARM_START_FILE
+    if record_path.is_file():
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        if record.get("state_path"):
+            console.print(f"warm start: reusing {record['state_path']} from {record_path.name}")
+            return str(record["state_path"])
+    if checkpoint_utils.get_last_checkpoint(str(run_dir)):
+        return None  # RL already has a checkpoint to resume from
+
+    settings = config.warm_start
+    started = time.monotonic()
+    trajectories, rewards = await oracle_trajectories(config, sandbox_url)
+    datums = _sft_datums(trajectories)
+    if not datums:
+        raise RuntimeError("warm start: the oracle produced no trajectories to imitate")
+    service_client = tinker.ServiceClient(base_url=config.service.base_url)
+    user_metadata: dict[str, str] = {}
+    checkpoint_utils.add_renderer_name_to_user_metadata(user_metadata, config.model.renderer)
+    training_client = await service_client.create_lora_training_client_async(
+        config.model.name, rank=config.model.lora_rank, user_metadata=user_metadata
+    )
+    learning_rate = settings.learning_rate or config.model.learning_rate
+    steps: list[dict[str, Any]] = []
+    for step in range(settings.sft_steps):
+        backward = training_client.forward_backward(datums, "cross_entropy")
+        optim = training_client.optim_step(tinker.AdamParams(learning_rate=learning_rate))
+        result = await backward.result_async()
+        optim_result = await optim.result_async()
+        weights = sum(sum(d.loss_fn_inputs["weights"].tolist()) for d in datums)
+        loss_sum = float(result.metrics.get("loss:sum", float("nan")))
+        if loss_sum != loss_sum:  # no loss metric: compute the mean NLL from the logprobs
+            total = 0.0
+            for datum, output in zip(datums, result.loss_fn_outputs, strict=True):
+                logprobs = output["logprobs"].tolist()
+                total += -sum(lp * w for lp, w in zip(logprobs, datum.loss_fn_inputs["weights"].tolist(), strict=True))
+            loss_sum = total
+        entry = {"step": step, "nll": loss_sum / max(weights, 1.0), **(optim_result.metrics or {})}
+        steps.append(entry)
+        console.print(f"warm start: SFT step {step + 1}/{settings.sft_steps} nll={entry['nll']:.4f}")
+    saved = await (await training_client.save_state_async("warm_start")).result_async()
+    record = {
+        "state_path": saved.path,
+        "sft_steps": settings.sft_steps,
+        "policy": settings.policy,
+        "episodes": len(trajectories),
+        "datums": len(datums),
+        "oracle_mean_reward": sum(rewards) / len(rewards),
+        "steps": steps,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    record_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return str(saved.path)
+
+
+# --------------------------------------------------------------------------- summary
+
+REWARD_KEYS = ("env/all/reward/total", "env/all/reward/total/mean")
+
+
+def _reward_series(run_dir: Path) -> list[tuple[int, float]]:
+    series: list[tuple[int, float]] = []
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return series
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        for key in REWARD_KEYS:
+            if key in row and "step" in row:
+                series.append((int(row["step"]), float(row[key])))
+                break
+    return series
+
+
+def write_summary(run_dir: Path) -> str:
+    """`summary.md`: warm start (if any) and the RL reward per iteration, with whether
+    reward rose (last iteration vs first)."""
+    lines = ["# Run summary", ""]
+    record_path = run_dir / WARM_START_FILE
+    if record_path.is_file():
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        nll = [step["nll"] for step in record.get("steps", [])]
+        lines += [
+            f"## Warm start ({record['sft_steps']} SFT steps on {record['episodes']} {record['policy']} episodes)",
+            "",
+            f"- oracle mean reward on its episodes: {record['oracle_mean_reward']:.3f}",
+            f"- NLL per action token: {' -> '.join(f'{v:.4f}' for v in nll)}" if nll else "- no steps recorded",
+            f"- saved state: `{record['state_path']}`",
+            "",
+        ]
+    series = _reward_series(run_dir)
+    lines += ["## RL reward per iteration", ""]
+    if series:
+        lines += ["| iteration | mean reward |", "| --- | --- |"]
+        lines += [f"| {step} | {reward:.4f} |" for step, reward in series]
+        first, last = series[0][1], series[-1][1]
+        verdict = "rose" if last > first else ("stayed flat" if last == first else "fell")
+        lines += ["", f"Reward {verdict}: {first:.4f} (iteration {series[0][0]}) -> {last:.4f} "
+                  f"(iteration {series[-1][0]})."]  # fmt: skip
+    else:
+        lines += ["No RL iteration logged yet."]
+    text = "\n".join(lines) + "\n"
+    (run_dir / SUMMARY_FILE).write_text(text, encoding="utf-8")
+    return text

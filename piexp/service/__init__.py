@@ -1,0 +1,119 @@
+"""Where training and sampling run: Tinker, a local SkyRL server, or a self-hosted one.
+
+`open_service(config, run_dir)` is the single entry: it yields the run config with
+`service.base_url` and `model.name` resolved for the run, and tears down whatever it
+started. Modules, one job each:
+
+* `local_venv`: the server's own virtual environment (created once, cached);
+* `tiny_model`: the `tiny-local` model folder (random weights, real Qwen3 tokenizer);
+* `compat`: every SkyRL workaround, pinned and version-checked;
+* `local_server`: start / wait / stop of the server process tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+
+from piexp.config.schema import RunConfig
+
+__all__ = ["LOCAL_API_KEY", "open_service", "placeholder_api_key"]
+
+#: What the tinker SDK gets as API key for a local or self-hosted server: it insists on
+#: one (with the ``tml-`` prefix) even when the server checks nothing. Only ever set in
+#: this process's environment for the duration of the run; never written anywhere.
+LOCAL_API_KEY = "tml-local-no-key"
+
+console = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def placeholder_api_key(*, override: bool) -> Iterator[None]:
+    """Set ``TINKER_API_KEY`` to :data:`LOCAL_API_KEY` for the duration (when unset, or
+    always with ``override``) and restore the previous value afterwards."""
+    previous = os.environ.get("TINKER_API_KEY")
+    if override or not (previous or "").strip():
+        os.environ["TINKER_API_KEY"] = LOCAL_API_KEY
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TINKER_API_KEY", None)
+        else:
+            os.environ["TINKER_API_KEY"] = previous
+
+
+def _resolved(config: RunConfig, base_url: str, model_name: str | None = None) -> RunConfig:
+    update = {"service": config.service.model_copy(update={"base_url": base_url})}
+    if model_name is not None:
+        update["model"] = config.model.model_copy(update={"name": model_name})
+    return config.model_copy(update=update)
+
+
+def _model_name(config: RunConfig) -> str:
+    from piexp.service.tiny_model import TINY_LOCAL_NAME, ensure_tiny_model
+
+    if config.model.name == TINY_LOCAL_NAME:
+        path = str(ensure_tiny_model())
+        from tinker_cookbook.tokenizer_utils import register_tokenizer
+
+        from piexp.tokenizer import load_offline_qwen3_tokenizer
+
+        # The thread-safe offline tokenizer for the folder, as for the Qwen3 names.
+        register_tokenizer(path, lambda: load_offline_qwen3_tokenizer(path))
+        return path
+    return config.model.name
+
+
+@contextlib.contextmanager
+def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
+    """Make the configured service usable for this run and yield the resolved config."""
+    service = config.service
+    if service.name == "tinker":
+        from piexp.launch.service import preflight_tinker
+
+        preflight_tinker(service.base_url, service.connect_timeout_s)
+        yield config
+        return
+
+    from piexp.service.compat import SampleIdProxy, check_versions
+
+    if service.name == "selfhosted":
+        from piexp.launch.service import preflight_tinker
+
+        assert service.url is not None
+        with placeholder_api_key(override=False):
+            preflight_tinker(service.url, service.connect_timeout_s)
+            if not service.compat_proxy:
+                yield _resolved(config, service.url.rstrip("/"))
+                return
+            with SampleIdProxy(service.url) as proxy:
+                yield _resolved(config, proxy.url)
+        return
+
+    # service=local
+    from piexp.service.local_server import LocalServer
+    from piexp.service.local_venv import ensure_server_venv, server_versions, venv_python
+
+    venv = ensure_server_venv()
+    check_versions(server_versions(venv))
+    model_name = _model_name(config)
+    server = LocalServer(
+        python=venv_python(venv),
+        base_model=model_name,
+        state_dir=run_dir / "local_service",
+        max_lora_rank=max(config.model.lora_rank, 8),
+        start_timeout_s=service.start_timeout_s,
+    )
+    with console.status("starting the local SkyRL server"):
+        server.start()
+    try:
+        console.print(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
+        with placeholder_api_key(override=True), SampleIdProxy(server.url) as proxy:
+            yield _resolved(config, proxy.url, model_name)
+    finally:
+        server.stop()

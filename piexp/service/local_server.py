@@ -1,0 +1,194 @@
+"""Start SkyRL's Tinker API server + engine on loopback, wait until it answers, stop it.
+
+The server runs from the server venv's own interpreter through the launcher in
+``compat.py``; the API server starts the engine as its child. Both are in a new
+process group (``start_new_session``) so stopping kills the whole group, and both ask
+the kernel for SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), so no orphan is
+left even if piexp is killed with SIGKILL. Server state (sqlite database, checkpoints)
+lives in ``state_dir``; keeping it in the run folder is what lets a rerun resume from
+the ``tinker://`` checkpoints recorded there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from piexp.errors import ServiceUnavailableError
+
+__all__ = ["LocalServer", "free_port", "local_server"]
+
+HEALTH_PATH = "/api/v1/healthz"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(url: str, timeout_s: float = 2.0) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url + HEALTH_PATH, timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields: state, ppid, pgrp, ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return sorted(members)
+
+
+@dataclass
+class LocalServer:
+    """One server process tree. ``start()`` returns once the API answers."""
+
+    python: Path
+    base_model: str
+    state_dir: Path
+    max_lora_rank: int = 32
+    max_lora_adapters: int = 16
+    # One sequence per micro-batch: with Qwen3's 152k vocabulary a [batch, 4096, vocab]
+    # logits block is 2.5 GB per sequence in float32, which a whole batch on a CPU
+    # machine's memory cannot hold.
+    train_micro_batch_size: int = 1
+    start_timeout_s: float = 180.0
+    host: str = "127.0.0.1"
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    start_s: float | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "server.log"
+
+    def command(self, launcher: Path) -> list[str]:
+        import json
+
+        backend = {
+            "max_lora_adapters": self.max_lora_adapters,
+            "max_lora_rank": self.max_lora_rank,
+            "train_micro_batch_size": self.train_micro_batch_size,
+        }
+        return [
+            str(self.python), str(launcher), "api", "--host", self.host, "--port", str(self.port),
+            "--base-model", self.base_model, "--backend", "jax", "--backend-config", json.dumps(backend),
+            "--checkpoints-base", str(self.state_dir / "checkpoints"),
+            "--database-url", f"sqlite:///{self.state_dir / 'tinker.db'}",
+        ]  # fmt: skip
+
+    def start(self) -> LocalServer:
+        from piexp.service.compat import write_launcher
+
+        if threading.current_thread() is not threading.main_thread():
+            # PR_SET_PDEATHSIG fires when the *thread* that started the child exits.
+            raise RuntimeError("start the local server from the main thread")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        launcher = write_launcher(self.state_dir)
+        self.port = self.port or free_port(self.host)
+        env = {
+            **os.environ,
+            "PIEXP_SERVER_PARENT_PID": str(os.getpid()),
+            "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("TINKER_API_KEY", None)  # the server needs no key; never hand a real one on
+        started = time.monotonic()
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        try:
+            self.process = subprocess.Popen(
+                self.command(launcher), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.state_dir, env=env, start_new_session=True,
+            )  # fmt: skip
+        finally:
+            log.close()
+        deadline = started + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self._log_tail()
+                self.stop()
+                raise ServiceUnavailableError(
+                    f"The local SkyRL server exited during start-up (exit {self.process.returncode}); "
+                    f"log {self.log_path}: ...{tail}"
+                )
+            if _answers(self.url):
+                self.start_s = time.monotonic() - started
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise ServiceUnavailableError(
+            f"The local SkyRL server did not answer within {self.start_timeout_s:g} s "
+            f"(service.start_timeout_s); log {self.log_path}: ...{self._log_tail()}"
+        )
+
+    def _log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def pids(self) -> list[int]:
+        """The server's live processes (API server and engine: its process group), for
+        tests and memory figures."""
+        if self.process is None:
+            return []
+        return _group_members(self.process.pid)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL what is left after ``grace_s``."""
+        process = self.process
+        if process is None:
+            return
+        pgid = process.pid  # start_new_session: the group id is the leader's pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(5)
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def local_server(**kwargs) -> Iterator[LocalServer]:  # type: ignore[no-untyped-def]
+    server = LocalServer(**kwargs)
+    try:
+        yield server.start()
+    finally:
+        server.stop()

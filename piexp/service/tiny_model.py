@@ -1,0 +1,84 @@
+"""`model=tiny-local`: a random-weight 2-layer Qwen3 with the real (offline) Qwen3 tokenizer.
+
+It exists so that `service=local` can train offline and fast on a CPU: the weights are
+random (seeded, so every machine builds the same model), but the tokenizer is the real
+Qwen3 one, so the `qwen3` renderer, the Pi tool-call format and the parser are exercised
+exactly as with a real Qwen3. Built once (a few seconds, ~50 MB) into piexp's cache with
+transformers + torch from piexp's own environment; the folder is used as `base_model`
+by the server and as `model_name` by tinker-cookbook (which loads a local path).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TINY_LOCAL_NAME", "TINY_QWEN3_CONFIG", "ensure_tiny_model", "tiny_model_dir"]
+
+TINY_LOCAL_NAME = "tiny-local"
+SEED = 0
+
+#: Qwen3 architecture at toy size; vocabulary and special ids are Qwen3's.
+TINY_QWEN3_CONFIG: dict[str, Any] = {
+    "vocab_size": 151936,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 32768,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "pad_token_id": 151643,
+}
+
+_MARKER = "piexp_tiny_model.json"
+_FORMAT_VERSION = 1
+
+
+def tiny_model_dir() -> Path:
+    from piexp.tokenizer import piexp_cache_dir
+
+    return piexp_cache_dir() / "models" / TINY_LOCAL_NAME
+
+
+def _expected_marker() -> dict[str, Any]:
+    return {"format_version": _FORMAT_VERSION, "seed": SEED, "config": TINY_QWEN3_CONFIG}
+
+
+def _is_complete(path: Path) -> bool:
+    try:
+        marker = json.loads((path / _MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return marker == _expected_marker() and (path / "model.safetensors").is_file()
+
+
+def ensure_tiny_model() -> Path:
+    """The tiny model folder, built (atomically) if missing or from another recipe."""
+    target = tiny_model_dir()
+    if _is_complete(target):
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from piexp.tokenizer import offline_qwen3_tokenizer_dir
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}.building")
+    shutil.rmtree(staging, ignore_errors=True)
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**TINY_QWEN3_CONFIG), dtype=torch.float32)
+    model.save_pretrained(staging)
+    tokenizer_dir = offline_qwen3_tokenizer_dir()
+    for source in tokenizer_dir.iterdir():
+        if source.name.startswith("tokenizer") or source.name in ("special_tokens_map.json",):
+            shutil.copy(source, staging / source.name)
+    (staging / _MARKER).write_text(json.dumps(_expected_marker(), indent=2), encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target

@@ -1,0 +1,42 @@
+"""The SkyRL server venv for the tests that run a real server.
+
+It is created on first use by piexp's own code (with its progress display), or ahead of
+time by `scripts/setup.sh`. Tests that need it are skipped, with the reason stated, only
+when it cannot be created because the package index is unreachable; any other failure
+to create it fails the tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _pypi_reachable() -> bool:
+    import httpx
+
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    try:
+        return httpx.get(f"{index}/skyrl/", timeout=10, follow_redirects=True).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def server_venv() -> Path:
+    from piexp.service.local_venv import ServerVenvError, ensure_server_venv
+
+    try:
+        return ensure_server_venv()
+    except ServerVenvError as error:
+        if _pypi_reachable():
+            raise
+        pytest.skip(f"the SkyRL server venv cannot be created here: PyPI is unreachable ({error})")
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    from piexp.service.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model()

@@ -1,0 +1,163 @@
+"""Fast tests of the SkyRL workarounds (no server venv needed): the proxy adds
+`sample_sequence_ids`, maps create-via-load, the version check refuses other versions,
+and the launcher's stand-ins are only what it claims."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from piexp.service import LOCAL_API_KEY, placeholder_api_key
+from piexp.service.compat import (
+    SKYRL_VERSION,
+    TINKER_SDK_VERSION,
+    CompatVersionError,
+    SampleIdProxy,
+    add_sample_sequence_ids,
+    check_versions,
+    write_launcher,
+)
+
+
+def test_adds_one_id_per_requested_sample() -> None:
+    reply = {"request_id": "7", "model_id": None}
+    fixed = add_sample_sequence_ids(json.dumps({"num_samples": 3, "seq_id": 5}).encode(), reply)
+    assert fixed["sample_sequence_ids"] == ["7:5-0", "7:5-1", "7:5-2"]
+    assert len(set(fixed["sample_sequence_ids"])) == 3
+
+
+def test_keeps_ids_the_server_sent_and_odd_bodies() -> None:
+    reply = {"request_id": "1", "sample_sequence_ids": ["a"]}
+    assert add_sample_sequence_ids(b'{"num_samples": 1}', reply) is reply
+    assert add_sample_sequence_ids(b"not json", {"request_id": "1"}) == {"request_id": "1"}
+    assert add_sample_sequence_ids(b"{}", "text") == "text"
+
+
+def test_version_check_accepts_the_pins_only() -> None:
+    check_versions({"skyrl": SKYRL_VERSION}, sdk_version=TINKER_SDK_VERSION)
+    with pytest.raises(CompatVersionError, match="skyrl 0.5.0.*expected 0.4.0"):
+        check_versions({"skyrl": "0.5.0"}, sdk_version=TINKER_SDK_VERSION)
+    with pytest.raises(CompatVersionError, match="tinker SDK 0.39.0"):
+        check_versions({"skyrl": SKYRL_VERSION}, sdk_version="0.39.0")
+    with pytest.raises(CompatVersionError, match="not installed"):
+        check_versions({"skyrl": None}, sdk_version=TINKER_SDK_VERSION)
+
+
+def test_installed_sdk_is_the_pinned_one() -> None:
+    """piexp's own environment must carry the SDK the workarounds were made for."""
+    from importlib.metadata import version
+
+    assert version("tinker") == TINKER_SDK_VERSION
+
+
+def test_launcher_is_written_once_and_compiles(tmp_path) -> None:
+    path = write_launcher(tmp_path)
+    assert path == write_launcher(tmp_path)
+    source = path.read_text()
+    compile(source, str(path), "exec")
+    assert f'EXPECTED_SKYRL = "{SKYRL_VERSION}"' in source
+    assert "import piexp" not in source  # runs in the server venv, without piexp
+
+
+def test_placeholder_key_is_restored(monkeypatch) -> None:
+    monkeypatch.setenv("TINKER_API_KEY", "tml-real-user-key")
+    import os
+
+    with placeholder_api_key(override=True):
+        assert os.environ["TINKER_API_KEY"] == LOCAL_API_KEY
+    assert os.environ["TINKER_API_KEY"] == "tml-real-user-key"
+    monkeypatch.delenv("TINKER_API_KEY")
+    with placeholder_api_key(override=False):
+        assert os.environ["TINKER_API_KEY"] == LOCAL_API_KEY
+    assert "TINKER_API_KEY" not in os.environ
+
+
+# --------------------------------------------------------------------------- the proxy
+
+
+class FakeSkyrl:
+    """A stand-in upstream: answers asample without ids and records what it got."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, bytes]] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._ready = threading.Event()
+
+    async def _handle(self, request):  # type: ignore[no-untyped-def]
+        from aiohttp import web
+
+        body = await request.read()
+        self.seen.append((request.method, request.path, body))
+        if request.path == "/api/v1/asample":
+            return web.json_response({"request_id": "42", "model_id": None})
+        if request.path.startswith("/api/v1/training_runs/"):
+            return web.json_response({"training_run_id": "model_src", "base_model": "m", "lora_rank": 8})
+        if request.path == "/api/v1/create_model":
+            return web.json_response({"model_id": "model_new", "base_model": "m", "request_id": "1"})
+        if request.path == "/api/v1/load_weights":
+            return web.json_response({"request_id": "2", "model_id": json.loads(body)["model_id"]})
+        return web.json_response({"echo": json.loads(body) if body else None})
+
+    def _serve(self) -> None:
+        from aiohttp import web
+
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> FakeSkyrl:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+@pytest.fixture()
+def proxied() -> Iterator[tuple[FakeSkyrl, SampleIdProxy]]:
+    upstream = FakeSkyrl().start()
+    with SampleIdProxy(f"http://127.0.0.1:{upstream.port}") as proxy:
+        yield upstream, proxy
+    upstream.stop()
+
+
+def test_proxy_adds_ids_to_asample_and_passes_the_rest(proxied) -> None:
+    import httpx
+
+    upstream, proxy = proxied
+    reply = httpx.post(proxy.url + "/api/v1/asample", json={"num_samples": 2, "seq_id": 0}).json()
+    assert reply["sample_sequence_ids"] == ["42:0-0", "42:0-1"]
+    other = httpx.post(proxy.url + "/api/v1/optim_step", json={"model_id": "x"}).json()
+    assert other == {"echo": {"model_id": "x"}}
+    assert proxy.rewritten == 1
+    assert [path for _, path, _ in upstream.seen] == ["/api/v1/asample", "/api/v1/optim_step"]
+
+
+def test_proxy_turns_create_via_load_into_create_then_load(proxied) -> None:
+    import httpx
+
+    upstream, proxy = proxied
+    request = {"session_id": "s1", "model_seq_id": 3, "path": "tinker://model_src/weights/ck", "optimizer": True}
+    reply = httpx.post(proxy.url + "/api/v1/load_weights", json=request).json()
+    assert reply["model_id"] == "s1:train:3"  # the id the SDK derives
+    paths = [path for _, path, _ in upstream.seen]
+    assert paths == ["/api/v1/training_runs/model_src", "/api/v1/create_model", "/api/v1/load_weights"]
+    created = json.loads(upstream.seen[1][2])
+    assert created["lora_config"] == {"rank": 8} and created["session_id"] == "s1"
+    # Later requests under the SDK's id reach skyrl's id, and replies map back.
+    echo = httpx.post(proxy.url + "/api/v1/optim_step", json={"model_id": "s1:train:3"}).json()
+    assert echo == {"echo": {"model_id": "model_new"}}

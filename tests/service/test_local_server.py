@@ -1,0 +1,84 @@
+"""The local server starts on loopback, answers, and leaves no process behind: neither
+after stop() nor when the process that started it is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie awaiting its reaper counts as gone
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 20) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if _alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.2)
+    return [pid for pid in pids if _alive(pid)]
+
+
+def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
+    import httpx
+
+    from piexp.service.local_server import LocalServer
+    from piexp.service.local_venv import venv_python
+
+    server = LocalServer(python=venv_python(server_venv), base_model=str(tiny_model), state_dir=tmp_path)
+    with server:
+        assert server.url.startswith("http://127.0.0.1:")
+        assert httpx.get(server.url + "/api/v1/healthz", timeout=5).status_code == 200
+        deadline = time.monotonic() + 30
+        while len(server.pids()) < 2 and time.monotonic() < deadline:  # API server + engine
+            time.sleep(0.2)
+        pids = server.pids()
+        assert len(pids) >= 2
+    assert _wait_gone(pids) == []
+
+
+def test_killed_parent_takes_the_server_along(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG: SIGKILL the piexp process; API server and engine die too."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from piexp.service.local_server import LocalServer
+        server = LocalServer(python=Path({str(server_venv / 'bin' / 'python')!r}),
+                             base_model={str(tiny_model)!r}, state_dir=Path({str(tmp_path)!r})).start()
+        deadline = time.monotonic() + 30
+        while len(server.pids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        print(" ".join(map(str, server.pids())), flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        line = parent.stdout.readline() if parent.stdout else ""
+        pids = [int(pid) for pid in line.split()]
+        assert len(pids) >= 2, f"server did not come up: {line!r}"
+        assert all(_alive(pid) for pid in pids)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    assert _wait_gone(pids) == [], "server processes outlived their parent"

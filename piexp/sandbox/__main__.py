@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-file-size-mb", type=int, default=d.max_file_size_mb)
     p.add_argument("--max-open-files", type=int, default=d.max_open_files)
     p.add_argument("--work-dir", default=d.work_dir)
+    p.add_argument("--prespawn", type=int, default=d.prespawn,
+                   help="sandboxes per language started ahead of requests (0: none)")
     p.add_argument("--no-cgroups", action="store_true", help="limit memory/processes with rlimits only")
     p.add_argument("--allow-unisolated", action="store_true", help="run without bubblewrap (unsafe)")
     p.add_argument("--die-with-parent", action="store_true", help="exit when the parent process dies")
@@ -49,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_unisolated=args.allow_unisolated,
         use_cgroups=not args.no_cgroups,
         work_dir=args.work_dir,
+        prespawn=args.prespawn,
     )
     try:
         serve(args.host, args.port, settings)

@@ -91,6 +91,8 @@ class EmbeddedSandbox:
             argv += ["--work-dir", s.work_dir]
         if not s.use_cgroups:
             argv.append("--no-cgroups")
+        if s.prespawn:
+            argv += ["--prespawn", str(s.prespawn)]
         if s.allow_unisolated:
             argv.append("--allow-unisolated")
         return argv

@@ -33,6 +33,7 @@ Choices and why:
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
 import functools
@@ -64,6 +65,7 @@ _ETC_ENTRIES = (
 )
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -72,6 +74,17 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - non-Linux
+        pass
+
+
+def set_child_subreaper() -> None:
+    """Make orphaned descendants (a sandbox's init, once the outer bwrap has exited) be
+    reparented to this process rather than the host's init, so the runner can reap them
+    as soon as they exit (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - non-Linux
         pass
 
@@ -371,16 +384,33 @@ class CgroupLimiter:
                 except OSError as exc:
                     if exc.errno == errno.ENOENT:
                         break
-                    try:
-                        with open(os.path.join(d, "cgroup.procs")) as f:
-                            for pid in f.read().split():
-                                try:
-                                    os.kill(int(pid), signal.SIGKILL)
-                                except (ProcessLookupError, ValueError):
-                                    pass
-                    except OSError:
-                        pass
+                    self._kill_members(d)
                     time.sleep(0.01)
+
+    async def aremove(self, dirs: list[str]) -> None:
+        """`remove` for the event loop: never blocks it while a cgroup drains."""
+        for d in dirs:
+            for attempt in range(200):
+                try:
+                    os.rmdir(d)
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.ENOENT:
+                        break
+                    self._kill_members(d)
+                    await asyncio.sleep(0.001 * min(16, 1 << attempt))
+
+    @staticmethod
+    def _kill_members(d: str) -> None:
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                for pid in f.read().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+        except OSError:
+            pass
 
     def close(self) -> None:
         for parent in self.parents.values():

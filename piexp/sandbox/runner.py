@@ -220,6 +220,45 @@ async def _read_child_pid(fd: int) -> Optional[int]:
     return int(pid) if isinstance(pid, int) and pid > 0 else None
 
 
+_SETUP_TIMEOUT_S = 30.0  # bwrap reports its init's pid within ms; this only bounds a hang
+
+
+@dataclass(eq=False)
+class _Held:
+    """One sandbox from start to disposal: its run dir and cgroups, and bwrap held at
+    --block-fd (or, unisolated, the command to start at release)."""
+
+    run_dir: str
+    limits: isolation.Limits
+    language: str
+    memory_mb: int
+    stdin_pipe: bool
+    cgroup_dirs: list[str] = field(default_factory=list)
+    proc: Optional[asyncio.subprocess.Process] = None
+    child: Optional[int] = None  # the sandbox init's pid (as seen here)
+    pidfd: int = -1
+    block_w: int = -1
+    error: Optional[str] = None
+    pooled: bool = True
+    command: Optional[list[str]] = None  # unisolated only
+    unisolated_kwargs: dict = field(default_factory=dict)
+
+
+async def _wait_readable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+
+
 @dataclass
 class Runner:
     """Runs requests under the given settings. Holds the resolved runtimes, the bwrap
@@ -229,6 +268,10 @@ class Runner:
     bwrap: Optional[str] = None
     cgroups: Optional[isolation.CgroupLimiter] = None
     runtimes: dict[str, Optional[isolation.Runtime]] = field(default_factory=dict)
+    _pool: dict[str, list[_Held]] = field(default_factory=dict)  # pre-started sandboxes
+    _filling: dict[str, int] = field(default_factory=dict)
+    _background: set = field(default_factory=set)
+    _closed: bool = False
 
     @classmethod
     def create(cls, settings: SandboxSettings) -> "Runner":
@@ -244,10 +287,15 @@ class Runner:
                 "model-written programs run with this server's privileges and filesystem"
             )
         cgroups = isolation.CgroupLimiter.detect() if settings.use_cgroups else None
+        if bwrap is not None:
+            # A sandbox's init outlives the outer bwrap by a moment; as a subreaper this
+            # process reaps it itself (see `_dispose`), instead of waiting for the host's
+            # init to, before the run's cgroups can be removed.
+            isolation.set_child_subreaper()
         runtimes = {lang: isolation.resolve_runtime(spec.binary) for lang, spec in LANGUAGES.items()}
         log.info(
-            "sandbox runner: bwrap=%s cgroups=%s runtimes=%s",
-            bwrap, cgroups.kind if cgroups else None,
+            "sandbox runner: bwrap=%s cgroups=%s prespawn=%d runtimes=%s",
+            bwrap, cgroups.kind if cgroups else None, settings.prespawn,
             {k: (v.binary if v else None) for k, v in runtimes.items()},
         )
         return cls(settings=settings, bwrap=bwrap, cgroups=cgroups, runtimes=runtimes)
@@ -315,41 +363,32 @@ class Runner:
             return sandbox_error(f"refused: {exc}")
         except (binascii.Error, ValueError) as exc:
             return sandbox_error(f"refused: a file is not valid base64 ({exc})")
+        payload[spec.code_file] = req.code.encode("utf-8", errors="surrogatepass")
 
         timeout = float(req.run_timeout) if req.run_timeout and req.run_timeout > 0 else 10.0
         timeout = min(timeout, s.max_run_timeout_s)
         memory_mb = req.memory_limit_MB if req.memory_limit_MB and req.memory_limit_MB > 0 else s.default_memory_limit_mb
+        cpu = s.cpu_time_s if s.cpu_time_s is not None else timeout + 1
+        t.mark("parse")
 
-        run_dir = tempfile.mkdtemp(prefix="piexp-sbx-", dir=s.work_dir)
-        cgroup_dirs: list[str] = []
-        try:
-            os.chmod(run_dir, 0o755)
-            try:
-                for rel, data in payload.items():
-                    write_file(run_dir, rel, data)
-                write_file(run_dir, spec.code_file, req.code.encode("utf-8", errors="surrogatepass"))
-            except OSError as exc:
-                return sandbox_error(f"could not write the run's files: {exc}")
-            self._give_to_sandbox_user(run_dir)
-
+        held = self._take_prespawned(req.language, memory_mb)
+        if held is not None:
+            limits = dataclasses.replace(held.limits, cpu_time_s=max(1, math.ceil(cpu)))
+            t.mark("prespawned")
+        else:
             command, limits = self._command(req.language, runtime, memory_mb)
-            cpu = s.cpu_time_s if s.cpu_time_s is not None else timeout + 1
             limits = dataclasses.replace(limits, cpu_time_s=max(1, math.ceil(cpu)))
-            t.mark("files")
-            if self.cgroups is not None:
-                try:
-                    cgroup_dirs = self.cgroups.create(memory_mb << 20, s.max_processes)
-                except OSError as exc:
-                    log.warning("could not create a cgroup for a run (%s); rlimits only", exc)
-                    cgroup_dirs = []
-                    if self.cgroups.limits_memory:
-                        command, limits2 = self._command_without_cgroup(req.language, runtime, memory_mb)
-                        limits = dataclasses.replace(limits2, cpu_time_s=limits.cpu_time_s)
-                t.mark("cgroup")
-            result = await self._spawn(run_dir, runtime, command, limits, cgroup_dirs, req.stdin, timeout, t)
+            held = await self._prepare(req.language, runtime, command, limits, memory_mb, req.stdin is not None, t)
+            if isinstance(held, RunCodeResponse):
+                return held
+            limits = held.limits
+        try:
+            result = await self._execute(held, payload, limits, req.stdin, timeout, t)
+            if isinstance(result, RunCodeResponse):
+                return result
             files: dict[str, str] = {}
             for rel in fetch:
-                data = read_file(run_dir, rel, s.fetch_file_cap_bytes)
+                data = read_file(held.run_dir, rel, s.fetch_file_cap_bytes)
                 if data is not None:
                     files[rel] = base64.b64encode(data).decode("ascii")
             ok = result.status == CommandRunStatus.finished and result.return_code == 0
@@ -360,9 +399,7 @@ class Runner:
             )
         finally:
             t.mark("fetch")
-            if self.cgroups is not None and cgroup_dirs:
-                self.cgroups.remove(cgroup_dirs)
-            _rmtree(run_dir)
+            await self._dispose(held)
             t.mark("cleanup")
 
     def _command_without_cgroup(self, language, runtime, memory_mb):
@@ -385,88 +422,129 @@ class Runner:
         except OSError:
             pass
 
-    async def _spawn(self, run_dir, runtime, command, limits, cgroup_dirs, stdin, timeout, t: Timings) -> CommandRunResult:
-        cap = self.settings.output_cap_bytes
-        start = time.monotonic()
-        stdin_mode = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
-        pipes = dict(stdin=stdin_mode, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        info_r = block_w = -1
+    # ------------------------------------------------------------------ held sandboxes
+
+    async def _prepare(self, language, runtime, command, limits, memory_mb, stdin_pipe, t: Timings):
+        """Create the run dir and cgroups, start bwrap and wait until its init is held
+        at --block-fd, then confine the init (cgroups, rlimits). No program file exists
+        yet: should this server die before the release, the init reads EOF on the block
+        fd and its program fails to start for want of a file. Returns a `_Held`, or a
+        SandboxError response."""
+        s = self.settings
+        run_dir = tempfile.mkdtemp(prefix="piexp-sbx-", dir=s.work_dir)
+        held = _Held(run_dir=run_dir, limits=limits, language=language, memory_mb=memory_mb, stdin_pipe=stdin_pipe)
         try:
-            if self.bwrap is not None:
-                # No preexec_fn: CPython then spawns with vfork+exec. Limits and cgroups
-                # are applied to the sandbox's init while bwrap holds it at --block-fd.
-                info_r, info_w = os.pipe()
-                block_r, block_w = os.pipe()
+            os.chmod(run_dir, 0o755)
+            self._give_to_sandbox_user(run_dir)
+            if self.cgroups is not None:
                 try:
-                    # Read-write, so the init never reads EOF (and starts the program
-                    # unconfined) if this server dies before releasing it.
-                    block_rw = os.open(f"/proc/self/fd/{block_r}", os.O_RDWR | os.O_CLOEXEC)
-                finally:
-                    os.close(block_r)
+                    held.cgroup_dirs = self.cgroups.create(memory_mb << 20, s.max_processes)
+                except OSError as exc:
+                    log.warning("could not create a cgroup for a run (%s); rlimits only", exc)
+                    if self.cgroups.limits_memory:
+                        command, limits2 = self._command_without_cgroup(language, runtime, memory_mb)
+                        held.limits = limits = dataclasses.replace(limits2, cpu_time_s=limits.cpu_time_s)
+                # A pre-started sandbox must be confined exactly like a cold one.
+                held.pooled = bool(held.cgroup_dirs) or not self.cgroups.limits_memory
+            t.mark("cgroup")
+            stdin_mode = asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL
+            pipes = dict(stdin=stdin_mode, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            if self.bwrap is None:
+                # Unisolated (allow_unisolated): a plain child, limits set in preexec.
+                held.command = command
+                held.unisolated_kwargs = dict(
+                    **pipes, env={**isolation.bwrap_env(), "HOME": run_dir}, cwd=run_dir,
+                    start_new_session=True, close_fds=True,
+                )
+                return held
+            # No preexec_fn: CPython then spawns with vfork+exec. Limits and cgroups are
+            # applied to the sandbox's init while bwrap holds it at --block-fd.
+            info_r, info_w = os.pipe()
+            block_r, held.block_w = os.pipe()
+            try:
+                argv = isolation.build_bwrap_argv(
+                    self.bwrap, run_dir, command, runtime, s.tmpfs_size_mb, info_fd=info_w, block_fd=block_r,
+                )
                 try:
-                    argv = isolation.build_bwrap_argv(
-                        self.bwrap, run_dir, command, runtime, self.settings.tmpfs_size_mb,
-                        info_fd=info_w, block_fd=block_rw,
-                    )
-                    proc = await asyncio.create_subprocess_exec(
+                    held.proc = await asyncio.create_subprocess_exec(
                         *argv, **pipes, env=isolation.bwrap_env(),
-                        start_new_session=True, close_fds=True, pass_fds=(info_w, block_rw),
+                        start_new_session=True, close_fds=True, pass_fds=(info_w, block_r),
                     )
                 finally:
                     os.close(info_w)
-                    os.close(block_rw)
-            else:
-                proc = await asyncio.create_subprocess_exec(
-                    *command, **pipes, env={**isolation.bwrap_env(), "HOME": run_dir}, cwd=run_dir,
-                    start_new_session=True, close_fds=True,
-                    preexec_fn=isolation.make_preexec(limits, cgroup_dirs),
-                )
+                    os.close(block_r)
+                t.mark("spawn")
+                try:
+                    held.child = await asyncio.wait_for(_read_child_pid(info_r), _SETUP_TIMEOUT_S)
+                except asyncio.TimeoutError:
+                    held.error = "the sandbox did not start in time"
+            finally:
+                os.close(info_r)
+            if held.child is not None:
+                try:
+                    held.pidfd = os.pidfd_open(held.child)
+                except (AttributeError, OSError):
+                    held.pidfd = -1
+                try:
+                    isolation.confine_blocked_child(held.child, limits, held.cgroup_dirs)
+                except OSError as exc:
+                    # Never release a sandbox we could not confine.
+                    held.error = f"could not apply the run's limits: {exc}"
+            # else bwrap failed before it cloned (its stderr says why) or timed out.
+            t.mark("confine")
+            return held
         except (OSError, subprocess.SubprocessError) as exc:
-            for fd in (info_r, block_w):
-                if fd >= 0:
-                    os.close(fd)
-            return CommandRunResult(status=CommandRunStatus.error, execution_time=0.0, stderr=f"could not start: {exc}")
-        t.mark("spawn")
+            await self._dispose(held)
+            return sandbox_error(f"could not start the sandbox: {exc}")
+        except BaseException:
+            await self._dispose(held)
+            raise
 
+    async def _execute(self, held: "_Held", payload: dict[str, bytes], limits, stdin, timeout, t: Timings):
+        """Write the run's files into the held sandbox, set this request's limits, release
+        it and run the program to its end (or the time limit)."""
+        cap = self.settings.output_cap_bytes
+        try:
+            for rel, data in payload.items():
+                write_file(held.run_dir, rel, data)
+        except OSError as exc:
+            return sandbox_error(f"could not write the run's files: {exc}")
+        if held.proc is None and held.command is not None:  # unisolated
+            try:
+                held.proc = await asyncio.create_subprocess_exec(
+                    *held.command, **held.unisolated_kwargs,
+                    preexec_fn=isolation.make_preexec(limits, held.cgroup_dirs),
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return CommandRunResult(status=CommandRunStatus.error, execution_time=0.0, stderr=f"could not start: {exc}")
+        proc = held.proc
+        if held.error is None and held.child is not None and limits != held.limits:
+            try:  # a pre-started sandbox: this request's CPU time limit
+                isolation.confine_blocked_child(held.child, limits, [])
+            except OSError as exc:
+                held.error = f"could not apply the run's limits: {exc}"
+        t.mark("files")
+        start = time.monotonic()
         out_task = asyncio.ensure_future(_drain(proc.stdout, cap))
         err_task = asyncio.ensure_future(_drain(proc.stderr, cap))
         feeder = None
         timed_out = False
-        confine_error: Optional[str] = None
         try:
-            if info_r >= 0:
-                try:
-                    child = await asyncio.wait_for(_read_child_pid(info_r), timeout)
-                    if child is not None:
-                        # Held at --block-fd: confine it, then let it start the program.
-                        isolation.confine_blocked_child(child, limits, cgroup_dirs)
-                        os.write(block_w, b"1")
-                    # else bwrap failed before it cloned: its stderr says why.
-                except asyncio.TimeoutError:
-                    timed_out = True
-                except OSError as exc:
-                    # Never release a sandbox we could not confine.
-                    confine_error = f"could not apply the run's limits: {exc}"
-                finally:
-                    os.close(info_r)
-                    os.close(block_w)
-                    info_r = block_w = -1
-                t.mark("confine")
-            if not timed_out and confine_error is None:
+            if held.block_w >= 0:
+                if held.error is None and held.child is not None:
+                    os.write(held.block_w, b"1")  # let the init start the program
+                os.close(held.block_w)
+                held.block_w = -1
+            if held.error is None:
                 feeder = asyncio.ensure_future(self._feed(proc, stdin))
-                remaining = max(0.0, timeout - (time.monotonic() - start))
                 try:
-                    await asyncio.wait_for(proc.wait(), remaining)
+                    await asyncio.wait_for(proc.wait(), timeout)
                 except asyncio.TimeoutError:
                     timed_out = True
         finally:
-            # Always kill the group: if the program exited normally this is a no-op,
-            # on time-out, cancellation or a failed confinement it takes the whole
-            # sandbox down.
+            # Always kill the group: if the program exited normally this is a no-op, on
+            # time-out, cancellation or a failed confinement it takes the sandbox down.
             isolation.kill_process_group(proc.pid)
-            for fd in (info_r, block_w):
-                if fd >= 0:
-                    os.close(fd)
             if proc.returncode is None:
                 try:
                     await asyncio.wait_for(proc.wait(), 5)
@@ -483,10 +561,10 @@ class Runner:
         stdout, out_total = out_task.result() if out_task in done else (b"", 0)
         stderr, err_total = err_task.result() if err_task in done else (b"", 0)
         t.mark("drain")
-        if confine_error is not None:
+        if held.error is not None:
             return CommandRunResult(
                 status=CommandRunStatus.error, execution_time=round(elapsed, 6),
-                stderr=f"{confine_error}\n{_decode(stderr)}",
+                stderr=f"{held.error}\n{_decode(stderr)}",
             )
         stdout_s, stderr_s = _decode(stdout), _decode(stderr)
         if out_total > cap:
@@ -500,6 +578,100 @@ class Runner:
             stdout=stdout_s,
             stderr=stderr_s,
         )
+
+    async def _dispose(self, held: "_Held") -> None:
+        """Kill whatever is left of a held sandbox and remove its run dir and cgroups.
+        Waits for the sandbox's init (and so its whole pid namespace) to be gone, and
+        reaps it (the server is a child subreaper), so the cgroups are empty at once."""
+        if held.block_w >= 0:
+            os.close(held.block_w)  # an unreleased init reads EOF: no program file, it exits
+            held.block_w = -1
+        proc = held.proc
+        if proc is not None:
+            isolation.kill_process_group(proc.pid)
+            if proc.returncode is None:
+                try:
+                    await asyncio.wait_for(proc.wait(), 5)
+                except asyncio.TimeoutError:  # pragma: no cover
+                    log.error("bwrap pid %d did not die after SIGKILL", proc.pid)
+        if held.pidfd >= 0:
+            try:
+                await asyncio.wait_for(_wait_readable(held.pidfd), 5)
+            except asyncio.TimeoutError:  # pragma: no cover
+                log.error("sandbox init %s did not exit", held.child)
+            os.close(held.pidfd)
+            held.pidfd = -1
+            try:
+                os.waitpid(held.child, os.WNOHANG)
+            except ChildProcessError:
+                pass  # not reparented to us (not a subreaper): init reaps it
+        if self.cgroups is not None and held.cgroup_dirs:
+            await self.cgroups.aremove(held.cgroup_dirs)
+            held.cgroup_dirs = []
+        if held.run_dir:
+            _rmtree(held.run_dir)
+            held.run_dir = ""
+
+    def _take_prespawned(self, language: str, memory_mb: int) -> Optional["_Held"]:
+        """A pre-started sandbox for `language` (default memory limit only, since node's
+        command line depends on it), and start its replacement in the background."""
+        if self.settings.prespawn <= 0 or self.bwrap is None or memory_mb != self.settings.default_memory_limit_mb:
+            return None
+        pool = self._pool.setdefault(language, [])
+        held = None
+        while pool:
+            cand = pool.pop(0)
+            if cand.error is None and cand.child is not None and cand.proc is not None and cand.proc.returncode is None:
+                held = cand
+                break
+            self._spawn_background(self._dispose(cand))
+        self._refill(language)
+        return held
+
+    def _refill(self, language: str) -> None:
+        want = self.settings.prespawn - len(self._pool.get(language, [])) - self._filling.get(language, 0)
+        for _ in range(max(0, want)):
+            self._filling[language] = self._filling.get(language, 0) + 1
+            self._spawn_background(self._prespawn_one(language))
+
+    async def _prespawn_one(self, language: str) -> None:
+        try:
+            runtime = self.runtimes.get(language)
+            if runtime is None or self._closed:
+                return
+            s = self.settings
+            command, limits = self._command(language, runtime, s.default_memory_limit_mb)
+            cpu = s.cpu_time_s if s.cpu_time_s is not None else 11
+            limits = dataclasses.replace(limits, cpu_time_s=max(1, math.ceil(cpu)))
+            held = await self._prepare(language, runtime, command, limits, s.default_memory_limit_mb, True, Timings())
+            if isinstance(held, RunCodeResponse):
+                return
+            if self._closed or held.error is not None or held.child is None or not held.pooled:
+                await self._dispose(held)
+                return
+            self._pool.setdefault(language, []).append(held)
+        except Exception:  # noqa: BLE001 - a failed pre-start only costs a cold start
+            log.exception("could not pre-start a %s sandbox", language)
+        finally:
+            self._filling[language] -= 1
+
+    def _spawn_background(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        """Dispose of pre-started sandboxes, then `close()`."""
+        self._closed = True
+        for task in list(self._background):
+            try:
+                await task
+            except Exception:  # noqa: BLE001
+                pass
+        for pool in self._pool.values():
+            while pool:
+                await self._dispose(pool.pop())
+        self.close()
 
     @staticmethod
     async def _feed(proc, stdin: Optional[str]) -> None:

@@ -77,7 +77,7 @@ def create_app(settings: Optional[SandboxSettings] = None, runner: Optional[Runn
     app.router.add_get("/v1/ping", ping)
 
     async def _cleanup(_app: web.Application) -> None:
-        runner.close()
+        await runner.aclose()
 
     app.on_cleanup.append(_cleanup)
     return app

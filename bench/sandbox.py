@@ -8,7 +8,10 @@ sandboxed run's time goes at concurrency 1: the median of each step the server r
 in its `Server-Timing` header (parse, queue, files, cgroup, spawn, confine, run, drain,
 fetch, cleanup, respond) and what is left for HTTP and the client.
 
-    python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30]
+    python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30] [--prespawn N]
+
+`--prespawn N` runs the server with N sandboxes per language started ahead of requests
+(off by default in the server; same isolation, see SandboxSettings.prespawn).
 """
 
 from __future__ import annotations
@@ -73,8 +76,14 @@ async def bench_bare(lang: str, n_runs: int, concurrency: int) -> tuple[float, l
             for k, v in {**FILES, fname: code}.items():
                 with open(os.path.join(d, k), "w") as f:
                     f.write(v)
+            # Its own session, like every sandboxed run (bwrap is started as a session
+            # leader): with the kernel's scheduler autogroups (sched_autogroup_enabled=1,
+            # this host) each session is one scheduling group, so bare runs sharing the
+            # bench's session would get one group's CPU share between them while each
+            # sandboxed run gets its own, flattering the sandbox under load.
             proc = await asyncio.create_subprocess_exec(
-                exe, fname, cwd=d, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                exe, fname, cwd=d, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True)
             out, _ = await proc.communicate()
             assert proc.returncode == 0 and out.strip() == b"332833500", out
         finally:
@@ -97,11 +106,12 @@ async def bench_sandbox(url: str, lang: str, n_runs: int, concurrency: int) -> t
 
 async def main_async(args) -> None:
     console = Console()
-    table = Table(title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell)")
+    table = Table(title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
+                        f"prespawn={args.prespawn}, load avg {os.getloadavg()[0]:.1f})")
     for col in ("language", "conc", "bare runs/s", "bare p50 ms", "bare p99 ms",
                 "sandbox runs/s", "sandbox p50 ms", "sandbox p99 ms", "ratio sandbox/bare"):
         table.add_column(col, justify="right")
-    with EmbeddedSandbox(max_concurrency=max(args.concurrency)) as sb:
+    with EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn) as sb:
         for lang in PROGRAMS:
             # warm-up: page cache, server's runtime resolution
             await bench_bare(lang, 2, 1)
@@ -161,6 +171,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--prespawn", type=int, default=0, help="server's sandboxes pre-started per language")
     p.add_argument("--span-runs", type=int, default=30, help="runs per language for the per-step table (0: skip)")
     asyncio.run(main_async(p.parse_args()))
 

@@ -26,9 +26,12 @@ Choices and why:
   init waits, fully set up, before it forks the program). The runner then sets the
   rlimits on that pid with prlimit(2) and moves it into the run's cgroups, and releases
   it; the program and all its descendants inherit both. bwrap's `--die-with-parent`
-  binds the outer bwrap to the server (PR_SET_PDEATHSIG), as the preexec did. The block
-  fd is opened read-write on the pipe, so if the server dies before the release the
-  init never sees EOF: it stays blocked and never starts the program unconfined.
+  binds the outer bwrap to the server (PR_SET_PDEATHSIG), as the preexec did. The
+  program's file is written only after the init is confined: if the server dies before
+  the release, the init reads EOF on the block fd and its runtime finds no program.
+  Side effect: the sandbox's cgroup namespace is rooted at the server's cgroup rather
+  than the run's (the init joins the run's cgroups after bwrap unshared it), so
+  `/proc/self/cgroup` inside shows `/piexp-sandbox-<pid>/run-<n>` instead of `/`.
 """
 
 from __future__ import annotations

@@ -641,7 +641,10 @@ class Runner:
                 return
             s = self.settings
             command, limits = self._command(language, runtime, s.default_memory_limit_mb)
-            cpu = s.cpu_time_s if s.cpu_time_s is not None else 11
+            # The largest CPU limit any request can get: the request's own is set at
+            # release, and lowering a hard limit needs no privilege (raising needs
+            # CAP_SYS_RESOURCE, which a server in a container may well lack).
+            cpu = s.cpu_time_s if s.cpu_time_s is not None else s.max_run_timeout_s + 1
             limits = dataclasses.replace(limits, cpu_time_s=max(1, math.ceil(cpu)))
             held = await self._prepare(language, runtime, command, limits, s.default_memory_limit_mb, True, Timings())
             if isinstance(held, RunCodeResponse):

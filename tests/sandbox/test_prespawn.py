@@ -82,9 +82,10 @@ def test_limits_and_cgroups_apply_to_the_request(pre):
         "print(resource.getrlimit(resource.RLIMIT_CPU), resource.getrlimit(resource.RLIMIT_NPROC),"
         " resource.getrlimit(resource.RLIMIT_FSIZE))\n"
     )
-    for _ in range(2):
-        resp = pre.run(code, run_timeout=3)
-        assert resp["run_result"]["stdout"] == f"(4, 5) (64, 64) ({16 << 20}, {16 << 20})\n", resp
+    for timeout in (3, 30, 3, 30):
+        resp = pre.run(code, run_timeout=timeout)
+        want = f"({timeout + 1}, {timeout + 2}) (64, 64) ({16 << 20}, {16 << 20})\n"
+        assert resp["run_result"]["stdout"] == want, resp
 
 
 def test_isolation_holds(pre, marker):

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, ClassVar
 
+import tinker
 from tinker_cookbook import model_info, renderers, tokenizer_utils
+from tinker_cookbook.renderers.base import Message
+from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder
 from tinker_cookbook.tool_use import build_agent_tool_env
 
@@ -43,6 +47,47 @@ def get_run_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
     return renderers.get_renderer(renderer_name, tokenizer_utils.get_tokenizer(model_name))
 
 
+def _message_chars(message: Message) -> int:
+    """About how many characters rendering `message` tokenizes (content and tool calls)."""
+    chars = 0
+    for key, value in message.items():
+        if isinstance(value, str):
+            chars += len(value)
+        elif key == "tool_calls":
+            for call in value or ():
+                arguments = getattr(getattr(call, "function", None), "arguments", None)
+                chars += len(arguments) if isinstance(arguments, str) else len(str(call))
+        elif value is not None:
+            chars += len(str(value))
+    return chars
+
+
+class WorkspaceEnv(EnvFromMessageEnv):
+    """tinker-cookbook's `EnvFromMessageEnv`, rendering turns with little new text inline.
+
+    The cookbook renders every observation (the whole conversation) in a worker thread,
+    so that tokenizing a long conversation does not stall the event loop. piexp's
+    tokenizer memoises `encode` (`piexp.tokenizer.EncodeCache`), so a re-render only
+    tokenizes the messages added since the last one; the rest is Python work that holds
+    the GIL in a thread as much as on the loop. For such a turn the two thread hops cost
+    more than the render itself (bench/rollouts.py: about 1 ms a hop on a busy machine),
+    so a render whose new messages hold at most `inline_render_chars` characters runs
+    inline; a larger one still goes to a thread. The observation is the same either way.
+    """
+
+    inline_render_chars: ClassVar[int] = 8192
+
+    async def _render_in_thread(self, messages: list[Message], **kwargs: Any) -> tinker.ModelInput:
+        seen = self.__dict__.get("_rendered_messages", 0)
+        if seen > len(messages):
+            seen = 0
+        new_chars = sum(_message_chars(m) for m in messages[seen:])
+        self._rendered_messages = len(messages)
+        if new_chars <= self.inline_render_chars:
+            return self.renderer.build_generation_prompt(messages, **kwargs)
+        return await super()._render_in_thread(messages, **kwargs)
+
+
 def build_workspace_env(
     *,
     task: Task,
@@ -77,6 +122,9 @@ def build_workspace_env(
         context_overflow_reward=settings.reward.context_overflow_reward,
     )
     environment.example_id = f"{task.task_id}:{language}"  # type: ignore[attr-defined]
+    if type(environment) is EnvFromMessageEnv:
+        # Same object and state, plus the inline rendering of small turns (see above).
+        environment.__class__ = WorkspaceEnv
     return environment
 
 

@@ -465,6 +465,11 @@ class Runner:
                 argv = isolation.build_bwrap_argv(
                     self.bwrap, run_dir, command, runtime, s.tmpfs_size_mb, info_fd=info_w, block_fd=block_r,
                 )
+                attach_later = held.cgroup_dirs
+                trampoline = isolation.self_attach_trampoline(held.cgroup_dirs) if held.cgroup_dirs else None
+                if trampoline is not None:
+                    argv = [*trampoline, *argv]
+                    attach_later = []
                 try:
                     held.proc = await asyncio.create_subprocess_exec(
                         *argv, **pipes, env=isolation.bwrap_env(),
@@ -476,6 +481,7 @@ class Runner:
                 t.mark("spawn")
                 try:
                     held.child = await asyncio.wait_for(_read_child_pid(info_r), _SETUP_TIMEOUT_S)
+                    t.mark("bwrap")
                 except asyncio.TimeoutError:
                     held.error = "the sandbox did not start in time"
             finally:
@@ -486,7 +492,7 @@ class Runner:
                 except (AttributeError, OSError):
                     held.pidfd = -1
                 try:
-                    isolation.confine_blocked_child(held.child, limits, held.cgroup_dirs)
+                    isolation.confine_blocked_child(held.child, limits, attach_later)
                 except OSError as exc:
                     # Never release a sandbox we could not confine.
                     held.error = f"could not apply the run's limits: {exc}"

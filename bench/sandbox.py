@@ -10,6 +10,9 @@ fetch, cleanup, respond) and what is left for HTTP and the client.
 
     python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30] [--prespawn N]
 
+`--interleave` alternates batches of bare and sandboxed runs within each cell instead of
+running all bare runs first: on a shared, loaded host the load drifts between the two
+halves of a cell, which alone can swing the ratio by 2x.
 `--prespawn N` runs the server with N sandboxes per language started ahead of requests
 (off by default in the server; same isolation, see SandboxSettings.prespawn).
 """
@@ -107,7 +110,8 @@ async def bench_sandbox(url: str, lang: str, n_runs: int, concurrency: int) -> t
 async def main_async(args) -> None:
     console = Console()
     table = Table(title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
-                        f"prespawn={args.prespawn}, load avg {os.getloadavg()[0]:.1f})")
+                        f"prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
+                        f"load avg {os.getloadavg()[0]:.1f})")
     for col in ("language", "conc", "bare runs/s", "bare p50 ms", "bare p99 ms",
                 "sandbox runs/s", "sandbox p50 ms", "sandbox p99 ms", "ratio sandbox/bare"):
         table.add_column(col, justify="right")
@@ -117,9 +121,28 @@ async def main_async(args) -> None:
             await bench_bare(lang, 2, 1)
             await bench_sandbox(sb.url, lang, 2, 1)
             for c in args.concurrency:
-                bt, bl = await bench_bare(lang, args.runs, c)
-                st, sl = await bench_sandbox(sb.url, lang, args.runs, c)
-                b_rps, s_rps = args.runs / bt, args.runs / st
+                if args.interleave:
+                    # Alternate small batches of the two arms (order flipped each round)
+                    # so load drift from other work on the host hits both alike.
+                    bt = st = 0.0
+                    bl, sl = [], []
+                    rounds = max(1, args.runs // (2 * c))
+                    for r in range(rounds):
+                        arms = [("bare", bench_bare(lang, 2 * c, c)), ("sandbox", bench_sandbox(sb.url, lang, 2 * c, c))]
+                        if r % 2:
+                            arms.reverse()
+                        for name, coro in arms:
+                            dt, lat = await coro
+                            if name == "bare":
+                                bt, bl = bt + dt, bl + lat
+                            else:
+                                st, sl = st + dt, sl + lat
+                    n = rounds * 2 * c
+                else:
+                    bt, bl = await bench_bare(lang, args.runs, c)
+                    st, sl = await bench_sandbox(sb.url, lang, args.runs, c)
+                    n = args.runs
+                b_rps, s_rps = n / bt, n / st
                 table.add_row(
                     lang, str(c),
                     f"{b_rps:.1f}", f"{statistics.median(bl) * 1e3:.1f}", f"{percentile(bl, 0.99) * 1e3:.1f}",
@@ -171,6 +194,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--interleave", action="store_true",
+                   help="alternate bare and sandbox batches within each cell (robust to load drift on a shared host)")
     p.add_argument("--prespawn", type=int, default=0, help="server's sandboxes pre-started per language")
     p.add_argument("--span-runs", type=int, default=30, help="runs per language for the per-step table (0: skip)")
     asyncio.run(main_async(p.parse_args()))

@@ -18,10 +18,14 @@ time three ways:
 
 so the harness is not the bottleneck; the programs are. Each row is one pass of
 `--episodes` episodes; `--repeat` runs the passes several times in one process (the
-numbers are noisy on a shared machine: compare rows of one run). The last lines give the
-tokenizer's encode memo and the policy's decode memo hit counts.
+numbers are noisy on a shared machine: compare rows of one run). By default every pass
+runs tasks no earlier pass ran ("new"): their prompts and files are new text to the
+tokenizer's encode memo, as for fresh tasks in training; `--reuse-tasks` cycles the same
+tasks ("reused": everything memoised after the first pass, as for the k samples of one
+task). The last lines give the tokenizer's encode memo and the policy's decode memo hits.
 
-    .venv/bin/python bench/rollouts.py [--episodes 48] [--repeat 3] [--families arith,csv_agg] [--json out.json]
+    .venv/bin/python bench/rollouts.py [--episodes 48] [--repeat 3] [--reuse-tasks] [--families arith,csv_agg]
+                                       [--json out.json]
 """
 
 from __future__ import annotations
@@ -141,21 +145,37 @@ async def _bench(concurrency: int, jobs, policy, settings) -> dict[str, float]: 
 
 
 async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[str]]:
+    passes = 2 * args.repeat
+    slots = 1 if args.reuse_tasks else passes
+    # One task per family for the warm-up, then `--tasks` per family for each pass.
     config = load(["mode=check", f"family=[{args.families}]", "lang=[python,javascript]",
-                   f"tasks.train_per_family={args.tasks}", "tasks.eval_per_family=1"])
+                   f"tasks.train_per_family={1 + args.tasks * slots}", "tasks.eval_per_family=1"])
     splits = build_splits(config)
+    by_family: dict[str, list] = {}
+    for task in splits.train:
+        by_family.setdefault(task.family, []).append(task)
+
+    def jobs_for(first: int, count: int, episodes: int) -> list:  # type: ignore[type-arg]
+        pool = [(task, language) for tasks in by_family.values() for task in tasks[first : first + count]
+                for language in ("python", "javascript")]
+        return [pool[i % len(pool)] for i in range(episodes)]
+
     _instrument_sandbox()
     results = []
     with EmbeddedSandbox() as sandbox:
         settings = episode_settings(config, sandbox.url)
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
         policy = TimedPolicy(make_policy("oracle", renderer, splits.train))
-        pool = [(task, language) for task in splits.train for language in ("python", "javascript")]
-        jobs = [pool[i % len(pool)] for i in range(args.episodes)]
-        await _bench(2, jobs[:4], policy, settings)  # warm-up: tokenizer, runtimes, connections
+        # Warm-up on tasks of its own: tokenizer, runtimes, connections, the system prompt.
+        await _bench(2, jobs_for(0, 1, 4), policy, settings)
+        slot = 0
         for _ in range(args.repeat):
             for concurrency in (1, 8):
-                results.append(await _bench(concurrency, jobs, policy, settings))
+                first = 1 + args.tasks * (0 if args.reuse_tasks else slot)
+                row = await _bench(concurrency, jobs_for(first, args.tasks, args.episodes), policy, settings)
+                row["tasks"] = "reused" if args.reuse_tasks and slot else "new"
+                results.append(row)
+                slot += 1
         await close_sandbox_clients()
     return results, _memo_stats(renderer, policy.inner)
 
@@ -175,7 +195,9 @@ def _memo_stats(renderer, policy) -> list[str]:  # type: ignore[no-untyped-def]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=48)
-    parser.add_argument("--tasks", type=int, default=3, help="train tasks per family to cycle through")
+    parser.add_argument("--tasks", type=int, default=3, help="train tasks per family in each pass")
+    parser.add_argument("--reuse-tasks", action="store_true",
+                        help="every pass runs the same tasks (their texts are then in the tokenizer's memo)")
     parser.add_argument("--families", default="arith,csv_agg,log_stats,json_tree,graph_paths,grid_search,number_theory,dates")
     parser.add_argument("--repeat", type=int, default=1, help="passes at each concurrency, in one process")
     parser.add_argument("--json", type=Path)
@@ -184,12 +206,12 @@ def main() -> None:
     print("sandbox = awaiting SandboxClient.run; server = the server's own spans (Server-Timing), queue"
           " included;\nharness = wall - sandbox - policy (the scripted policy stands in for the sampler);"
           " strict = (wall - server - policy) / wall. Target: harness < 10%. Means per episode.")
-    print(f"{'concurrency':>11} {'episodes/s':>10} {'median s':>9} {'wall ms':>8} {'sandbox ms':>10} "
+    print(f"{'concurrency':>11} {'tasks':>6} {'episodes/s':>10} {'median s':>9} {'wall ms':>8} {'sandbox ms':>10} "
           f"{'(server':>7} {'queue)':>6} {'policy ms':>9} {'harness ms':>10} {'harness':>8} {'strict':>7} "
           f"{'outside sandbox':>16}")
-    for row in sorted(results, key=lambda r: r["concurrency"]):
+    for row in sorted(results, key=lambda r: r["concurrency"]):  # stable: passes in run order
         flag = "ok" if row["harness_share"] < 0.10 else "ABOVE 10% TARGET"
-        print(f"{row['concurrency']:>11} {row['episodes_per_s']:>10.2f} {row['median_episode_s']:>9.3f} "
+        print(f"{row['concurrency']:>11} {row['tasks']:>6} {row['episodes_per_s']:>10.2f} {row['median_episode_s']:>9.3f} "
               f"{row['wall_ms']:>8.1f} {row['sandbox_ms']:>10.1f} {row['server_ms']:>7.1f} {row['queue_ms']:>6.1f} "
               f"{row['policy_ms']:>9.1f} {row['harness_ms']:>10.1f} {row['harness_share']:>7.1%} "
               f"{row['harness_share_strict']:>7.1%} {row['share_outside_sandbox']:>16.1%}  {flag}")

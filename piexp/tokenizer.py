@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "EncodeCache",
+    "EncodeBudget",
+    "MemoMiss",
     "QWEN3_MODEL_NAMES",
     "QWEN3_PRETOKENIZE_REGEX",
     "ThreadSafeTokenizer",
@@ -393,7 +395,6 @@ def offline_qwen3_tokenizer_dir() -> Path:
 #: Methods the cookbook renderers and training code call; guarded explicitly so they
 #: are visible (and documented) rather than relying only on ``__getattr__``.
 _LOCKED_METHODS = (
-    "decode",
     "batch_decode",
     "tokenize",
     "convert_tokens_to_ids",
@@ -479,6 +480,40 @@ class EncodeCache:
 #: Keyword arguments of ``encode`` that the memo keys on (any other: not memoised).
 _CACHEABLE_ENCODE_KWARGS = frozenset({"add_special_tokens", "split_special_tokens"})
 
+class MemoMiss(LookupError):
+    """``encode`` inside :meth:`ThreadSafeTokenizer.encode_budget` needed to tokenize
+    more new text than the budget allows (or was called in a form never memoised)."""
+
+
+class EncodeBudget:
+    """Context manager from :meth:`ThreadSafeTokenizer.encode_budget`: while it is
+    entered, ``encode`` in this thread answers from the memo, tokenizes new texts while
+    their total length stays within ``remaining`` characters, and raises
+    :class:`MemoMiss` beyond that. ``missed`` tells afterwards whether any call was
+    refused (even one whose ``MemoMiss`` a caller swallowed), so a result computed
+    inside is to be trusted only if it is False."""
+
+    __slots__ = ("_local", "_previous", "missed", "remaining")
+
+    def __init__(self, local: threading.local, chars: int) -> None:
+        self._local = local
+        self._previous: EncodeBudget | None = None
+        self.remaining = chars
+        self.missed = False
+
+    def refuse(self, why: str) -> MemoMiss:
+        self.missed = True
+        return MemoMiss(why)
+
+    def __enter__(self) -> EncodeBudget:
+        self._previous = getattr(self._local, "budget", None)
+        self._local.budget = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.budget = self._previous
+
+
 #: Methods after which cached encodings may be stale (the vocabulary changed).
 _INVALIDATING_METHODS = frozenset({"add_tokens", "add_special_tokens", "set_special_tokens", "train_new_from_iterator"})
 
@@ -501,7 +536,8 @@ class ThreadSafeTokenizer:
     (either keyword optional, nothing else) is memoised in an :class:`EncodeCache` (shared by the proxies of one backend): a hit
     neither takes the lock nor enters transformers.  Any other form of ``encode``
     (extra arguments, non-``str`` input) goes to the tokenizer as before.  Setting an
-    attribute through the proxy or adding tokens clears the cache.
+    attribute through the proxy or adding tokens clears the cache. :meth:`encode_budget`
+    lets a caller find out cheaply whether some work needs much tokenizing.
     """
 
     def __init__(
@@ -515,20 +551,31 @@ class ThreadSafeTokenizer:
         object.__setattr__(self, "_lock", lock if lock is not None else threading.RLock())
         object.__setattr__(self, "_name_or_path", name_or_path)
         object.__setattr__(self, "_encode_cache", encode_cache if encode_cache is not None else EncodeCache())
+        object.__setattr__(self, "_local", threading.local())
+        object.__setattr__(self, "_rust_decoder", _plain_rust_decoder(tokenizer))
 
     def encode(self, text: Any, *args: Any, **kwargs: Any) -> Any:
         """``encode`` of the wrapped tokenizer, memoised for a plain ``str`` (see above)."""
-        if args or type(text) is not str or not kwargs.keys() <= _CACHEABLE_ENCODE_KWARGS:
+        budget: EncodeBudget | None = getattr(self._local, "budget", None)
+        cacheable = not args and type(text) is str and kwargs.keys() <= _CACHEABLE_ENCODE_KWARGS
+        if cacheable:
+            special = kwargs.get("add_special_tokens", True)
+            split = kwargs.get("split_special_tokens")
+            cacheable = type(special) is bool and (split is None or type(split) is bool)
+        if not cacheable:
+            if budget is not None:
+                raise budget.refuse("encode called in a form the memo does not hold")
             with self._lock:
                 return self._tokenizer.encode(text, *args, **kwargs)
-        options = (kwargs.get("add_special_tokens", True), kwargs.get("split_special_tokens"))
-        if not all(o is None or type(o) is bool for o in options):
-            with self._lock:
-                return self._tokenizer.encode(text, **kwargs)
+        options = (special, split)
         cache = self._encode_cache
         ids = cache.get(text, options)
         if ids is not None:
             return ids
+        if budget is not None:
+            if len(text) > budget.remaining:
+                raise budget.refuse("new text beyond the encode budget")
+            budget.remaining -= len(text)
         with self._lock:
             ids = self._tokenizer.encode(text, **kwargs)
         if isinstance(ids, list):
@@ -536,10 +583,43 @@ class ThreadSafeTokenizer:
             return list(ids)
         return ids
 
+    def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
+        """``decode`` of the wrapped tokenizer, under the backend lock.
+
+        For a plain list of ids and no other option, a transformers fast tokenizer does
+        nothing but the Rust backend's ``decode`` (plus a clean-up that is off for
+        Qwen3), after converting the ids one by one in Python; that case goes straight
+        to the backend (the renderer decodes every sampled action this way).
+        """
+        rust = self._rust_decoder
+        if (
+            rust is not None
+            and not kwargs
+            and type(token_ids) is list
+            and type(skip_special_tokens) is bool
+            and self._tokenizer.clean_up_tokenization_spaces is False
+        ):
+            with self._lock:
+                try:
+                    return rust.decode(token_ids, skip_special_tokens=skip_special_tokens)
+                except TypeError:  # not a flat list of ints: let transformers handle it
+                    pass
+        with self._lock:
+            return self._tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens, **kwargs)
+
     @property
     def encode_cache(self) -> EncodeCache:
         """The memo of ``encode`` results (shared by the proxies of one backend)."""
         return self._encode_cache
+
+    def encode_budget(self, chars: int) -> EncodeBudget:
+        """A context manager under which ``encode`` (in this thread) tokenizes at most
+        ``chars`` characters of text the memo does not hold, and raises
+        :class:`MemoMiss` for more. For work that is cheap when (nearly) everything it
+        encodes is memoised and worth a worker thread otherwise:
+        ``with tok.encode_budget(n) as budget: ...``, then trust the result if not
+        ``budget.missed``. ``encode_budget(0)``: answer from the memo only."""
+        return EncodeBudget(self._local, chars)
 
     # -- explicit, frequently used entry points
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -597,6 +677,20 @@ class ThreadSafeTokenizer:
 
     def __dir__(self) -> Iterable[str]:
         return sorted(set(dir(type(self))) | set(dir(self._tokenizer)))
+
+
+def _plain_rust_decoder(tokenizer: Any) -> Any:
+    """The Rust backend of a transformers fast tokenizer whose ``decode`` is the stock
+    one (``to_py_obj``, then ``_decode``: the backend's ``decode`` and an optional
+    clean-up), else None."""
+    cls = type(tokenizer)
+    decode, _decode = getattr(cls, "decode", None), getattr(cls, "_decode", None)
+    if (
+        getattr(decode, "__module__", None) != "transformers.tokenization_utils_base"
+        or getattr(_decode, "__module__", None) != "transformers.tokenization_utils_tokenizers"
+    ):
+        return None
+    return getattr(tokenizer, "backend_tokenizer", None)
 
 
 def _make_locked(method: str) -> Callable[..., Any]:

@@ -88,6 +88,34 @@ def test_adding_tokens_or_setting_attributes_clears() -> None:
     assert len(tok.encode_cache) == 0
 
 
+def test_encode_budget_bounds_new_tokenizing() -> None:
+    fake = FakeTokenizer()
+    tok = ptok.ThreadSafeTokenizer(fake)
+    tok.encode("known", add_special_tokens=False)
+    with tok.encode_budget(0) as budget:  # memo only
+        assert tok.encode("known", add_special_tokens=False) == [107, 110, 111, 119, 110]
+    assert not budget.missed and fake.calls == 1
+    with tok.encode_budget(5) as budget:
+        assert tok.encode("abc", add_special_tokens=False) == [97, 98, 99]  # 3 new chars: within
+        try:
+            tok.encode("def", add_special_tokens=False)  # 3 more: beyond the 2 left
+        except ptok.MemoMiss:
+            pass  # a caller swallowing the refusal still leaves budget.missed set
+    assert budget.missed and fake.calls == 2
+    with pytest.raises(ptok.MemoMiss), tok.encode_budget(100):
+        tok.encode("known", add_special_tokens=False, truncation=True)  # a form never memoised
+    assert tok.encode("def", add_special_tokens=False) == [100, 101, 102]  # outside: encodes
+    assert fake.calls == 3
+
+    # The budget is per thread: another thread encodes freely meanwhile.
+    other: list[list[int]] = []
+    with tok.encode_budget(0):
+        thread = threading.Thread(target=lambda: other.append(tok.encode("fresh", add_special_tokens=False)))
+        thread.start()
+        thread.join()
+    assert other == [[102, 114, 101, 115, 104]]
+
+
 def test_proxies_of_one_backend_share_the_memo(monkeypatch) -> None:
     monkeypatch.setattr(ptok, "_backend", (FakeTokenizer(), threading.RLock(), ptok.EncodeCache()))
     monkeypatch.setattr(ptok, "_proxies", {})
@@ -145,3 +173,29 @@ def test_real_tokenizer_results_are_exact_under_threads(qwen3: ptok.ThreadSafeTo
     assert qwen3.encode("<|im_end|>", add_special_tokens=False) != qwen3.encode(
         "<|im_end|>", add_special_tokens=False, split_special_tokens=True
     )
+
+
+def test_decode_fast_path_matches_transformers(qwen3: ptok.ThreadSafeTokenizer) -> None:
+    """A plain list of ids goes straight to the Rust backend; every other form goes
+    through transformers. Either way the text is transformers' own."""
+    raw = qwen3.unwrapped
+    assert qwen3._rust_decoder is not None
+    for text in _corpus()[:50]:
+        ids = raw.encode(text, add_special_tokens=False)
+        for skip in (False, True):
+            assert qwen3.decode(ids, skip_special_tokens=skip) == raw.decode(ids, skip_special_tokens=skip)
+    assert qwen3.decode([]) == raw.decode([])
+    assert qwen3.decode([[9707], [151645]]) == raw.decode([[9707], [151645]])  # batched: transformers
+    assert qwen3.decode(9707) == raw.decode(9707)
+    assert qwen3.decode((9707, 151645)) == raw.decode((9707, 151645))
+    assert qwen3.decode([9707], clean_up_tokenization_spaces=True) == raw.decode([9707], clean_up_tokenization_spaces=True)
+
+
+def test_decode_of_an_unknown_tokenizer_goes_through_it() -> None:
+    class Other:
+        def decode(self, ids, skip_special_tokens=False):  # type: ignore[no-untyped-def]
+            return f"decoded {ids} {skip_special_tokens}"
+
+    tok = ptok.ThreadSafeTokenizer(Other())
+    assert tok._rust_decoder is None
+    assert tok.decode([1, 2], skip_special_tokens=True) == "decoded [1, 2] True"

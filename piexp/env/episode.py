@@ -47,44 +47,36 @@ def get_run_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
     return renderers.get_renderer(renderer_name, tokenizer_utils.get_tokenizer(model_name))
 
 
-def _message_chars(message: Message) -> int:
-    """About how many characters rendering `message` tokenizes (content and tool calls)."""
-    chars = 0
-    for key, value in message.items():
-        if isinstance(value, str):
-            chars += len(value)
-        elif key == "tool_calls":
-            for call in value or ():
-                arguments = getattr(getattr(call, "function", None), "arguments", None)
-                chars += len(arguments) if isinstance(arguments, str) else len(str(call))
-        elif value is not None:
-            chars += len(str(value))
-    return chars
-
-
 class WorkspaceEnv(EnvFromMessageEnv):
-    """tinker-cookbook's `EnvFromMessageEnv`, rendering turns with little new text inline.
+    """tinker-cookbook's `EnvFromMessageEnv`, rendering on the loop what needs little
+    tokenizing.
 
     The cookbook renders every observation (the whole conversation) in a worker thread,
-    so that tokenizing a long conversation does not stall the event loop. piexp's
-    tokenizer memoises `encode` (`piexp.tokenizer.EncodeCache`), so a re-render only
-    tokenizes the messages added since the last one; the rest is Python work that holds
-    the GIL in a thread as much as on the loop. For such a turn the two thread hops cost
-    more than the render itself (bench/rollouts.py: about 1 ms a hop on a busy machine),
-    so a render whose new messages hold at most `inline_render_chars` characters runs
-    inline; a larger one still goes to a thread. The observation is the same either way.
+    so that tokenizing does not stall the event loop (the Rust tokenizer releases the
+    GIL there). piexp's tokenizer memoises `encode` (`piexp.tokenizer.EncodeCache`), so
+    a re-render mostly tokenizes nothing new: it is Python work, which holds the GIL in
+    a thread as much as on the loop, and the two thread hops cost more than the render
+    (bench/rollouts.py: about 1 ms a hop on a busy machine). So a render is first tried
+    inline under the tokenizer's `encode_budget(inline_encode_chars)`; if it needed to
+    tokenize more new text than that, it is discarded and done in a thread as before.
+    The observation is the same either way.
     """
 
-    inline_render_chars: ClassVar[int] = 8192
+    inline_encode_chars: ClassVar[int] = 2048
 
     async def _render_in_thread(self, messages: list[Message], **kwargs: Any) -> tinker.ModelInput:
-        seen = self.__dict__.get("_rendered_messages", 0)
-        if seen > len(messages):
-            seen = 0
-        new_chars = sum(_message_chars(m) for m in messages[seen:])
-        self._rendered_messages = len(messages)
-        if new_chars <= self.inline_render_chars:
-            return self.renderer.build_generation_prompt(messages, **kwargs)
+        encode_budget = getattr(self.renderer.tokenizer, "encode_budget", None)
+        if encode_budget is not None:
+            budget = encode_budget(self.inline_encode_chars)
+            try:
+                with budget:
+                    rendered = self.renderer.build_generation_prompt(messages, **kwargs)
+            except Exception:
+                if not budget.missed:
+                    raise
+            else:
+                if not budget.missed:
+                    return rendered
         return await super()._render_in_thread(messages, **kwargs)
 
 

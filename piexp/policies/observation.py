@@ -72,7 +72,7 @@ class DecodeCache:
     everything. Bounded by entries and by total tokens held; thread-safe.
     """
 
-    def __init__(self, max_entries: int = 64, max_tokens: int = 1_000_000) -> None:
+    def __init__(self, max_entries: int = 32, max_tokens: int = 1_000_000) -> None:
         self.max_entries = max_entries
         self.max_tokens = max_tokens
         self._entries: OrderedDict[int, tuple[list[int], str]] = OrderedDict()
@@ -94,9 +94,10 @@ class DecodeCache:
                 m = len(prefix)
                 if not 0 < m < n or (best is not None and m <= len(best[1])):
                     continue
-                # Cheap probes first (inputs share a system prompt and end alike, so
-                # probe the conversation's later part), then the exact comparison.
-                a, b, c = (m * 7) // 8, (m * 5) // 8, (m * 3) // 8
+                # Cheap probes first, then the exact comparison. Inputs share a system
+                # prompt and end with the same generation prompt, so probe the last
+                # message's text, just before that: where conversations differ most.
+                a, b, c = max(m - 16, 0), max(m - 48, 0), (m * 7) // 8
                 if ids[a] == prefix[a] and ids[b] == prefix[b] and ids[c] == prefix[c] and ids[:m] == prefix:
                     best = (key, prefix, text)
             if best is None:

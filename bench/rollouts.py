@@ -16,6 +16,13 @@ time three ways:
     outside sandbox = (wall - sandbox) / wall             (harness + policy; the figure
                                                            this bench first reported)
 
+The sandbox column is further split with the server's own `Server-Timing` spans:
+`server` (all spans: parse, queue, files, spawn, run, ..., respond) and `queue` (waiting
+for a free run slot, which is sandbox capacity: at concurrency 8 the server runs
+2 x cores programs at once). sandbox - server is the client side and transport (httpx,
+JSON, loopback HTTP, and at concurrency 8 waiting for the event loop to resume the
+episode); `strict` counts it as harness too: (wall - server - policy) / wall.
+
 so the harness is not the bottleneck; the programs are. Each row is one pass of
 `--episodes` episodes; `--repeat` runs the passes several times in one process (the
 numbers are noisy on a shared machine: compare rows of one run). By default every pass

@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from piexp.config.schema import RunConfig
+from piexp.errors import ServiceUnavailableError
 
 __all__ = ["LOCAL_API_KEY", "open_service", "placeholder_api_key"]
 
@@ -111,9 +112,51 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     )
     with console.status("starting the local SkyRL server"):
         server.start()
+    watchdog = _Watchdog(server)
     try:
         console.print(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
         with placeholder_api_key(override=True), SampleIdProxy(server.url) as proxy:
-            yield _resolved(config, proxy.url, model_name)
+            watchdog.start()
+            try:
+                yield _resolved(config, proxy.url, model_name)
+            except KeyboardInterrupt:
+                if watchdog.died is None:
+                    raise
+                raise ServiceUnavailableError(watchdog.died) from None
     finally:
+        watchdog.stop()
         server.stop()
+
+
+class _Watchdog:
+    """Ends the run at once when the local server dies mid-run (the tinker SDK would
+    otherwise retry for a long time): the main thread gets a KeyboardInterrupt, which
+    `open_service` turns into a clear error with the server log's tail."""
+
+    def __init__(self, server) -> None:  # type: ignore[no-untyped-def]
+        import threading
+
+        self.server = server
+        self.died: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="piexp-server-watchdog", daemon=True)
+
+    def _watch(self) -> None:
+        import _thread
+
+        process = self.server.process
+        while not self._stop.wait(1.0):
+            if process is not None and process.poll() is not None:
+                self.died = (
+                    f"The local SkyRL server exited during the run (exit {process.returncode}; "
+                    "-9 is usually the kernel's out-of-memory killer). "
+                    f"Log {self.server.log_path}: ...{self.server._log_tail(800)}"
+                )
+                _thread.interrupt_main()
+                return
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -275,13 +275,19 @@ class SampleIdProxy:
         request_headers = _forward_headers(request.headers.items(), request=True)
         body = self._to_upstream_body(body, request_headers)
         target = self.upstream + self._to_upstream_path(request.rel_url.raw_path_qs)
-        async with self._session.request(
-            request.method, target, data=body, headers=request_headers, allow_redirects=False
-        ) as upstream:
-            payload = await upstream.read()
-            headers = _forward_headers(upstream.headers.items())
-            status = upstream.status
-            content_type = upstream.headers.get("Content-Type", "")
+        import aiohttp
+
+        try:
+            async with self._session.request(
+                request.method, target, data=body, headers=request_headers, allow_redirects=False
+            ) as upstream:
+                payload = await upstream.read()
+                headers = _forward_headers(upstream.headers.items())
+                status = upstream.status
+                content_type = upstream.headers.get("Content-Type", "")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            # The server is gone or restarting: answer like a gateway, without a traceback.
+            return web.json_response({"detail": f"piexp proxy: upstream unavailable ({error})"}, status=502)
         if request.method == "POST" and request.path == ASAMPLE_PATH and status == 200 and "json" in content_type:
             try:
                 reply = json.loads(payload)

@@ -68,11 +68,17 @@ class LocalServer:
     base_model: str
     state_dir: Path
     max_lora_rank: int = 32
-    max_lora_adapters: int = 16
+    # Adapter slots (slot 0 is the base model). skyrl's JAX backend keeps weights,
+    # gradients and optimizer state for every slot: about 1.25 GB each for tiny-local on
+    # CPU (16 slots: 21 GB, and 4x slower steps). A run needs 2 models at a time (warm
+    # start, then RL); a resume runs in a fresh server.
+    max_lora_adapters: int = 4
     # One sequence per micro-batch: with Qwen3's 152k vocabulary a [batch, 4096, vocab]
     # logits block is 2.5 GB per sequence in float32, which a whole batch on a CPU
     # machine's memory cannot hold.
     train_micro_batch_size: int = 1
+    loss_chunk_size: int = 1024
+    gradient_checkpointing: bool = False
     start_timeout_s: float = 180.0
     host: str = "127.0.0.1"
     port: int = 0
@@ -94,6 +100,8 @@ class LocalServer:
             "max_lora_adapters": self.max_lora_adapters,
             "max_lora_rank": self.max_lora_rank,
             "train_micro_batch_size": self.train_micro_batch_size,
+            "loss_chunk_size": self.loss_chunk_size,
+            "gradient_checkpointing": self.gradient_checkpointing,
         }
         return [
             str(self.python), str(launcher), "api", "--host", self.host, "--port", str(self.port),

@@ -29,15 +29,27 @@ TINY_QWEN3_CONFIG: dict[str, Any] = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "head_dim": 16,
-    "tie_word_embeddings": True,
+    "tie_word_embeddings": False,
     "max_position_embeddings": 32768,
     "bos_token_id": 151643,
     "eos_token_id": 151645,
     "pad_token_id": 151643,
 }
 
+#: End-of-turn prior. With purely random weights the model's next-token distribution is
+#: nearly uniform over 152k tokens, so it practically never samples `<|im_end|>`: every
+#: turn runs to the token limit, every episode gets the same (truncation) reward and RL
+#: sees no reward variance, hence zero gradients. A shared component on one hidden
+#: dimension of every token embedding, read by the `<|im_end|>` row of the (untied)
+#: output layer, gives `<|im_end|>` a roughly constant logit: about 1 in
+#: `1 + 152k / exp(EOS_LOGIT)` sampled tokens ends the turn, so turns have varied lengths
+#: and outcomes. Everything else stays random.
+EOS_TOKEN_ID = 151645
+SHARED_EMBEDDING_COMPONENT = 1.0
+EOS_LOGIT = 8.0
+
 _MARKER = "piexp_tiny_model.json"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 
 
 def tiny_model_dir() -> Path:
@@ -47,7 +59,12 @@ def tiny_model_dir() -> Path:
 
 
 def _expected_marker() -> dict[str, Any]:
-    return {"format_version": _FORMAT_VERSION, "seed": SEED, "config": TINY_QWEN3_CONFIG}
+    return {
+        "format_version": _FORMAT_VERSION,
+        "seed": SEED,
+        "config": TINY_QWEN3_CONFIG,
+        "eos_prior": {"shared_component": SHARED_EMBEDDING_COMPONENT, "eos_logit": EOS_LOGIT},
+    }
 
 
 def _is_complete(path: Path) -> bool:
@@ -73,6 +90,13 @@ def ensure_tiny_model() -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(Qwen3Config(**TINY_QWEN3_CONFIG), dtype=torch.float32)
+    with torch.no_grad():
+        # The end-of-turn prior (see EOS_LOGIT). After the final RMSNorm the shared
+        # component dominates dimension 0 at about sqrt(hidden_size).
+        model.model.embed_tokens.weight[:, 0] += SHARED_EMBEDDING_COMPONENT
+        head = model.lm_head.weight
+        head[EOS_TOKEN_ID].zero_()
+        head[EOS_TOKEN_ID, 0] = EOS_LOGIT / TINY_QWEN3_CONFIG["hidden_size"] ** 0.5
     model.save_pretrained(staging)
     tokenizer_dir = offline_qwen3_tokenizer_dir()
     for source in tokenizer_dir.iterdir():

@@ -24,11 +24,17 @@ def _pypi_reachable() -> bool:
 
 
 @pytest.fixture(scope="session")
-def server_venv() -> Path:
+def server_venv(request: pytest.FixtureRequest) -> Path:
+    import contextlib
+
     from piexp.service.local_venv import ServerVenvError, ensure_server_venv
 
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    # Let the creation's progress display through pytest's output capture (first use only).
+    shown = capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext()
     try:
-        return ensure_server_venv()
+        with shown:
+            return ensure_server_venv()
     except ServerVenvError as error:
         if _pypi_reachable():
             raise

@@ -1,0 +1,92 @@
+"""End to end on `service=local model=tiny-local`: a real Pi workspace run (arith,
+Python) trains RL iterations through the local SkyRL server after an oracle warm start,
+the optimizer steps, checkpoints are saved, a rerun on the same folder resumes from them,
+and no server process is left behind. No account, no network (once the server venv
+exists). About 4-6 minutes on 2 CPU cores."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+OVERRIDES = [
+    "service=local",
+    "model=tiny-local",
+    "family=arith",
+    "lang=python",
+    "tasks.train_per_family=4",
+    "tasks.eval_per_family=2",
+    "mode.group_size=4",
+    "mode.groups_per_batch=2",
+    "mode.save_every=1",
+    "mode.eval_every=0",
+    "mode.preflight=false",
+    "limits.max_turns=2",
+    "limits.max_generation_tokens=96",
+    "warm_start.sft_steps=1",
+    "warm_start.tasks=1",
+]
+
+
+def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}  # no key needed
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", *OVERRIDES, *extra, f"hydra.run.dir={run_dir}"],
+        capture_output=True, text=True, env=env, timeout=1500, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _server_processes(run_dir: Path) -> list[str]:
+    """Command lines of live processes that belong to this run's local server."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "piexp_skyrl_launcher" in cmdline and str(run_dir) in cmdline:
+            found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _train(run_dir, "mode.max_steps=2")
+
+    warm = json.loads((run_dir / "warm_start.json").read_text())
+    assert warm["steps"] and warm["steps"][0]["skyrl.ai/grad_norm"] > 0
+    assert warm["oracle_mean_reward"] > 0.5  # the oracle solved the tasks it demonstrated
+
+    metrics = _rows(run_dir / "metrics.jsonl")
+    assert [row["step"] for row in metrics] == [0, 1]
+    grad_norms = [row["skyrl.ai/grad_norm"] for row in metrics]
+    assert any(norm > 0 for norm in grad_norms), f"the optimizer never moved: grad norms {grad_norms}"
+
+    checkpoints = _rows(run_dir / "checkpoints.jsonl")
+    assert {row["batch"] for row in checkpoints} >= {1, 2}
+    assert all(row["state_path"].startswith("tinker://") for row in checkpoints)
+    summary = (run_dir / "summary.md").read_text()
+    assert "Warm start" in summary and "Reward" in summary
+    assert _server_processes(run_dir) == []
+
+    second = _train(run_dir, "mode.max_steps=3")
+    assert "Resumed training from tinker://" in second.stdout + second.stderr + (run_dir / "logs.log").read_text()
+    steps = [row["step"] for row in _rows(run_dir / "metrics.jsonl")]
+    assert steps == [0, 1, 2], f"the rerun did not continue from the checkpoint: steps {steps}"
+    assert max(row["batch"] for row in _rows(run_dir / "checkpoints.jsonl")) == 3
+    assert _server_processes(run_dir) == []

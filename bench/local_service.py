@@ -30,7 +30,7 @@ TRAIN = [
     "tasks.train_per_family=16", "tasks.eval_per_family=2",
     "mode.group_size=4", "mode.groups_per_batch=4", "mode.max_steps=3",
     "mode.save_every=0", "mode.eval_every=0", "mode.preflight=false",
-    "limits.max_turns=2", "limits.max_generation_tokens=96",
+    "limits.max_turns=4", "limits.max_generation_tokens=512",
 ]  # fmt: skip
 
 

@@ -28,8 +28,8 @@ OVERRIDES = [
     "mode.save_every=1",
     "mode.eval_every=0",
     "mode.preflight=false",
-    "limits.max_turns=2",
-    "limits.max_generation_tokens=96",
+    "limits.max_turns=4",  # the oracle needs 4 turns (read, write, run, answer)
+    "limits.max_generation_tokens=512",  # its longest action (the program) is ~450 tokens
     "warm_start.sft_steps=1",
     "warm_start.tasks=1",
 ]

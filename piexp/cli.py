@@ -59,11 +59,25 @@ def _hydra_app(argv: list[str]) -> int:
         )
         if code:
             return code
+        if prints_only and is_multirun(argv):
+            # Hydra refuses --cfg with -m; show each job's config instead.
+            return exit_on_user_error(lambda: _print_sweep_configs(overrides))
     from piexp.launch.job import hydra_entry
 
     sys.argv = [sys.argv[0] if sys.argv else "piexp", *argv]
     hydra_entry()
     return 0
+
+
+def _print_sweep_configs(overrides: Sequence[str]) -> None:
+    from omegaconf import OmegaConf
+
+    from piexp.config.compose import compose, sweep_combinations
+
+    for number, combo in enumerate(sweep_combinations(overrides)):
+        config = compose(combo)
+        print(f"# sweep job {number}: {' '.join(combo)}")
+        print(OmegaConf.to_yaml(config))
 
 
 def _prevalidate(

@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serve", help="serve SandboxFusion's /run_code")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--listen-fd", type=int, default=None,
+                   help="serve on this inherited, bound and listening socket (ignores --host/--port)")
     d = SandboxSettings()
     p.add_argument("--max-concurrency", type=int, default=d.max_concurrency)
     p.add_argument("--default-memory-limit-mb", type=int, default=d.default_memory_limit_mb)
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         prespawn=args.prespawn,
     )
     try:
-        serve(args.host, args.port, settings)
+        serve(args.host, args.port, settings, listen_fd=args.listen_fd)
     except RuntimeError as exc:
         print(f"piexp sandbox: {exc}", file=sys.stderr)
         return 2

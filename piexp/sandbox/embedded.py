@@ -21,9 +21,27 @@ log = logging.getLogger(__name__)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (for probes of a closed port; servers started
+    here use `bound_listening_socket` instead, which cannot race)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def bound_listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A socket bound and listening before the server starts. The kernel picks a free
+    port (port 0) and it stays reserved while the socket lives, so parallel sweep jobs
+    can never be handed the same port (picking a port, closing it and letting the
+    server bind it later would race)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class EmbeddedSandbox:
@@ -63,6 +81,7 @@ class EmbeddedSandbox:
         self.log_path = log_path
         self.proc: Optional[subprocess.Popen] = None
         self._log_file = None
+        self._socket: Optional[socket.socket] = None
 
     @property
     def base_url(self) -> str:
@@ -76,7 +95,7 @@ class EmbeddedSandbox:
         s = self.settings
         argv = [
             sys.executable, "-m", "piexp.sandbox", "serve",
-            "--host", self.host, "--port", str(self.port),
+            "--listen-fd", str(self._socket.fileno()),
             "--max-concurrency", str(s.max_concurrency),
             "--default-memory-limit-mb", str(s.default_memory_limit_mb),
             "--output-cap-bytes", str(s.output_cap_bytes),
@@ -98,8 +117,8 @@ class EmbeddedSandbox:
         return argv
 
     def start(self) -> "EmbeddedSandbox":
-        if self.port is None:
-            self.port = free_port(self.host)
+        self._socket = bound_listening_socket(self.host, self.port or 0)
+        self.port = self._socket.getsockname()[1]
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
@@ -113,7 +132,10 @@ class EmbeddedSandbox:
             stderr=self._log_file or None,
             start_new_session=True,
             preexec_fn=set_parent_death_signal,
+            pass_fds=(self._socket.fileno(),),
         )
+        # The server owns the listening socket now; our copy would only keep the port.
+        self._socket.close()
         try:
             self._wait_ready()
         except BaseException:

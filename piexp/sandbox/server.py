@@ -98,7 +98,20 @@ def _use_pidfd_child_watcher() -> None:
         asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
 
 
-def serve(host: str = "127.0.0.1", port: int = 8080, settings: Optional[SandboxSettings] = None) -> None:
-    """Run the server until SIGTERM/SIGINT."""
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    settings: Optional[SandboxSettings] = None,
+    *,
+    listen_fd: Optional[int] = None,
+) -> None:
+    """Run the server until SIGTERM/SIGINT. `listen_fd`: serve on an already bound,
+    listening socket handed over by the parent (no port race between jobs)."""
     _use_pidfd_child_watcher()
+    if listen_fd is not None:
+        import socket
+
+        sock = socket.socket(fileno=listen_fd)
+        web.run_app(create_app(settings), sock=sock, print=None, access_log=None, handle_signals=True)
+        return
     web.run_app(create_app(settings), host=host, port=port, print=None, access_log=None, handle_signals=True)

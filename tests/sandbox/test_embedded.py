@@ -95,3 +95,18 @@ def test_unisolated_warns_on_start():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_parallel_sandboxes_each_own_their_port() -> None:
+    """The launcher binds the port itself and hands the socket to the server, so servers
+    started at once can never be given the same port."""
+    sandboxes = [EmbeddedSandbox() for _ in range(3)]
+    try:
+        for sandbox in sandboxes:
+            sandbox.start()
+        assert len({sandbox.port for sandbox in sandboxes}) == 3
+        for sandbox in sandboxes:
+            assert httpx.get(f"{sandbox.base_url}/v1/ping", timeout=5).status_code == 200
+    finally:
+        for sandbox in sandboxes:
+            sandbox.stop()

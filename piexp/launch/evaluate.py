@@ -191,7 +191,7 @@ def results_markdown(results: dict[str, Any]) -> str:
     languages, cells = results["languages"], results["cells"]
     subject = results["policy"] + (f" ({results['checkpoint'] or results['model']})" if results["policy"] == "model" else "")
     lines = [f"# Eval results: {subject}", "", f"k = {k} samples per task; binary reward decides a pass.", ""]
-    lines += [f"## pass@1 by family x language", "", "| family | " + " | ".join(languages) + " |",
+    lines += ["## pass@1 by family x language", "", "| family | " + " | ".join(languages) + " |",
               "|---|" + "---|" * len(languages)]
     for family, row in cells.items():
         lines.append(f"| {family} | " + " | ".join(f"{row[lang]['pass@1']:.3f}" for lang in languages) + " |")

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
-
 from piexp.config.schema import RunConfig
 from piexp.launch.manifest import build_manifest, write_manifest
 from piexp.launch.splits import build_splits
-
-console = Console(stderr=True)
-
 
 def run_mode(config: RunConfig, run_dir: Path) -> float | None:
     if config.uses_service:

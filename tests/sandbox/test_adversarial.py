@@ -275,7 +275,7 @@ def test_dotdot_and_absolute_file_names_are_refused(sandbox, marker):
         assert resp["status"] == "SandboxError", (name, resp)
         assert resp["run_result"] is None
         assert "refused" in resp["message"]
-    for name in (f"../{marker}", f"/etc/passwd"):
+    for name in (f"../{marker}", "/etc/passwd"):
         resp = sandbox.run("print(1)", fetch_files=[name])
         assert resp["status"] == "SandboxError", (name, resp)
     assert not os.path.exists(os.path.join(parent, marker))

@@ -378,31 +378,33 @@ class CgroupLimiter:
     def limits_memory(self) -> bool:
         return self.kind == "v2" or "memory" in self.parents
 
+    def _try_remove(self, d: str) -> bool:
+        """One attempt to remove a run's cgroup: True when it is gone; otherwise what is
+        left in it is killed so that a later attempt can succeed."""
+        try:
+            os.rmdir(d)
+            return True
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return True
+            self._kill_members(d)
+            return False
+
     def remove(self, dirs: list[str]) -> None:
         """Kill anything left in the run's cgroups and remove them."""
         for d in dirs:
             for _ in range(50):
-                try:
-                    os.rmdir(d)
+                if self._try_remove(d):
                     break
-                except OSError as exc:
-                    if exc.errno == errno.ENOENT:
-                        break
-                    self._kill_members(d)
-                    time.sleep(0.01)
+                time.sleep(0.01)
 
     async def aremove(self, dirs: list[str]) -> None:
         """`remove` for the event loop: never blocks it while a cgroup drains."""
         for d in dirs:
             for attempt in range(200):
-                try:
-                    os.rmdir(d)
+                if self._try_remove(d):
                     break
-                except OSError as exc:
-                    if exc.errno == errno.ENOENT:
-                        break
-                    self._kill_members(d)
-                    await asyncio.sleep(0.001 * min(16, 1 << attempt))
+                await asyncio.sleep(0.001 * min(16, 1 << attempt))
 
     @staticmethod
     def _kill_members(d: str) -> None:

@@ -188,31 +188,17 @@ class Timings:
 async def _read_child_pid(fd: int) -> Optional[int]:
     """Read bwrap's `--info-fd` JSON to EOF without blocking the loop; the init's pid,
     or None when bwrap exited before reporting one."""
-    loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
     buf = bytearray()
-    done: asyncio.Future = loop.create_future()
-
-    def readable() -> None:
+    while True:
         try:
-            while True:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    if not done.done():
-                        done.set_result(None)
-                    return
-                buf.extend(chunk)
+            chunk = os.read(fd, 4096)
         except BlockingIOError:
-            return
-        except OSError as exc:  # pragma: no cover
-            if not done.done():
-                done.set_exception(exc)
-
-    loop.add_reader(fd, readable)
-    try:
-        await done
-    finally:
-        loop.remove_reader(fd)
+            await _wait_readable(fd)
+            continue
+        if not chunk:
+            break
+        buf.extend(chunk)
     try:
         pid = json.loads(bytes(buf).decode() or "{}").get("child-pid")
     except ValueError:

@@ -451,8 +451,8 @@ class Runner:
                 argv = isolation.build_bwrap_argv(
                     self.bwrap, run_dir, command, runtime, s.tmpfs_size_mb, info_fd=info_w, block_fd=block_r,
                 )
-                attach_later = held.cgroup_dirs
-                trampoline = isolation.self_attach_trampoline(held.cgroup_dirs) if held.cgroup_dirs else None
+                attach_later = self.cgroups.joined_dirs(held.cgroup_dirs) if held.cgroup_dirs else []
+                trampoline = isolation.self_attach_trampoline(attach_later) if attach_later else None
                 if trampoline is not None:
                     argv = [*trampoline, *argv]
                     attach_later = []

@@ -110,3 +110,34 @@ def test_parallel_sandboxes_each_own_their_port() -> None:
     finally:
         for sandbox in sandboxes:
             sandbox.stop()
+
+
+def test_sandboxed_programs_share_one_cpu_weight() -> None:
+    """On cgroup v1 every run joins the server's one cpu cgroup, so many programs weigh
+    as one session against the harness; the cgroup goes with the server."""
+    import asyncio
+    import glob
+
+    from piexp.sandbox.client import close_sandbox_clients, sandbox_client
+
+    if not os.path.isdir("/sys/fs/cgroup/cpu") or not os.access("/sys/fs/cgroup/cpu", os.W_OK):
+        pytest.skip("no writable cgroup v1 cpu controller on this host")
+    with EmbeddedSandbox() as sandbox:
+        share_dir = f"/sys/fs/cgroup/cpu/piexp-sandbox-{sandbox.proc.pid}"
+        assert glob.glob(share_dir), "the server made its shared cpu cgroup"
+
+        async def run_and_watch() -> set[str]:
+            client = sandbox_client(sandbox.url)
+            run = asyncio.create_task(client.run(code="import time; time.sleep(1.5)", timeout=10, language="python"))
+            members: set[str] = set()
+            for _ in range(40):
+                await asyncio.sleep(0.05)
+                with open(f"{share_dir}/tasks") as tasks:
+                    members |= set(tasks.read().split())
+            ok, response = await run
+            await close_sandbox_clients()
+            assert response["run_result"]["return_code"] == 0, response
+            return members
+
+        assert asyncio.run(run_and_watch()), "the running program was in the shared cpu cgroup"
+    assert not os.path.exists(share_dir)

@@ -325,45 +325,47 @@ class CgroupLimiter:
         # cgroup v1: separate memory and pids hierarchies.
         parents: dict[str, str] = {}
         for controller in ("memory", "pids"):
-            for root, mnt, fstype, opts in mounts:
-                if fstype != "cgroup" or controller not in opts.split(","):
-                    continue
-                path = own.get(controller, "/")
-                rel = os.path.relpath(path, root) if path.startswith(root) else path.lstrip("/")
-                base = os.path.normpath(os.path.join(mnt, rel))
-                if not os.path.isdir(base):
-                    base = mnt
-                cls._reap_stale(base)
-                parent = os.path.join(base, tag)
-                try:
-                    os.mkdir(parent)
-                    parents[controller] = parent
-                except OSError:
-                    pass
-                break
+            base = cls._v1_base(mounts, own, controller)
+            if base is None:
+                continue
+            parent = os.path.join(base, tag)
+            try:
+                os.mkdir(parent)
+                parents[controller] = parent
+            except OSError:
+                pass
         if parents:
             return cls("v1", parents, cls._make_cpu_share_dir(mounts, own, tag))
         return None
 
     @classmethod
-    def _make_cpu_share_dir(cls, mounts, own: dict[str, str], tag: str) -> Optional[str]:
+    def _v1_base(cls, mounts, own: dict[str, str], controller: str) -> Optional[str]:
+        """This server's own cgroup dir in the v1 hierarchy of `controller` (stale parents
+        of dead servers reaped), or None when that controller is not mounted."""
         for root, mnt, fstype, opts in mounts:
-            if fstype != "cgroup" or "cpu" not in opts.split(","):
+            if fstype != "cgroup" or controller not in opts.split(","):
                 continue
-            path = own.get("cpu", "/")
+            path = own.get(controller, "/")
             rel = os.path.relpath(path, root) if path.startswith(root) else path.lstrip("/")
             base = os.path.normpath(os.path.join(mnt, rel))
             if not os.path.isdir(base):
                 base = mnt
             cls._reap_stale(base)
-            directory = os.path.join(base, tag)
-            try:
-                os.mkdir(directory)
-                _write(os.path.join(directory, "cpu.shares"), "1024")
-                return directory
-            except OSError:
-                return None
+            return base
         return None
+
+    @classmethod
+    def _make_cpu_share_dir(cls, mounts, own: dict[str, str], tag: str) -> Optional[str]:
+        base = cls._v1_base(mounts, own, "cpu")
+        if base is None:
+            return None
+        directory = os.path.join(base, tag)
+        try:
+            os.mkdir(directory)
+            _write(os.path.join(directory, "cpu.shares"), "1024")
+            return directory
+        except OSError:
+            return None
 
     def joined_dirs(self, run_dirs: list[str]) -> list[str]:
         """The cgroups a run's processes join: its own, plus the server's shared cpu one."""

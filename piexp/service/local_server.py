@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -23,16 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from piexp.errors import ServiceUnavailableError
+from piexp.sandbox.embedded import free_port
 
 __all__ = ["LocalServer", "free_port", "local_server"]
 
 HEALTH_PATH = "/api/v1/healthz"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _answers(url: str, timeout_s: float = 2.0) -> bool:

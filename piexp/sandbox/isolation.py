@@ -16,7 +16,11 @@ Choices and why:
 - Memory: RLIMIT_AS breaks node (V8 reserves huge virtual ranges), so memory is limited by
   a cgroup when one is writable (v2, else v1 `memory`), and otherwise per runtime:
   python gets RLIMIT_AS, node `--max-old-space-size` plus RLIMIT_DATA (which counts only
-  writable private memory actually mapped), julia RLIMIT_DATA.
+  writable private memory actually mapped), julia RLIMIT_DATA. Under a memory cgroup node
+  gets no V8 flag at all: any V8 flag changes V8's flag hash, so node rejects its built-in
+  code cache and compiles its own modules at every start (~6 ms a run inside bwrap, a
+  fifth of a small program's run; bench/sandbox.py). The cgroup's OOM kill is reported
+  in the run's stderr instead of V8's "heap out of memory" (`CgroupLimiter.oom_kills`).
 - Processes: a cgroup `pids.max` when writable. RLIMIT_NPROC is set too, but note the
   kernel does not enforce it for processes whose real uid outside the namespace is root;
   the pid namespace and the wall-time kill still bound a fork bomb in time.
@@ -26,7 +30,7 @@ Choices and why:
   init waits, fully set up, before it forks the program). The runner then sets the
   rlimits on that pid with prlimit(2) and moves it into the run's cgroups, and releases
   it; the program and all its descendants inherit both. (Under cgroup v1 the cgroups
-  are joined earlier and cheaper: `self_attach_trampoline`.) bwrap's `--die-with-parent`
+  are joined earlier and cheaper, by the thread that starts bwrap: spawn.py.) bwrap's `--die-with-parent`
   binds the outer bwrap to the server (PR_SET_PDEATHSIG), as the preexec did. The
   program's file is written only after the init is confined: if the server dies before
   the release, the init reads EOF on the block fd and its runtime finds no program.
@@ -47,9 +51,10 @@ import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +63,13 @@ SANDBOX_GID = 65534
 SANDBOX_WORKDIR = "/sandbox"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
-# /etc entries a dynamically linked runtime needs; nothing else of /etc is exposed.
-_ETC_ENTRIES = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/localtime",
-    "/etc/alternatives",
-    "/etc/nsswitch.conf",
-)
+# /etc entries a dynamically linked runtime needs; nothing else of /etc is exposed. Files
+# are copied into the sandbox's (read-only) root with --file, a symlink is recreated, and
+# only the alternatives directory is bind-mounted: every bind costs bwrap a mount, a
+# remount and a read of /proc/self/mountinfo (~0.12 ms each; six binds were ~0.7 ms a
+# run). ld.so.conf(.d) are left out: only ldconfig reads them, the loader reads the cache.
+_ETC_COPIED_FILES = ("/etc/ld.so.cache", "/etc/nsswitch.conf", "/etc/localtime")
+_ETC_BOUND_DIRS = ("/etc/alternatives",)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -155,8 +158,10 @@ def _bwrap_system_args(runtime: Runtime) -> tuple[str, ...]:
             argv += ["--symlink", os.readlink(target), target]
         elif os.path.isdir(target):
             argv += ["--ro-bind", target, target]
-    for entry in _ETC_ENTRIES:
+    for entry in _ETC_BOUND_DIRS:
         argv += ["--ro-bind-try", entry, entry]
+    if os.path.islink("/etc/localtime"):
+        argv += ["--symlink", os.readlink("/etc/localtime"), "/etc/localtime"]
     if runtime.bind_prefix:
         argv += ["--ro-bind", runtime.bind_prefix, runtime.bind_prefix]
     return tuple(argv)
@@ -171,6 +176,7 @@ def build_bwrap_argv(
     *,
     info_fd: Optional[int] = None,
     block_fd: Optional[int] = None,
+    etc_copies: Sequence[tuple[int, str]] = (),
 ) -> list[str]:
     """The bubblewrap command line for one run (see the module docstring for why).
 
@@ -189,6 +195,7 @@ def build_bwrap_argv(
         "--setenv", "LANG", "C.UTF-8",
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         *_bwrap_system_args(runtime),
+        *[arg for fd, path in etc_copies for arg in ("--perms", "0444", "--file", str(fd), path)],
         "--proc", "/proc",
         "--dev", "/dev",
         "--size", str(tmpfs_size_mb << 20), "--tmpfs", "/tmp",
@@ -208,6 +215,20 @@ def build_bwrap_argv(
         argv += ["--block-fd", str(block_fd)]
     argv += ["--", *command]
     return argv
+
+
+def open_etc_copies() -> list[tuple[int, str]]:
+    """(fd, path) of each /etc file a run gets a copy of (see _ETC_COPIED_FILES), opened
+    for one bwrap start: bwrap reads each fd to its end. The caller closes them."""
+    opened = []
+    for path in _ETC_COPIED_FILES:
+        if path == "/etc/localtime" and os.path.islink(path):
+            continue  # recreated as a symlink (_bwrap_system_args)
+        try:
+            opened.append((os.open(path, os.O_RDONLY | os.O_CLOEXEC), path))
+        except OSError:
+            continue
+    return opened
 
 
 def bwrap_env() -> dict[str, str]:
@@ -260,9 +281,14 @@ class CgroupLimiter:
     joins them from `preexec_fn`, before exec'ing bwrap, so every descendant is counted.
     """
 
-    def __init__(self, kind: str, parents: dict[str, str], cpu_share_dir: Optional[str] = None):
+    def __init__(self, kind: str, parents: dict[str, str], cpu_share_dir: Optional[str] = None,
+                 home_tasks: Optional[list[str]] = None):
         self.kind = kind  # "v2" or "v1"
         self.parents = parents  # controller -> parent dir ("unified" for v2)
+        # v1 only: the `tasks` files of this server's own cgroup in every hierarchy a run
+        # joins, where the spawner thread returns after starting a sandbox (spawn.py);
+        # None when they could not be verified.
+        self.home_tasks = home_tasks
         # v1 only: one cpu cgroup that every run of this server joins. Each session is
         # its own scheduling autogroup, so without it eight sandboxed programs got eight
         # CPU shares against the harness's one, and the harness (rendering, tools,
@@ -335,8 +361,27 @@ class CgroupLimiter:
             except OSError:
                 pass
         if parents:
-            return cls("v1", parents, cls._make_cpu_share_dir(mounts, own, tag))
+            cpu_share_dir = cls._make_cpu_share_dir(mounts, own, tag)
+            joined = [*parents.values(), *([cpu_share_dir] if cpu_share_dir else [])]
+            return cls("v1", parents, cpu_share_dir, cls._verified_home_tasks(joined))
         return None
+
+    @staticmethod
+    def _verified_home_tasks(joined_parents: list[str]) -> Optional[list[str]]:
+        """The `tasks` file of each joined parent's own parent (this server's cgroup),
+        provided this thread is listed in it, so that returning there is exact."""
+        me = str(threading.get_native_id())
+        homes = []
+        for parent in joined_parents:
+            tasks = os.path.join(os.path.dirname(parent), "tasks")
+            try:
+                with open(tasks) as f:
+                    if me not in f.read().split():
+                        return None
+            except OSError:
+                return None
+            homes.append(tasks)
+        return homes
 
     @classmethod
     def _v1_base(cls, mounts, own: dict[str, str], controller: str) -> Optional[str]:
@@ -406,6 +451,21 @@ class CgroupLimiter:
             self.remove(dirs)
             raise
         return dirs
+
+    def oom_kills(self, dirs: list[str]) -> int:
+        """How many processes the kernel's OOM killer killed in a run's memory cgroup
+        (v1 `memory.oom_control`, v2 `memory.events`; 0 where the counter is absent)."""
+        for d in dirs:
+            for name in ("memory.events", "memory.oom_control"):
+                try:
+                    with open(os.path.join(d, name)) as f:
+                        for line in f:
+                            key, _, value = line.partition(" ")
+                            if key == "oom_kill":
+                                return int(value)
+                except (OSError, ValueError):
+                    continue
+        return 0
 
     @property
     def limits_memory(self) -> bool:
@@ -499,29 +559,6 @@ def confine_blocked_child(pid: int, limits: Limits, cgroup_dirs: list[str]) -> N
         _write(os.path.join(d, "cgroup.procs"), str(pid))
     for res, pair in rlimit_pairs(limits):
         resource.prlimit(pid, res, pair)
-
-
-# Moves the shell itself into each cgroup v1 `tasks` file given before "--" by writing
-# "0" (the writer's own thread), then execs the rest (bwrap). See self_attach_trampoline.
-_SELF_ATTACH_SCRIPT = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 126; shift; done; shift; exec "$@"'
-
-
-def self_attach_trampoline(cgroup_dirs: list[str]) -> Optional[list[str]]:
-    """argv prefix that joins the run's cgroup v1 hierarchies before bwrap starts, or
-    None where it does not apply (cgroup v2, no /bin/sh).
-
-    Why: moving another process into a cgroup (a pid written to `cgroup.procs`) takes
-    the kernel's global cgroup_threadgroup_rwsem for writing, which waits for an RCU
-    grace period when no other attach happened just before: ~10 ms a run at concurrency
-    1 on this host. A single-threaded process moving itself through v1's `tasks` file
-    ("0") skips that lock; a shell costs ~1 ms. It also joins before bwrap unshares the
-    cgroup namespace, so the sandbox's cgroup root is the run's own cgroup."""
-    if not cgroup_dirs or not os.access("/bin/sh", os.X_OK):
-        return None
-    tasks = [os.path.join(d, "tasks") for d in cgroup_dirs]
-    if not all(os.path.exists(t) for t in tasks):  # v2 has no `tasks`
-        return None
-    return ["/bin/sh", "-c", _SELF_ATTACH_SCRIPT, "sh", *tasks, "--"]
 
 
 def make_preexec(limits: Limits, cgroup_dirs: list[str]) -> Callable[[], None]:

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from . import isolation
 from .protocol import (
@@ -31,6 +31,7 @@ from .protocol import (
     sandbox_error,
 )
 from .settings import SandboxSettings
+from .spawn import SpawnedChild, Spawner
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ class _Held:
     memory_mb: int
     stdin_pipe: bool
     cgroup_dirs: list[str] = field(default_factory=list)
-    proc: Optional[asyncio.subprocess.Process] = None
+    proc: Union[SpawnedChild, asyncio.subprocess.Process, None] = None
     child: Optional[int] = None  # the sandbox init's pid (as seen here)
     pidfd: int = -1
     block_w: int = -1
@@ -254,6 +255,7 @@ class Runner:
     bwrap: Optional[str] = None
     cgroups: Optional[isolation.CgroupLimiter] = None
     runtimes: dict[str, Optional[isolation.Runtime]] = field(default_factory=dict)
+    spawner: Spawner = field(default_factory=lambda: Spawner(None))
     _pool: dict[str, list[_Held]] = field(default_factory=dict)  # pre-started sandboxes
     _filling: dict[str, int] = field(default_factory=dict)
     _background: set = field(default_factory=set)
@@ -284,9 +286,11 @@ class Runner:
             bwrap, cgroups.kind if cgroups else None, settings.prespawn,
             {k: (v.binary if v else None) for k, v in runtimes.items()},
         )
-        return cls(settings=settings, bwrap=bwrap, cgroups=cgroups, runtimes=runtimes)
+        spawner = Spawner(cgroups.home_tasks if cgroups is not None else None)
+        return cls(settings=settings, bwrap=bwrap, cgroups=cgroups, runtimes=runtimes, spawner=spawner)
 
     def close(self) -> None:
+        self.spawner.close()
         if self.cgroups is not None:
             self.cgroups.close()
 
@@ -297,10 +301,12 @@ class Runner:
         as_bytes = data_bytes = None
         have_mem_cgroup = self.cgroups is not None and self.cgroups.limits_memory
         if language == "nodejs":
-            # V8 sizes its heap from this flag, so a memory bomb fails as a JS heap OOM
-            # instead of relying on rlimits (RLIMIT_AS would break node's reservations).
-            cmd.append(f"--max-old-space-size={max(16, memory_mb * 3 // 4)}")
             if not have_mem_cgroup:
+                # Without a cgroup, V8 sizes its heap from this flag so that a memory bomb
+                # fails as a JS heap OOM (RLIMIT_AS would break node's reservations).
+                # Under a cgroup no flag: any V8 flag costs node its code cache (see
+                # isolation's docstring).
+                cmd.append(f"--max-old-space-size={max(16, memory_mb * 3 // 4)}")
                 data_bytes = memory_mb << 20
         elif language == "python":
             cmd.append("-B")  # no .pyc litter in the run dir
@@ -443,27 +449,32 @@ class Runner:
                     start_new_session=True, close_fds=True,
                 )
                 return held
-            # No preexec_fn: CPython then spawns with vfork+exec. Limits and cgroups are
-            # applied to the sandbox's init while bwrap holds it at --block-fd.
+            # No preexec_fn: CPython then spawns with vfork+exec. Limits (and cgroups
+            # that the spawner thread could not join) are applied to the sandbox's init
+            # while bwrap holds it at --block-fd.
             info_r, info_w = os.pipe()
             block_r, held.block_w = os.pipe()
+            etc_copies = isolation.open_etc_copies()
             try:
                 argv = isolation.build_bwrap_argv(
                     self.bwrap, run_dir, command, runtime, s.tmpfs_size_mb, info_fd=info_w, block_fd=block_r,
+                    etc_copies=etc_copies,
                 )
                 attach_later = self.cgroups.joined_dirs(held.cgroup_dirs) if held.cgroup_dirs else []
-                trampoline = isolation.self_attach_trampoline(attach_later) if attach_later else None
-                if trampoline is not None:
-                    argv = [*trampoline, *argv]
+                join_now = []
+                if attach_later and self.spawner.joins_cgroups:
+                    join_now = [os.path.join(d, "tasks") for d in attach_later]
                     attach_later = []
                 try:
-                    held.proc = await asyncio.create_subprocess_exec(
-                        *argv, **pipes, env=isolation.bwrap_env(),
-                        start_new_session=True, close_fds=True, pass_fds=(info_w, block_r),
+                    held.proc = await self.spawner.spawn(
+                        argv, env=isolation.bwrap_env(), pass_fds=(info_w, block_r, *(fd for fd, _ in etc_copies)),
+                        stdin_pipe=stdin_pipe, join_tasks=join_now,
                     )
                 finally:
                     os.close(info_w)
                     os.close(block_r)
+                    for fd, _ in etc_copies:
+                        os.close(fd)
                 t.mark("spawn")
                 try:
                     held.child = await asyncio.wait_for(_read_child_pid(info_r), _SETUP_TIMEOUT_S)
@@ -563,6 +574,9 @@ class Runner:
             stdout_s += f"\n[stdout truncated: {out_total} bytes, kept {cap}]\n"
         if err_total > cap:
             stderr_s += f"\n[stderr truncated: {err_total} bytes, kept {cap}]\n"
+        if self.cgroups is not None and held.cgroup_dirs and self.cgroups.oom_kills(held.cgroup_dirs):
+            # A cgroup OOM kill is a bare SIGKILL: say why, as a runtime's own OOM would.
+            stderr_s += f"\n[killed: the run exceeded its memory limit of {held.memory_mb} MB]\n"
         return CommandRunResult(
             status=CommandRunStatus.time_limit_exceeded if timed_out else CommandRunStatus.finished,
             execution_time=round(elapsed, 6),
@@ -586,6 +600,8 @@ class Runner:
                     await asyncio.wait_for(proc.wait(), 5)
                 except asyncio.TimeoutError:  # pragma: no cover
                     log.error("bwrap pid %d did not die after SIGKILL", proc.pid)
+        if isinstance(proc, SpawnedChild):
+            proc.close()
         if held.pidfd >= 0:
             try:
                 await asyncio.wait_for(_wait_readable(held.pidfd), 5)

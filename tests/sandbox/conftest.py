@@ -19,6 +19,25 @@ FAKE_SECRET = "sk-test-secret"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
+def _memory_cgroup_writable() -> bool:
+    """Whether a server started by this test process limits memory with a cgroup (the
+    same detection the server runs; the probe's parent dirs are removed again)."""
+    from piexp.sandbox.isolation import CgroupLimiter
+
+    limiter = CgroupLimiter.detect()
+    if limiter is None:
+        return False
+    try:
+        return limiter.limits_memory
+    finally:
+        limiter.close()
+
+
+@pytest.fixture(scope="session")
+def memory_cgroup() -> bool:
+    return _memory_cgroup_writable()
+
+
 def processes_with(marker: str) -> list[tuple[int, str]]:
     """Processes whose command line contains `marker` (a /proc scan, no psutil)."""
     found = []

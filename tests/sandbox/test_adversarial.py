@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import os
 
+import pytest
+
 FAKE_SECRET = "sk-test-secret"  # planted in the server environment by conftest.py
 
 
@@ -66,21 +68,47 @@ def test_shell_fork_bomb_js(sandbox, marker):
     sandbox.assert_clean(marker)
 
 
-def test_memory_bomb_python(sandbox):
+def _assert_memory_limit_said(memory_cgroup: bool, stderr: str, runtime_own_words: str) -> None:
+    """Under a memory cgroup the kernel kills the run and the server says why; without
+    one the runtime's own limit (rlimit or V8 heap flag) fails with its own message."""
+    if memory_cgroup:
+        assert "[killed: the run exceeded its memory limit of 256 MB]" in stderr, stderr[-500:]
+    else:
+        assert runtime_own_words in stderr, stderr[-500:]
+
+
+def test_memory_bomb_python(sandbox, memory_cgroup):
     resp = sandbox.run("a = []\nwhile True:\n    a.append(bytearray(10**7))", run_timeout=10, memory_limit_MB=256)
     rr = resp["run_result"]
     assert resp["status"] == "Failed"
     assert rr["status"] == "Finished" and rr["return_code"] != 0, rr
+    _assert_memory_limit_said(memory_cgroup, rr["stderr"], "MemoryError")
     sandbox.assert_clean()
 
 
-def test_memory_bomb_node(sandbox):
+def test_memory_bomb_node(sandbox, memory_cgroup):
     code = "const a = []; for (;;) a.push(new Array(1e6).fill(1.5));"
     resp = sandbox.run(code, "nodejs", run_timeout=15, memory_limit_MB=256)
     rr = resp["run_result"]
     assert resp["status"] == "Failed"
     assert rr["status"] == "Finished" and rr["return_code"] != 0, {**rr, "stderr": rr["stderr"][-500:]}
+    _assert_memory_limit_said(memory_cgroup, rr["stderr"], "heap out of memory")
     sandbox.assert_clean()
+
+
+def test_no_memory_note_for_a_run_within_its_limit(sandbox):
+    resp = sandbox.run("import sys\nsys.exit(3)", memory_limit_MB=256)
+    assert resp["run_result"]["return_code"] == 3
+    assert "memory limit" not in resp["run_result"]["stderr"]
+
+
+def test_node_gets_no_v8_flag_under_a_memory_cgroup(sandbox, memory_cgroup):
+    """Any V8 flag makes node reject its built-in code cache (~6 ms a start); the cgroup
+    limits memory instead, so node's command line carries none."""
+    if not memory_cgroup:
+        pytest.skip("no writable memory cgroup here: node gets the V8 heap flag instead")
+    resp = sandbox.run("console.log(JSON.stringify(process.execArgv))", "nodejs", memory_limit_MB=256)
+    assert resp["run_result"]["stdout"] == "[]\n", resp
 
 
 def test_node_runs_with_default_memory_limit(sandbox):

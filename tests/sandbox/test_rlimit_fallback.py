@@ -32,7 +32,13 @@ def test_node_memory_bomb_rlimit(rl_sandbox):
     resp = rl_sandbox.run("const a = []; for (;;) a.push(new Array(1e6).fill(1.5));", "nodejs", run_timeout=15, memory_limit_MB=256)
     rr = resp["run_result"]
     assert rr["status"] == "Finished" and rr["return_code"] != 0
+    assert "heap out of memory" in rr["stderr"], rr["stderr"][-500:]
     rl_sandbox.assert_clean()
+
+
+def test_node_gets_the_heap_flag_without_a_cgroup(rl_sandbox):
+    resp = rl_sandbox.run("console.log(JSON.stringify(process.execArgv))", "nodejs", memory_limit_MB=256)
+    assert resp["run_result"]["stdout"] == '["--max-old-space-size=192"]\n', resp
 
 
 def test_node_still_works_under_rlimits(rl_sandbox):

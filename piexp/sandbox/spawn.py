@@ -1,0 +1,176 @@
+"""Starting a sandbox's bwrap, already inside the run's cgroup v1 hierarchies, and handing
+the child to the event loop.
+
+Why a dedicated thread: a thread that joins a cgroup v1 hierarchy by writing "0" to its
+`tasks` file moves only itself and skips the kernel's global cgroup_threadgroup_rwsem
+(moving another process waits for an RCU grace period: ~10 ms a run at concurrency 1),
+and a child started by a thread inherits that thread's cgroups. So one long-lived thread
+joins the run's cgroups, vforks+execs bwrap, and goes back to the server's own cgroups.
+It is not the main thread on purpose: the v1 memory controller charges a process's pages
+to the cgroup of its main thread (the mm owner), so the server's memory is never charged
+to a run. It lives as long as the runner because bwrap's --die-with-parent binds each
+sandbox to the thread that started it. (Before, a /bin/sh trampoline joined the cgroups
+and exec'd bwrap: ~0.9 ms of CPU and latency a run; bench/sandbox.py.)
+
+`SpawnedChild` is the asyncio view of the `subprocess.Popen` so started: stream readers
+for stdout/stderr, a writer for stdin, and a pidfd-based `wait()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+_PIPE_LIMIT = 1 << 16
+
+
+def join_cgroups_v1(tasks_files: Sequence[str]) -> None:
+    """Move the calling thread into each cgroup v1 hierarchy whose `tasks` file is given."""
+    for path in tasks_files:
+        with open(path, "w") as f:
+            f.write("0")
+
+
+class SpawnedChild:
+    """A started child with asyncio streams; the part of asyncio.subprocess.Process the
+    runner uses (pid, stdin, stdout, stderr, returncode, wait)."""
+
+    def __init__(self, popen: subprocess.Popen, stdout, stderr, stdin, transports: list) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdout: asyncio.StreamReader = stdout
+        self.stderr: asyncio.StreamReader = stderr
+        self.stdin: Optional[asyncio.StreamWriter] = stdin
+        self._transports = transports
+        self._exited: Optional[asyncio.Future] = None
+        self._pidfd = -1
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        """Wait for the child to exit and reap it; cancelling a waiter leaves the watch
+        in place for the next one."""
+        if self._popen.returncode is not None:
+            return self._popen.returncode
+        loop = asyncio.get_running_loop()
+        if self._exited is None:
+            self._exited = loop.create_future()
+            try:
+                self._pidfd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # pragma: no cover - kernels before 5.3
+                fut = loop.run_in_executor(None, self._popen.wait)
+                fut.add_done_callback(lambda f: self._exited.done() or self._exited.set_result(None))
+            else:
+                loop.add_reader(self._pidfd, self._on_exit)
+        await asyncio.shield(self._exited)
+        return self._popen.returncode
+
+    def _on_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = -1
+        self._popen.wait()  # the pidfd is readable: the child is a zombie, this reaps it
+        if not self._exited.done():
+            self._exited.set_result(None)
+
+    def close(self) -> None:
+        """Close the pipes' transports (a reader cancelled before EOF leaves its own open)."""
+        for transport in self._transports:
+            transport.close()
+        self._transports = []
+
+
+async def _adopt(popen: subprocess.Popen) -> SpawnedChild:
+    loop = asyncio.get_running_loop()
+    transports = []
+
+    async def reader(pipe) -> asyncio.StreamReader:
+        stream = asyncio.StreamReader(limit=_PIPE_LIMIT, loop=loop)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream, loop=loop), pipe)
+        transports.append(transport)
+        return stream
+
+    stdout = await reader(popen.stdout)
+    stderr = await reader(popen.stderr)
+    stdin = None
+    if popen.stdin is not None:
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), popen.stdin,
+        )
+        transports.append(transport)
+        stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+    return SpawnedChild(popen, stdout, stderr, stdin, transports)
+
+
+class Spawner:
+    """Starts children, optionally from the dedicated cgroup-joining thread.
+
+    `home_tasks`: the `tasks` files of the server's own cgroups (every hierarchy a run
+    joins), where the thread returns after each start; None disables joining (callers
+    then move the child themselves, see `isolation.confine_blocked_child`)."""
+
+    def __init__(self, home_tasks: Optional[list[str]]) -> None:
+        self.home_tasks = home_tasks
+        self._thread: Optional[ThreadPoolExecutor] = None
+
+    @property
+    def joins_cgroups(self) -> bool:
+        return self.home_tasks is not None
+
+    def _start(self, argv: list[str], env: dict, pass_fds: Sequence[int], stdin_pipe: bool,
+               join_tasks: Sequence[str]) -> subprocess.Popen:
+        try:
+            if join_tasks:
+                join_cgroups_v1(join_tasks)
+            return subprocess.Popen(
+                argv, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds),
+            )
+        finally:
+            if join_tasks:
+                try:
+                    join_cgroups_v1(self.home_tasks or [])
+                except OSError as exc:
+                    # Never start another child from a thread stuck in a run's cgroups.
+                    log.error("spawner thread %s could not return to the server's cgroups (%s); "
+                              "runs now join their cgroups the slow way", threading.get_native_id(), exc)
+                    self.home_tasks = None
+
+    async def spawn(self, argv: list[str], *, env: dict, pass_fds: Sequence[int] = (), stdin_pipe: bool = False,
+                    join_tasks: Sequence[str] = ()) -> SpawnedChild:
+        """Start `argv` in a new session with piped stdout/stderr (and stdin if asked),
+        first joining `join_tasks` (cgroup v1 `tasks` files) when this spawner can."""
+        if join_tasks and self.joins_cgroups:
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="piexp-sandbox-spawner")
+            popen = await asyncio.get_running_loop().run_in_executor(
+                self._thread, self._start, argv, env, pass_fds, stdin_pipe, list(join_tasks),
+            )
+        else:
+            popen = self._start(argv, env, pass_fds, stdin_pipe, ())
+        try:
+            return await _adopt(popen)
+        except BaseException:
+            try:
+                os.killpg(popen.pid, signal.SIGKILL)  # bwrap leads its own session
+            except ProcessLookupError:
+                pass
+            popen.wait()
+            raise
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+            self._thread = None

@@ -3,10 +3,13 @@
 For a small Python and a small JavaScript program, at concurrency 1, 4 and 8: runs per
 second and p50/p99 latency through the embedded server (HTTP + bubblewrap + limits),
 and the same program spawned bare with `subprocess` (no isolation, no HTTP) as the
-baseline; then the ratio sandbox/bare of runs per second. Then, per language, where a
+baseline; the CPU time the whole machine spent per run in each arm (server, client,
+bwrap and kernel workers included: at concurrency 4 and 8 the CPUs are saturated, so the
+ratio is about bare CPU / sandbox CPU); then the ratio sandbox/bare of runs per second.
+Then, per language, where a
 sandboxed run's time goes at concurrency 1: the median of each step the server reports
-in its `Server-Timing` header (parse, queue, files, cgroup, spawn, confine, run, drain,
-fetch, cleanup, respond) and what is left for HTTP and the client.
+in its `Server-Timing` header (parse, queue, cgroup, spawn, bwrap, confine, files, run,
+drain, fetch, cleanup, respond) and what is left for HTTP and the client.
 
     python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30] [--prespawn N]
 
@@ -24,6 +27,7 @@ import asyncio
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from piexp.sandbox import EmbeddedSandbox, close_sandbox_clients, sandbox_client
-from piexp.sandbox.isolation import resolve_runtime
+from piexp.sandbox.isolation import build_bwrap_argv, resolve_runtime
 
 PROGRAMS = {
     "python": ("python3", "main.py", "import sys\nn = int(open('n.txt').read())\nprint(sum(i * i for i in range(n)))\n"),
@@ -42,6 +46,24 @@ PROGRAMS = {
                    "let s = 0; for (let i = 0; i < n; i++) s += i * i; console.log(s);\n"),
 }
 FILES = {"n.txt": "1000"}
+
+
+def busy_cpu_ms() -> float:
+    """CPU time (ms) the whole machine has spent busy since boot, from /proc/stat: every
+    process counts (server, client, bwrap, kernel workers), which is what a run costs."""
+    try:
+        with open("/proc/stat") as f:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    except (OSError, ValueError):
+        return float("nan")
+    return (user + nice + system + irq + softirq) * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+async def _measured(coro) -> tuple[float, list[float], float]:
+    """(elapsed s, latencies, machine CPU ms spent) of one batch."""
+    cpu0 = busy_cpu_ms()
+    elapsed, latencies = await coro
+    return elapsed, latencies, busy_cpu_ms() - cpu0
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -108,12 +130,13 @@ async def bench_sandbox(url: str, lang: str, n_runs: int, concurrency: int) -> t
 
 
 async def main_async(args) -> None:
-    console = Console()
+    console = Console(width=max(150, Console().width))
     table = Table(title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
                         f"prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
                         f"load avg {os.getloadavg()[0]:.1f})")
-    for col in ("language", "conc", "bare runs/s", "bare p50 ms", "bare p99 ms",
-                "sandbox runs/s", "sandbox p50 ms", "sandbox p99 ms", "ratio sandbox/bare"):
+    for col in ("language", "conc", "bare runs/s", "bare p50 ms", "bare p99 ms", "bare cpu ms/run",
+                "sandbox runs/s", "sandbox p50 ms", "sandbox p99 ms", "sandbox cpu ms/run",
+                "ratio sandbox/bare"):
         table.add_column(col, justify="right")
     with EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn) as sb:
         for lang in PROGRAMS:
@@ -124,7 +147,7 @@ async def main_async(args) -> None:
                 if args.interleave:
                     # Alternate small batches of the two arms (order flipped each round)
                     # so load drift from other work on the host hits both alike.
-                    bt = st = 0.0
+                    bt = st = bcpu = scpu = 0.0
                     bl, sl = [], []
                     rounds = max(1, args.runs // (2 * c))
                     for r in range(rounds):
@@ -132,26 +155,35 @@ async def main_async(args) -> None:
                         if r % 2:
                             arms.reverse()
                         for name, coro in arms:
-                            dt, lat = await coro
+                            dt, lat, cpu = await _measured(coro)
                             if name == "bare":
-                                bt, bl = bt + dt, bl + lat
+                                bt, bl, bcpu = bt + dt, bl + lat, bcpu + cpu
                             else:
-                                st, sl = st + dt, sl + lat
+                                st, sl, scpu = st + dt, sl + lat, scpu + cpu
                     n = rounds * 2 * c
                 else:
-                    bt, bl = await bench_bare(lang, args.runs, c)
-                    st, sl = await bench_sandbox(sb.url, lang, args.runs, c)
+                    bt, bl, bcpu = await _measured(bench_bare(lang, args.runs, c))
+                    st, sl, scpu = await _measured(bench_sandbox(sb.url, lang, args.runs, c))
                     n = args.runs
                 b_rps, s_rps = n / bt, n / st
                 table.add_row(
                     lang, str(c),
                     f"{b_rps:.1f}", f"{statistics.median(bl) * 1e3:.1f}", f"{percentile(bl, 0.99) * 1e3:.1f}",
+                    f"{bcpu / n:.1f}",
                     f"{s_rps:.1f}", f"{statistics.median(sl) * 1e3:.1f}", f"{percentile(sl, 0.99) * 1e3:.1f}",
+                    f"{scpu / n:.1f}",
                     f"{s_rps / b_rps:.2f}",
                 )
         spans = {lang: await bench_spans(sb.url, lang, args.span_runs) for lang in PROGRAMS} if args.span_runs else {}
         await close_sandbox_clients()
     console.print(table)
+    true_ms, sandboxed_true_ms = isolation_floor_cpu_ms()
+    console.print(
+        f"isolation floor: /bin/true costs {true_ms:.1f} ms of CPU bare and {sandboxed_true_ms:.1f} ms inside "
+        f"bwrap with the sandbox's command line: {sandboxed_true_ms - true_ms:.1f} ms a run before any server, "
+        "HTTP or client work. With the CPUs saturated (concurrency >= CPUs) the ratio cannot exceed "
+        "bare cpu / (bare cpu + that floor + the server's and client's CPU per run)."
+    )
     if spans:
         steps = list(dict.fromkeys(k for per_lang in spans.values() for k in per_lang))
         st = Table(title=f"where a sandboxed run's time goes, concurrency 1 (median ms of {args.span_runs} runs)")
@@ -161,6 +193,30 @@ async def main_async(args) -> None:
         for step in steps:
             st.add_row(step, *[f"{statistics.median(spans[lang][step]):.2f}" if step in spans[lang] else "" for lang in spans])
         console.print(st)
+
+
+def isolation_floor_cpu_ms(n_runs: int = 100) -> tuple[float, float]:
+    """Machine CPU ms per start of `/bin/true` bare and inside bwrap with the sandbox's
+    full command line (namespaces, mounts, teardown), started one after another: what
+    per-run isolation costs before any server, HTTP or client work."""
+    runtime = resolve_runtime("python3")
+    bwrap = shutil.which("bwrap")
+    if runtime is None or bwrap is None:
+        return float("nan"), float("nan")
+    run_dir = tempfile.mkdtemp(prefix="bench-floor-")
+    os.chmod(run_dir, 0o755)
+    try:
+        sandboxed = build_bwrap_argv(bwrap, run_dir, ["/bin/true"], runtime, 16)
+        out = []
+        for argv in (["/bin/true"], sandboxed):
+            subprocess.run(argv, check=True)
+            cpu0 = busy_cpu_ms()
+            for _ in range(n_runs):
+                subprocess.run(argv, check=True)
+            out.append((busy_cpu_ms() - cpu0) / n_runs)
+        return out[0], out[1]
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 async def bench_spans(url: str, lang: str, n_runs: int) -> dict[str, list[float]]:

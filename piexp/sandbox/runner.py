@@ -477,9 +477,11 @@ class Runner:
                         os.close(fd)
                 t.mark("spawn")
                 try:
-                    held.child = await asyncio.wait_for(_read_child_pid(info_r), _SETUP_TIMEOUT_S)
+                    # asyncio.timeout, not wait_for: no extra task on the per-run path.
+                    async with asyncio.timeout(_SETUP_TIMEOUT_S):
+                        held.child = await _read_child_pid(info_r)
                     t.mark("bwrap")
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     held.error = "the sandbox did not start in time"
             finally:
                 os.close(info_r)
@@ -541,8 +543,9 @@ class Runner:
             if held.error is None:
                 feeder = asyncio.ensure_future(self._feed(proc, stdin))
                 try:
-                    await asyncio.wait_for(proc.wait(), timeout)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(timeout):
+                        await proc.wait()
+                except TimeoutError:
                     timed_out = True
         finally:
             # Always kill the group: if the program exited normally this is a no-op, on
@@ -574,7 +577,8 @@ class Runner:
             stdout_s += f"\n[stdout truncated: {out_total} bytes, kept {cap}]\n"
         if err_total > cap:
             stderr_s += f"\n[stderr truncated: {err_total} bytes, kept {cap}]\n"
-        if self.cgroups is not None and held.cgroup_dirs and self.cgroups.oom_kills(held.cgroup_dirs):
+        killed = timed_out or proc.returncode != 0  # an OOM kill never leaves a clean exit
+        if killed and self.cgroups is not None and held.cgroup_dirs and self.cgroups.oom_kills(held.cgroup_dirs):
             # A cgroup OOM kill is a bare SIGKILL: say why, as a runtime's own OOM would.
             stderr_s += f"\n[killed: the run exceeded its memory limit of {held.memory_mb} MB]\n"
         return CommandRunResult(
@@ -604,8 +608,9 @@ class Runner:
             proc.close()
         if held.pidfd >= 0:
             try:
-                await asyncio.wait_for(_wait_readable(held.pidfd), 5)
-            except asyncio.TimeoutError:  # pragma: no cover
+                async with asyncio.timeout(5):
+                    await _wait_readable(held.pidfd)
+            except TimeoutError:  # pragma: no cover
                 log.error("sandbox init %s did not exit", held.child)
             os.close(held.pidfd)
             held.pidfd = -1

@@ -27,6 +27,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
+from .isolation import write_control_file
+
 log = logging.getLogger(__name__)
 
 _PIPE_LIMIT = 1 << 16
@@ -35,8 +37,7 @@ _PIPE_LIMIT = 1 << 16
 def join_cgroups_v1(tasks_files: Sequence[str]) -> None:
     """Move the calling thread into each cgroup v1 hierarchy whose `tasks` file is given."""
     for path in tasks_files:
-        with open(path, "w") as f:
-            f.write("0")
+        write_control_file(path, "0")
 
 
 class SpawnedChild:

@@ -509,6 +509,8 @@ class CgroupLimiter:
         try:
             with open(os.path.join(d, "cgroup.procs")) as f:
                 for pid in f.read().split():
+                    if pid == str(os.getpid()):
+                        continue  # a server thread left here (spawn.py logs it): never kill ourselves
                     try:
                         os.kill(int(pid), signal.SIGKILL)
                     except (ProcessLookupError, ValueError):

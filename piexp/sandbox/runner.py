@@ -462,14 +462,15 @@ class Runner:
                 )
                 attach_later = self.cgroups.joined_dirs(held.cgroup_dirs) if held.cgroup_dirs else []
                 join_now = []
-                if attach_later and self.spawner.joins_cgroups:
+                if attach_later and self.cgroups.kind == "v1":
                     join_now = [os.path.join(d, "tasks") for d in attach_later]
-                    attach_later = []
                 try:
                     held.proc = await self.spawner.spawn(
                         argv, env=isolation.bwrap_env(), pass_fds=(info_w, block_r, *(fd for fd, _ in etc_copies)),
                         stdin_pipe=stdin_pipe, join_tasks=join_now,
                     )
+                    if held.proc.joined_cgroups:
+                        attach_later = []
                 finally:
                     os.close(info_w)
                     os.close(block_r)

@@ -47,6 +47,7 @@ class SpawnedChild:
     def __init__(self, popen: subprocess.Popen, stdout, stderr, stdin, transports: list) -> None:
         self._popen = popen
         self.pid = popen.pid
+        self.joined_cgroups = False  # started inside the cgroups it was asked to join
         self.stdout: asyncio.StreamReader = stdout
         self.stderr: asyncio.StreamReader = stderr
         self.stdin: Optional[asyncio.StreamWriter] = stdin
@@ -130,7 +131,7 @@ class Spawner:
         return self.home_tasks is not None
 
     def _start(self, argv: list[str], env: dict, pass_fds: Sequence[int], stdin_pipe: bool,
-               join_tasks: Sequence[str]) -> subprocess.Popen:
+               join_tasks: Sequence[str], home_tasks: Sequence[str]) -> subprocess.Popen:
         try:
             if join_tasks:
                 join_cgroups_v1(join_tasks)
@@ -142,7 +143,7 @@ class Spawner:
         finally:
             if join_tasks:
                 try:
-                    join_cgroups_v1(self.home_tasks or [])
+                    join_cgroups_v1(home_tasks)
                 except OSError as exc:
                     # Never start another child from a thread stuck in a run's cgroups.
                     log.error("spawner thread %s could not return to the server's cgroups (%s); "
@@ -152,17 +153,22 @@ class Spawner:
     async def spawn(self, argv: list[str], *, env: dict, pass_fds: Sequence[int] = (), stdin_pipe: bool = False,
                     join_tasks: Sequence[str] = ()) -> SpawnedChild:
         """Start `argv` in a new session with piped stdout/stderr (and stdin if asked),
-        first joining `join_tasks` (cgroup v1 `tasks` files) when this spawner can."""
-        if join_tasks and self.joins_cgroups:
+        first joining `join_tasks` (cgroup v1 `tasks` files) when this spawner can; the
+        child's `joined_cgroups` says whether it did (if not, the caller moves it)."""
+        home = self.home_tasks
+        joined = bool(join_tasks) and home is not None
+        if joined:
             if self._thread is None:
                 self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="piexp-sandbox-spawner")
             popen = await asyncio.get_running_loop().run_in_executor(
-                self._thread, self._start, argv, env, pass_fds, stdin_pipe, list(join_tasks),
+                self._thread, self._start, argv, env, pass_fds, stdin_pipe, list(join_tasks), list(home),
             )
         else:
-            popen = self._start(argv, env, pass_fds, stdin_pipe, ())
+            popen = self._start(argv, env, pass_fds, stdin_pipe, (), ())
         try:
-            return await _adopt(popen)
+            child = await _adopt(popen)
+            child.joined_cgroups = joined
+            return child
         except BaseException:
             try:
                 os.killpg(popen.pid, signal.SIGKILL)  # bwrap leads its own session

@@ -1,0 +1,122 @@
+"""How a sandbox is started: the spawner thread that joins the run's cgroup v1
+hierarchies (and always returns to the server's own), the slow path when it cannot, and
+the /etc a run sees (copied files, not binds). Runs a real Runner in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import threading
+
+import pytest
+
+from piexp.sandbox.isolation import CgroupLimiter
+from piexp.sandbox.protocol import RunCodeRequest
+from piexp.sandbox.runner import Runner, Timings
+from piexp.sandbox.settings import SandboxSettings
+from piexp.sandbox.spawn import Spawner
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _v1_cgroups() -> bool:
+    limiter = CgroupLimiter.detect()
+    if limiter is None:
+        return False
+    try:
+        return limiter.kind == "v1" and limiter.home_tasks is not None
+    finally:
+        limiter.close()
+
+
+needs_v1 = pytest.mark.skipif(not _v1_cgroups(), reason="no writable cgroup v1 hierarchies here (the spawner thread joins v1 only)")
+
+
+def _run(runner: Runner, code: str, **extra) -> dict:
+    async def go():
+        return await runner.run(RunCodeRequest(code=code, language="python", **extra), Timings())
+
+    return asyncio.run(go()).model_dump()
+
+
+def _cgroups_of(tid: int) -> dict[str, str]:
+    out = {}
+    with open(f"/proc/self/task/{tid}/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            out[controllers] = path
+    return out
+
+
+@pytest.fixture
+def runner(tmp_path):
+    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64))
+    yield r
+    r.close()
+
+
+@needs_v1
+def test_the_run_is_inside_its_own_cgroups_from_the_start(runner):
+    """The spawner thread joined the run's cgroups before bwrap unshared the cgroup
+    namespace, so inside the sandbox the run's own cgroup is the root of every joined
+    hierarchy (the slow path, attaching the held init later, would show a subpath)."""
+    resp = _run(runner, "print(open('/proc/self/cgroup').read())")
+    lines = dict(line.split(":", 2)[1:] for line in resp["run_result"]["stdout"].split())
+    assert lines["memory"] == "/" and lines["pids"] == "/", lines
+    assert runner.spawner.joins_cgroups
+
+
+@needs_v1
+def test_the_spawner_thread_returns_to_the_servers_cgroups(runner):
+    before = _cgroups_of(threading.get_native_id())
+    _run(runner, "print(1)")
+    spawner_threads = [t for t in threading.enumerate() if t.name.startswith("piexp-sandbox-spawner")]
+    assert spawner_threads, "the run did not go through the spawner thread"
+    for t in spawner_threads:
+        assert _cgroups_of(t.native_id) == before
+
+
+@needs_v1
+def test_without_the_thread_join_the_held_init_is_confined_instead(tmp_path):
+    """home_tasks unknown: the child starts outside the run's cgroups and is moved there
+    at --block-fd; the memory limit still kills a bomb and says so."""
+    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64))
+    r.spawner = Spawner(None)
+    try:
+        resp = _run(r, "print(open('/proc/self/cgroup').read())")
+        memory_path = [line.split(":", 2)[2] for line in resp["run_result"]["stdout"].split() if ":memory:" in line][0]
+        assert memory_path != "/", "the init was not moved after the start (its cgroup root is the server's)"
+        bomb = _run(r, "a = []\nwhile True:\n    a.append(bytearray(10**7))", memory_limit_MB=128, run_timeout=10)
+        assert bomb["run_result"]["return_code"] != 0
+        assert "[killed: the run exceeded its memory limit of 128 MB]" in bomb["run_result"]["stderr"]
+        assert os.listdir(tmp_path) == []
+    finally:
+        r.close()
+
+
+def test_etc_holds_read_only_copies_of_what_the_loader_needs(runner):
+    code = (
+        "import os, hashlib\n"
+        "print(sorted(os.listdir('/etc')))\n"
+        "print(hashlib.sha256(open('/etc/ld.so.cache', 'rb').read()).hexdigest())\n"
+        "try:\n    open('/etc/ld.so.cache', 'ab').write(b'x')\nexcept OSError as e:\n    print('write refused', e.errno)\n"
+    )
+    resp = _run(runner, code)
+    out = resp["run_result"]["stdout"].splitlines()
+    expected = sorted(e for e in ("alternatives", "ld.so.cache", "localtime", "nsswitch.conf") if os.path.lexists(f"/etc/{e}"))
+    assert out[0] == str(expected)
+    import hashlib
+
+    with open("/etc/ld.so.cache", "rb") as f:
+        assert out[1] == hashlib.sha256(f.read()).hexdigest()
+    assert out[2].startswith("write refused"), out
+
+
+def test_files_and_stdin_reach_a_program_started_by_the_spawner(runner):
+    resp = _run(
+        runner, "import sys\nprint(open('in.txt').read().strip(), sys.stdin.read().strip())",
+        files={"in.txt": base64.b64encode(b"from-file").decode()}, stdin="from-stdin",
+    )
+    assert resp["run_result"]["stdout"] == "from-file from-stdin\n", resp

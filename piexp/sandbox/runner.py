@@ -12,8 +12,6 @@ import json
 import logging
 import math
 import os
-import shutil
-import stat
 import subprocess
 import tempfile
 import time
@@ -30,121 +28,11 @@ from .protocol import (
     RunStatus,
     sandbox_error,
 )
+from .run_dir import UnsafePathError, read_file, remove_run_dir, safe_relative_path, write_file
 from .settings import SandboxSettings
 from .spawn import SpawnedChild, Spawner
 
 log = logging.getLogger(__name__)
-
-
-class UnsafePathError(ValueError):
-    """A file name in `files`/`fetch_files` that could reach outside the run directory."""
-
-
-def safe_relative_path(name: str) -> str:
-    """Validate a client-supplied file name: relative, no `..`, no empty/`.` name, no NUL.
-    Returns the normalised relative path."""
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise UnsafePathError(f"file name {name!r} is empty or contains NUL")
-    if name.startswith("/") or name.startswith("\\"):
-        raise UnsafePathError(f"file name {name!r} is absolute")
-    parts = name.replace("\\", "/").split("/")
-    if any(p == ".." for p in parts):
-        raise UnsafePathError(f"file name {name!r} contains '..'")
-    parts = [p for p in parts if p not in ("", ".")]
-    if not parts:
-        raise UnsafePathError(f"file name {name!r} names no file")
-    return "/".join(parts)
-
-
-def _open_dir_nofollow(root_fd: int, parts: list[str], create: bool) -> int:
-    """Walk `parts` below `root_fd` one component at a time with O_NOFOLLOW, so no symlink
-    (planted by a previous step of the program) can redirect us outside the run dir."""
-    fd = os.dup(root_fd)
-    try:
-        for part in parts:
-            if create:
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
-            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def write_file(root: str, name: str, data: bytes) -> None:
-    rel = safe_relative_path(name)
-    *dirs, base = rel.split("/")
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        dfd = _open_dir_nofollow(root_fd, dirs, create=True)
-        try:
-            fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
-            try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
-            finally:
-                os.close(fd)
-        finally:
-            os.close(dfd)
-    finally:
-        os.close(root_fd)
-
-
-def read_file(root: str, name: str, cap: int) -> Optional[bytes]:
-    """Read a file the program left behind, refusing symlinks anywhere on the path and
-    anything that is not a regular file (a FIFO would block us). None if absent/refused."""
-    rel = safe_relative_path(name)
-    *dirs, base = rel.split("/")
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        try:
-            dfd = _open_dir_nofollow(root_fd, dirs, create=False)
-        except OSError:
-            return None
-        try:
-            try:
-                fd = os.open(base, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
-            except OSError:
-                return None
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
-                    return None
-                chunks, total = [], 0
-                while total <= cap:
-                    chunk = os.read(fd, min(1 << 20, cap + 1 - total))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    total += len(chunk)
-                return None if total > cap else b"".join(chunks)
-            finally:
-                os.close(fd)
-        finally:
-            os.close(dfd)
-    finally:
-        os.close(root_fd)
-
-
-def _rmtree(path: str) -> None:
-    """Remove a run directory even if the program chmod-ed parts of it to 000."""
-
-    def onerror(func, p, _exc):
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=onerror)
 
 
 async def _drain(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, int]:
@@ -623,7 +511,7 @@ class Runner:
             await self.cgroups.aremove(held.cgroup_dirs)
             held.cgroup_dirs = []
         if held.run_dir:
-            _rmtree(held.run_dir)
+            remove_run_dir(held.run_dir)
             held.run_dir = ""
 
     def _take_prespawned(self, language: str, memory_mb: int) -> Optional["_Held"]:

@@ -458,13 +458,22 @@ def _api():
     add_model(parser, EngineConfig)
     parser.add_argument("--host", type=str, default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    # A socket piexp bound and listens on before starting us: no window in which another
+    # process could take the port (or answer piexp's readiness probe in our stead).
+    parser.add_argument("--listen-fd", type=int, default=None)
     args = parser.parse_args()
     engine_config = EngineConfig.model_validate({{k: v for k, v in vars(args).items() if k in EngineConfig.model_fields}})
     api.app.state.engine_config = engine_config
-    uvicorn.run(
+    config = uvicorn.Config(
         api.app, host=args.host, port=args.port, log_config=api.get_uvicorn_log_config(),
         backlog=api.SKYRL_HTTP_CONNECTION_LIMIT, timeout_keep_alive=api.HTTP_KEEP_ALIVE_TIMEOUT_SECONDS,
     )
+    sockets = None
+    if args.listen_fd is not None:
+        import socket
+
+        sockets = [socket.socket(fileno=args.listen_fd)]
+    uvicorn.Server(config).run(sockets=sockets)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from piexp.errors import ServiceUnavailableError
-from piexp.sandbox.embedded import free_port
+from piexp.sandbox.embedded import bound_listening_socket
 
-__all__ = ["LocalServer", "free_port", "local_server"]
+__all__ = ["LocalServer", "local_server"]
 
 HEALTH_PATH = "/api/v1/healthz"
 
@@ -87,7 +87,7 @@ class LocalServer:
     def log_path(self) -> Path:
         return self.state_dir / "server.log"
 
-    def command(self, launcher: Path) -> list[str]:
+    def command(self, launcher: Path, listen_fd: int | None = None) -> list[str]:
         import json
 
         backend = {
@@ -102,6 +102,7 @@ class LocalServer:
             "--base-model", self.base_model, "--backend", "jax", "--backend-config", json.dumps(backend),
             "--checkpoints-base", str(self.state_dir / "checkpoints"),
             "--database-url", f"sqlite:///{self.state_dir / 'tinker.db'}",
+            *(["--listen-fd", str(listen_fd)] if listen_fd is not None else []),
         ]  # fmt: skip
 
     def start(self) -> LocalServer:
@@ -112,7 +113,10 @@ class LocalServer:
             raise RuntimeError("start the local server from the main thread")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         launcher = write_launcher(self.state_dir)
-        self.port = self.port or free_port(self.host)
+        # Bound and listening before the server starts, then handed to it: the port is
+        # ours throughout, so the readiness probe below can only reach this server.
+        listener = bound_listening_socket(self.host, self.port or 0)
+        self.port = listener.getsockname()[1]
         env = {
             **os.environ,
             "PIEXP_SERVER_PARENT_PID": str(os.getpid()),
@@ -126,11 +130,13 @@ class LocalServer:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         try:
             self.process = subprocess.Popen(
-                self.command(launcher), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.state_dir, env=env, start_new_session=True,
+                self.command(launcher, listener.fileno()), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.state_dir, env=env, start_new_session=True,
+                pass_fds=(listener.fileno(),),
             )  # fmt: skip
         finally:
             log.close()
+            listener.close()  # the server owns it now
         deadline = started + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -53,6 +53,10 @@ def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, t
             time.sleep(0.2)
         pids = server.pids()
         assert len(pids) >= 2
+        # It serves on the socket start() bound and handed over (no port race).
+        with open(f"/proc/{server.process.pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+        assert b"--listen-fd" in argv and b"--port" in argv
     assert _wait_gone(pids) == []
 
 

@@ -134,6 +134,17 @@ async def _wait_readable(fd: int) -> None:
         loop.remove_reader(fd)
 
 
+async def _kill_and_reap(proc) -> None:
+    """SIGKILL the sandbox's process group (bwrap leads its own session) and reap bwrap."""
+    isolation.kill_process_group(proc.pid)
+    if proc.returncode is None:
+        try:
+            async with asyncio.timeout(5):
+                await proc.wait()
+        except TimeoutError:  # pragma: no cover
+            log.error("bwrap pid %d did not die after SIGKILL", proc.pid)
+
+
 @dataclass
 class Runner:
     """Runs requests under the given settings. Holds the resolved runtimes, the bwrap
@@ -439,12 +450,7 @@ class Runner:
         finally:
             # Always kill the group: if the program exited normally this is a no-op, on
             # time-out, cancellation or a failed confinement it takes the sandbox down.
-            isolation.kill_process_group(proc.pid)
-            if proc.returncode is None:
-                try:
-                    await asyncio.wait_for(proc.wait(), 5)
-                except asyncio.TimeoutError:  # pragma: no cover
-                    log.error("bwrap pid %d did not die after SIGKILL", proc.pid)
+            await _kill_and_reap(proc)
         elapsed = time.monotonic() - start
         t.mark("run")
         if feeder is not None:
@@ -487,12 +493,7 @@ class Runner:
             held.block_w = -1
         proc = held.proc
         if proc is not None:
-            isolation.kill_process_group(proc.pid)
-            if proc.returncode is None:
-                try:
-                    await asyncio.wait_for(proc.wait(), 5)
-                except asyncio.TimeoutError:  # pragma: no cover
-                    log.error("bwrap pid %d did not die after SIGKILL", proc.pid)
+            await _kill_and_reap(proc)
         if isinstance(proc, SpawnedChild):
             proc.close()
         if held.pidfd >= 0:

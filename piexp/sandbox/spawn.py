@@ -103,15 +103,20 @@ async def _adopt(popen: subprocess.Popen) -> SpawnedChild:
         transports.append(transport)
         return stream
 
-    stdout = await reader(popen.stdout)
-    stderr = await reader(popen.stderr)
-    stdin = None
-    if popen.stdin is not None:
-        transport, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), popen.stdin,
-        )
-        transports.append(transport)
-        stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+    try:
+        stdout = await reader(popen.stdout)
+        stderr = await reader(popen.stderr)
+        stdin = None
+        if popen.stdin is not None:
+            transport, protocol = await loop.connect_write_pipe(
+                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), popen.stdin,
+            )
+            transports.append(transport)
+            stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+    except BaseException:
+        for transport in transports:
+            transport.close()
+        raise
     return SpawnedChild(popen, stdout, stderr, stdin, transports)
 
 

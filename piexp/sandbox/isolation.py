@@ -71,6 +71,19 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ETC_COPIED_FILES = ("/etc/ld.so.cache", "/etc/nsswitch.conf", "/etc/localtime")
 _ETC_BOUND_DIRS = ("/etc/alternatives",)
 
+
+@functools.lru_cache(maxsize=1)
+def _etc_copies_split() -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """(symlinks as (target, path), regular files) among _ETC_COPIED_FILES that exist:
+    a symlink (/etc/localtime usually is one) is recreated, a file is copied."""
+    links, files = [], []
+    for path in _ETC_COPIED_FILES:
+        if os.path.islink(path):
+            links.append((os.readlink(path), path))
+        elif os.path.isfile(path):
+            files.append(path)
+    return tuple(links), tuple(files)
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -160,8 +173,8 @@ def _bwrap_system_args(runtime: Runtime) -> tuple[str, ...]:
             argv += ["--ro-bind", target, target]
     for entry in _ETC_BOUND_DIRS:
         argv += ["--ro-bind-try", entry, entry]
-    if os.path.islink("/etc/localtime"):
-        argv += ["--symlink", os.readlink("/etc/localtime"), "/etc/localtime"]
+    for target, path in _etc_copies_split()[0]:
+        argv += ["--symlink", target, path]
     if runtime.bind_prefix:
         argv += ["--ro-bind", runtime.bind_prefix, runtime.bind_prefix]
     return tuple(argv)
@@ -221,9 +234,7 @@ def open_etc_copies() -> list[tuple[int, str]]:
     """(fd, path) of each /etc file a run gets a copy of (see _ETC_COPIED_FILES), opened
     for one bwrap start: bwrap reads each fd to its end. The caller closes them."""
     opened = []
-    for path in _ETC_COPIED_FILES:
-        if path == "/etc/localtime" and os.path.islink(path):
-            continue  # recreated as a symlink (_bwrap_system_args)
+    for path in _etc_copies_split()[1]:  # the symlinks among them: _bwrap_system_args
         try:
             opened.append((os.open(path, os.O_RDONLY | os.O_CLOEXEC), path))
         except OSError:
@@ -282,8 +293,9 @@ class CgroupLimiter:
     """Per-run memory and pids cgroups, when the host lets us create them.
 
     Each run gets its own child cgroup(s) under a per-server parent that sits inside the
-    server's own cgroup (so container limits still apply above it). The child process
-    joins them from `preexec_fn`, before exec'ing bwrap, so every descendant is counted.
+    server's own cgroup (so container limits still apply above it). bwrap starts inside
+    them (v1: spawn.py's thread joins first), or its held init is moved there before the
+    program starts (`confine_blocked_child`), so every descendant is counted.
     """
 
     def __init__(self, kind: str, parents: dict[str, str], cpu_share_dir: Optional[str] = None,

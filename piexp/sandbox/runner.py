@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Optional
 
 from . import isolation
 from .protocol import (
@@ -109,14 +109,13 @@ class _Held:
     memory_mb: int
     stdin_pipe: bool
     cgroup_dirs: list[str] = field(default_factory=list)
-    proc: Union[SpawnedChild, asyncio.subprocess.Process, None] = None
+    proc: Optional[SpawnedChild] = None
     child: Optional[int] = None  # the sandbox init's pid (as seen here)
     pidfd: int = -1
     block_w: int = -1
     error: Optional[str] = None
     pooled: bool = True
     command: Optional[list[str]] = None  # unisolated only
-    unisolated_kwargs: dict = field(default_factory=dict)
 
 
 async def _wait_readable(fd: int) -> None:
@@ -338,15 +337,10 @@ class Runner:
                 # A pre-started sandbox must be confined exactly like a cold one.
                 held.pooled = bool(held.cgroup_dirs) or not self.cgroups.limits_memory
             t.mark("cgroup")
-            stdin_mode = asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL
-            pipes = dict(stdin=stdin_mode, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
             if self.bwrap is None:
-                # Unisolated (allow_unisolated): a plain child, limits set in preexec.
+                # Unisolated (allow_unisolated): a plain child, started at release with
+                # its limits set in preexec.
                 held.command = command
-                held.unisolated_kwargs = dict(
-                    **pipes, env={**isolation.bwrap_env(), "HOME": run_dir}, cwd=run_dir,
-                    start_new_session=True, close_fds=True,
-                )
                 return held
             # No preexec_fn: CPython then spawns with vfork+exec. Limits (and cgroups
             # that the spawner thread could not join) are applied to the sandbox's init
@@ -416,9 +410,9 @@ class Runner:
             return sandbox_error(f"could not write the run's files: {exc}")
         if held.proc is None and held.command is not None:  # unisolated
             try:
-                held.proc = await asyncio.create_subprocess_exec(
-                    *held.command, **held.unisolated_kwargs,
-                    preexec_fn=isolation.make_preexec(limits, held.cgroup_dirs),
+                held.proc = await self.spawner.spawn(
+                    held.command, env={**isolation.bwrap_env(), "HOME": held.run_dir}, cwd=held.run_dir,
+                    stdin_pipe=held.stdin_pipe, preexec_fn=isolation.make_preexec(limits, held.cgroup_dirs),
                 )
             except (OSError, subprocess.SubprocessError) as exc:
                 return CommandRunResult(status=CommandRunStatus.error, execution_time=0.0, stderr=f"could not start: {exc}")
@@ -494,7 +488,6 @@ class Runner:
         proc = held.proc
         if proc is not None:
             await _kill_and_reap(proc)
-        if isinstance(proc, SpawnedChild):
             proc.close()
         if held.pidfd >= 0:
             try:

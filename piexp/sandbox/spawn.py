@@ -13,7 +13,8 @@ sandbox to the thread that started it. (Before, a /bin/sh trampoline joined the 
 and exec'd bwrap: ~0.9 ms of CPU and latency a run; bench/sandbox.py.)
 
 `SpawnedChild` is the asyncio view of the `subprocess.Popen` so started: stream readers
-for stdout/stderr, a writer for stdin, and a pidfd-based `wait()`.
+for stdout/stderr, a writer for stdin, and a pidfd-based `wait()`. Every child the
+runner starts (bwrap, or the program itself when unisolated) goes through `Spawner`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import signal
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from .isolation import write_control_file
 
@@ -135,15 +136,14 @@ class Spawner:
     def joins_cgroups(self) -> bool:
         return self.home_tasks is not None
 
-    def _start(self, argv: list[str], env: dict, pass_fds: Sequence[int], stdin_pipe: bool,
-               join_tasks: Sequence[str], home_tasks: Sequence[str]) -> subprocess.Popen:
+    def _start(self, argv: list[str], options: dict, join_tasks: Sequence[str],
+               home_tasks: Sequence[str]) -> subprocess.Popen:
         try:
             if join_tasks:
                 join_cgroups_v1(join_tasks)
             return subprocess.Popen(
-                argv, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds),
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                **options,
             )
         finally:
             if join_tasks:
@@ -156,20 +156,26 @@ class Spawner:
                     self.home_tasks = None
 
     async def spawn(self, argv: list[str], *, env: dict, pass_fds: Sequence[int] = (), stdin_pipe: bool = False,
-                    join_tasks: Sequence[str] = ()) -> SpawnedChild:
+                    join_tasks: Sequence[str] = (), cwd: Optional[str] = None,
+                    preexec_fn: Optional[Callable[[], None]] = None) -> SpawnedChild:
         """Start `argv` in a new session with piped stdout/stderr (and stdin if asked),
         first joining `join_tasks` (cgroup v1 `tasks` files) when this spawner can; the
-        child's `joined_cgroups` says whether it did (if not, the caller moves it)."""
+        child's `joined_cgroups` says whether it did (if not, the caller moves it).
+        `preexec_fn` only for unisolated runs: it makes CPython fork instead of vfork."""
+        options = dict(
+            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, env=env, pass_fds=tuple(pass_fds),
+            cwd=cwd, preexec_fn=preexec_fn,
+        )
         home = self.home_tasks
         joined = bool(join_tasks) and home is not None
         if joined:
             if self._thread is None:
                 self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="piexp-sandbox-spawner")
             popen = await asyncio.get_running_loop().run_in_executor(
-                self._thread, self._start, argv, env, pass_fds, stdin_pipe, list(join_tasks), list(home),
+                self._thread, self._start, argv, options, list(join_tasks), list(home),
             )
         else:
-            popen = self._start(argv, env, pass_fds, stdin_pipe, (), ())
+            popen = self._start(argv, options, (), ())
         try:
             child = await _adopt(popen)
             child.joined_cgroups = joined

@@ -26,8 +26,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
+from machine_cpu import command_cost
 from rich.console import Console
 from rich.table import Table
 
@@ -94,24 +94,6 @@ VARIANTS = [
 ]
 
 
-def busy_cpu_ms() -> float:
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in f.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) * 1e3 / os.sysconf("SC_CLK_TCK")
-
-
-def measure(argv: list[str], runs: int, per_call: int) -> tuple[float, float]:
-    """(CPU ms, wall ms) per run; `per_call` runs happen inside one invocation of argv."""
-    subprocess.run(argv, check=True)  # warm-up
-    time.sleep(0.3)
-    cpu0, t0 = busy_cpu_ms(), time.perf_counter()
-    for _ in range(runs // per_call):
-        subprocess.run(argv, check=True)
-    wall = time.perf_counter() - t0
-    time.sleep(0.3)  # let deferred namespace teardown (kernel workers) land in the count
-    return (busy_cpu_ms() - cpu0) / runs, wall * 1e3 / runs
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=300)
@@ -133,15 +115,15 @@ def main() -> int:
         for label, names in VARIANTS:
             flags = sum(CLONE[n] for n in names)
             try:
-                rows.append((label, *measure([exe, str(args.runs), str(flags)], args.runs, args.runs)))
+                rows.append((label, *command_cost([exe, str(args.runs), str(flags)], args.runs, args.runs)))
             except subprocess.CalledProcessError:
                 rows.append((label, float("nan"), float("nan")))
         if bwrap is not None and runtime is not None:
             run_dir = os.path.join(tmp, "run")
             os.mkdir(run_dir, 0o755)
             argv = build_bwrap_argv(bwrap, run_dir, ["/bin/true"], runtime, 16)
-            rows.append(("bwrap, the embedded sandbox's command line", *measure(argv, max(50, args.runs // 3), 1)))
-            rows.append(("/bin/true spawned from Python (bwrap's baseline)", *measure(["/bin/true"], max(50, args.runs // 3), 1)))
+            rows.append(("bwrap, the embedded sandbox's command line", *command_cost(argv, max(50, args.runs // 3))))
+            rows.append(("/bin/true spawned from Python (bwrap's baseline)", *command_cost(["/bin/true"], max(50, args.runs // 3))))
     base_cpu = rows[0][1]
     table = Table(title=f"per-run cost of isolation for /bin/true ({os.cpu_count()} CPUs, {args.runs} runs)")
     for col in ("what runs", "CPU ms/run", "wall ms/run", "CPU vs bare fork+exec"):

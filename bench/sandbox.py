@@ -40,7 +40,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from machine_cpu import busy_cpu_ms, command_cost
 from piexp.sandbox import EmbeddedSandbox, close_sandbox_clients, sandbox_client
 from piexp.sandbox.isolation import build_bwrap_argv, resolve_runtime
 
@@ -59,17 +59,6 @@ PROGRAMS = {
                    "let s = 0; for (let i = 0; i < n; i++) s += i * i; console.log(s);\n"),
 }
 FILES = {"n.txt": "1000"}
-
-
-def busy_cpu_ms() -> float:
-    """CPU time (ms) the whole machine has spent busy since boot, from /proc/stat: every
-    process counts (server, client, bwrap, kernel workers), which is what a run costs."""
-    try:
-        with open("/proc/stat") as f:
-            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
-    except (OSError, ValueError):
-        return float("nan")
-    return (user + nice + system + irq + softirq) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
 async def _measured(coro) -> tuple[float, list[float], float]:
@@ -220,14 +209,7 @@ def isolation_floor_cpu_ms(n_runs: int = 100) -> tuple[float, float]:
     os.chmod(run_dir, 0o755)
     try:
         sandboxed = build_bwrap_argv(bwrap, run_dir, ["/bin/true"], runtime, 16)
-        out = []
-        for argv in (["/bin/true"], sandboxed):
-            subprocess.run(argv, check=True)
-            cpu0 = busy_cpu_ms()
-            for _ in range(n_runs):
-                subprocess.run(argv, check=True)
-            out.append((busy_cpu_ms() - cpu0) / n_runs)
-        return out[0], out[1]
+        return command_cost(["/bin/true"], n_runs)[0], command_cost(sandboxed, n_runs)[0]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 

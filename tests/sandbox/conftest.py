@@ -19,23 +19,25 @@ FAKE_SECRET = "sk-test-secret"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
-def _memory_cgroup_writable() -> bool:
-    """Whether a server started by this test process limits memory with a cgroup (the
-    same detection the server runs; the probe's parent dirs are removed again)."""
+@pytest.fixture(scope="session")
+def cgroup_support() -> dict[str, bool]:
+    """What a server started by this test process gets from cgroups (the same detection
+    the server runs; the probe's parent dirs are removed again): `memory` (a memory
+    cgroup limits runs) and `v1_thread_join` (the spawner thread joins v1 cgroups)."""
     from piexp.sandbox.isolation import CgroupLimiter
 
     limiter = CgroupLimiter.detect()
     if limiter is None:
-        return False
+        return {"memory": False, "v1_thread_join": False}
     try:
-        return limiter.limits_memory
+        return {"memory": limiter.limits_memory, "v1_thread_join": limiter.kind == "v1" and limiter.home_tasks is not None}
     finally:
         limiter.close()
 
 
 @pytest.fixture(scope="session")
-def memory_cgroup() -> bool:
-    return _memory_cgroup_writable()
+def memory_cgroup(cgroup_support) -> bool:
+    return cgroup_support["memory"]
 
 
 def processes_with(marker: str) -> list[tuple[int, str]]:

@@ -12,7 +12,6 @@ import threading
 
 import pytest
 
-from piexp.sandbox.isolation import CgroupLimiter
 from piexp.sandbox.protocol import RunCodeRequest
 from piexp.sandbox.runner import Runner, Timings
 from piexp.sandbox.settings import SandboxSettings
@@ -21,17 +20,10 @@ from piexp.sandbox.spawn import Spawner
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
-def _v1_cgroups() -> bool:
-    limiter = CgroupLimiter.detect()
-    if limiter is None:
-        return False
-    try:
-        return limiter.kind == "v1" and limiter.home_tasks is not None
-    finally:
-        limiter.close()
-
-
-needs_v1 = pytest.mark.skipif(not _v1_cgroups(), reason="no writable cgroup v1 hierarchies here (the spawner thread joins v1 only)")
+@pytest.fixture
+def v1_thread_join(cgroup_support) -> None:
+    if not cgroup_support["v1_thread_join"]:
+        pytest.skip("no writable cgroup v1 hierarchies here (the spawner thread joins v1 only)")
 
 
 def _run(runner: Runner, code: str, **extra) -> dict:
@@ -57,8 +49,7 @@ def runner(tmp_path):
     r.close()
 
 
-@needs_v1
-def test_the_run_is_inside_its_own_cgroups_from_the_start(runner):
+def test_the_run_is_inside_its_own_cgroups_from_the_start(runner, v1_thread_join):
     """The spawner thread joined the run's cgroups before bwrap unshared the cgroup
     namespace, so inside the sandbox the run's own cgroup is the root of every joined
     hierarchy (the slow path, attaching the held init later, would show a subpath)."""
@@ -68,8 +59,7 @@ def test_the_run_is_inside_its_own_cgroups_from_the_start(runner):
     assert runner.spawner.joins_cgroups
 
 
-@needs_v1
-def test_the_spawner_thread_returns_to_the_servers_cgroups(runner):
+def test_the_spawner_thread_returns_to_the_servers_cgroups(runner, v1_thread_join):
     before = _cgroups_of(threading.get_native_id())
     _run(runner, "print(1)")
     spawner_threads = [t for t in threading.enumerate() if t.name.startswith("piexp-sandbox-spawner")]
@@ -78,8 +68,7 @@ def test_the_spawner_thread_returns_to_the_servers_cgroups(runner):
         assert _cgroups_of(t.native_id) == before
 
 
-@needs_v1
-def test_without_the_thread_join_the_held_init_is_confined_instead(tmp_path):
+def test_without_the_thread_join_the_held_init_is_confined_instead(tmp_path, v1_thread_join):
     """home_tasks unknown: the child starts outside the run's cgroups and is moved there
     at --block-fd; the memory limit still kills a bomb and says so."""
     r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64))

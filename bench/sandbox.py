@@ -11,13 +11,16 @@ sandboxed run's time goes at concurrency 1: the median of each step the server r
 in its `Server-Timing` header (parse, queue, cgroup, spawn, bwrap, confine, files, run,
 drain, fetch, cleanup, respond) and what is left for HTTP and the client.
 
-    python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30] [--prespawn N]
+    python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30] [--launcher zygote|bwrap]
+                            [--prespawn N] [--interleave]
 
 `--interleave` alternates batches of bare and sandboxed runs within each cell instead of
 running all bare runs first: on a shared, loaded host the load drifts between the two
 halves of a cell, which alone can swing the ratio by 2x.
-`--prespawn N` runs the server with N sandboxes per language started ahead of requests
-(off by default in the server; same isolation, see SandboxSettings.prespawn).
+`--launcher` picks how the server starts an isolated run (SandboxSettings.launcher): the
+zygote (default; one process holds the sandbox root, a run costs fresh namespaces only)
+or a bwrap per run. `--prespawn N` (bwrap only) runs the server with N sandboxes per
+language started ahead of requests (same isolation, see SandboxSettings.prespawn).
 
 What the figures say (2-core VM, interleaved, several runs): a sandboxed run costs the
 machine 6-12 ms more CPU than a bare one. About 4.5-6.5 ms of it is the isolation floor
@@ -50,7 +53,10 @@ from rich.table import Table
 
 from machine_cpu import busy_cpu_ms, command_cost
 from piexp.sandbox import EmbeddedSandbox, close_sandbox_clients, sandbox_client
-from piexp.sandbox.isolation import build_bwrap_argv, resolve_runtime
+from piexp.sandbox.settings import LAUNCHERS
+from piexp.sandbox.isolation import SANDBOX_ENV, build_bwrap_argv, resolve_runtime, root_layout
+from piexp.sandbox.spawn import reap_pid
+from piexp.sandbox.zygote import Zygote, ZygoteError
 
 PROGRAMS = {
     "python": ("python3", "main.py", "import sys\nn = int(open('n.txt').read())\nprint(sum(i * i for i in range(n)))\n"),
@@ -134,13 +140,13 @@ async def bench_sandbox(url: str, lang: str, n_runs: int, concurrency: int) -> t
 async def main_async(args) -> None:
     console = Console(width=max(150, Console().width))
     table = Table(title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
-                        f"prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
+                        f"launcher={args.launcher}, prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
                         f"load avg {os.getloadavg()[0]:.1f})")
     for col in ("language", "conc", "bare runs/s", "bare p50 ms", "bare p99 ms", "bare cpu ms/run",
                 "sandbox runs/s", "sandbox p50 ms", "sandbox p99 ms", "sandbox cpu ms/run",
                 "ratio sandbox/bare"):
         table.add_column(col, justify="right")
-    with EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn) as sb:
+    with EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn, launcher=args.launcher) as sb:
         for lang in PROGRAMS:
             # warm-up: page cache, server's runtime resolution
             await bench_bare(lang, 2, 1)
@@ -179,11 +185,12 @@ async def main_async(args) -> None:
         spans = {lang: await bench_spans(sb.url, lang, args.span_runs) for lang in PROGRAMS} if args.span_runs else {}
         await close_sandbox_clients()
     console.print(table)
-    true_ms, sandboxed_true_ms = isolation_floor_cpu_ms()
+    floor = isolation_floor_cpu_ms()
     console.print(
-        f"isolation floor: /bin/true costs {true_ms:.1f} ms of CPU bare and {sandboxed_true_ms:.1f} ms inside "
-        f"bwrap with the sandbox's command line: {sandboxed_true_ms - true_ms:.1f} ms a run before any server, "
-        "HTTP or client work. With the CPUs saturated (concurrency >= CPUs) the ratio cannot exceed "
+        f"isolation floor: /bin/true costs {floor['bare']:.1f} ms of CPU bare, {floor['bwrap']:.1f} ms inside bwrap "
+        f"with the sandbox's command line (+{floor['bwrap'] - floor['bare']:.1f}) and {floor['zygote']:.1f} ms "
+        f"started by the zygote (+{floor['zygote'] - floor['bare']:.1f}): what isolating a run costs before any "
+        "server, HTTP or client work. With the CPUs saturated (concurrency >= CPUs) the ratio cannot exceed "
         "bare cpu / (bare cpu + that floor + the server's and client's CPU per run)."
     )
     if spans:
@@ -197,21 +204,46 @@ async def main_async(args) -> None:
         console.print(st)
 
 
-def isolation_floor_cpu_ms(n_runs: int = 100) -> tuple[float, float]:
-    """Machine CPU ms per start of `/bin/true` bare and inside bwrap with the sandbox's
-    full command line (namespaces, mounts, teardown), started one after another: what
-    per-run isolation costs before any server, HTTP or client work."""
+def isolation_floor_cpu_ms(n_runs: int = 100) -> dict[str, float]:
+    """Machine CPU ms per start of `/bin/true`, one after another: bare, inside bwrap with
+    the sandbox's full command line, and through the zygote (namespaces, mounts and
+    teardown included): what per-run isolation costs before any server, HTTP or client
+    work. nan where bwrap, a runtime or the zygote is unavailable."""
+    nan = float("nan")
+    out = {"bare": command_cost(["/bin/true"], n_runs)[0], "bwrap": nan, "zygote": nan}
     runtime = resolve_runtime("python3")
     bwrap = shutil.which("bwrap")
     if runtime is None or bwrap is None:
-        return float("nan"), float("nan")
-    run_dir = tempfile.mkdtemp(prefix="bench-floor-")
-    os.chmod(run_dir, 0o755)
+        return out
+    runs_dir = tempfile.mkdtemp(prefix="bench-floor-")
+    run_dir = os.path.join(runs_dir, "run")
+    os.mkdir(run_dir, 0o755)
     try:
-        sandboxed = build_bwrap_argv(bwrap, run_dir, ["/bin/true"], runtime, 16)
-        return command_cost(["/bin/true"], n_runs)[0], command_cost(sandboxed, n_runs)[0]
+        out["bwrap"] = command_cost(build_bwrap_argv(bwrap, run_dir, ["/bin/true"], runtime, 16), n_runs)[0]
+        try:
+            zygote = Zygote.start(runs_dir, root_layout([runtime]))
+        except ZygoteError as exc:
+            print(f"(zygote unavailable: {exc})")
+            return out
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            def one() -> None:
+                pid = zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], 1 << 20, 10, [null, null, null, null])
+                if reap_pid(pid) != 0:
+                    raise RuntimeError("/bin/true failed through the zygote")
+            one()
+            time.sleep(0.3)
+            cpu0 = busy_cpu_ms()
+            for _ in range(n_runs):
+                one()
+            time.sleep(0.3)  # deferred namespace teardown lands in the count
+            out["zygote"] = (busy_cpu_ms() - cpu0) / n_runs
+        finally:
+            os.close(null)
+            zygote.close()
+        return out
     finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(runs_dir, ignore_errors=True)
 
 
 async def bench_spans(url: str, lang: str, n_runs: int) -> dict[str, list[float]]:
@@ -247,9 +279,13 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     p.add_argument("--interleave", action="store_true",
                    help="alternate bare and sandbox batches within each cell (robust to load drift on a shared host)")
-    p.add_argument("--prespawn", type=int, default=0, help="server's sandboxes pre-started per language")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="zygote", help="how the server starts isolated runs")
+    p.add_argument("--prespawn", type=int, default=0, help="server's sandboxes pre-started per language (bwrap only)")
     p.add_argument("--span-runs", type=int, default=30, help="runs per language for the per-step table (0: skip)")
-    asyncio.run(main_async(p.parse_args()))
+    args = p.parse_args()
+    if args.prespawn and args.launcher != "bwrap":
+        p.error("--prespawn needs --launcher bwrap (the zygote pre-starts nothing)")
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import os
 import sys
 
 from .isolation import set_parent_death_signal
-from .settings import SandboxSettings
+from .settings import LAUNCHERS, SandboxSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", default=d.work_dir)
     p.add_argument("--prespawn", type=int, default=d.prespawn,
                    help="sandboxes per language started ahead of requests (0: none)")
+    p.add_argument("--launcher", choices=LAUNCHERS, default=d.launcher,
+                   help="zygote: one process holds the sandbox root and starts every run (default); bwrap: one per run")
     p.add_argument("--no-cgroups", action="store_true", help="limit memory/processes with rlimits only")
     p.add_argument("--allow-unisolated", action="store_true", help="run without bubblewrap (unsafe)")
     p.add_argument("--die-with-parent", action="store_true", help="exit when the parent process dies")
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         use_cgroups=not args.no_cgroups,
         work_dir=args.work_dir,
         prespawn=args.prespawn,
+        launcher=args.launcher,
     )
     try:
         serve(args.host, args.port, settings, listen_fd=args.listen_fd)

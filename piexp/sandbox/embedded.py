@@ -112,6 +112,7 @@ class EmbeddedSandbox:
             argv.append("--no-cgroups")
         if s.prespawn:
             argv += ["--prespawn", str(s.prespawn)]
+        argv += ["--launcher", s.launcher]
         if s.allow_unisolated:
             argv.append("--allow-unisolated")
         return argv

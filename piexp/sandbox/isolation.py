@@ -54,7 +54,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 SANDBOX_WORKDIR = "/sandbox"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# A run's whole environment: nothing of the host's.
+SANDBOX_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 # /etc entries a dynamically linked runtime needs; nothing else of /etc is exposed. Files
 # are copied into the sandbox's (read-only) root with --file, a symlink is recreated, and
@@ -160,24 +162,41 @@ def bwrap_path() -> Optional[str]:
     return shutil.which("bwrap")
 
 
-@functools.lru_cache(maxsize=16)
-def _bwrap_system_args(runtime: Runtime) -> tuple[str, ...]:
-    """The run-independent binds (system dirs, /etc entries, the runtime's prefix); the
-    host layout does not change while the server runs, so this is computed once."""
-    argv: list[str] = ["--ro-bind", "/usr", "/usr"]
+def root_layout(runtimes: Iterable[Runtime]) -> tuple[tuple[str, str, str], ...]:
+    """The sandbox's read-only root as (kind, a, b) rows, for both launchers: "B" binds
+    host path a read-only at b, "S" makes b a symlink to a, "F" puts a read-only copy of
+    host file a at b. The system dirs, the /etc entries above, and each runtime's
+    install prefix when it lives outside /usr."""
+    rows: list[tuple[str, str, str]] = [("B", "/usr", "/usr")]
     for name in ("bin", "lib", "lib32", "lib64", "sbin"):
         target = os.path.join("/", name)
         if os.path.islink(target):
-            argv += ["--symlink", os.readlink(target), target]
+            rows.append(("S", os.readlink(target), target))
         elif os.path.isdir(target):
-            argv += ["--ro-bind", target, target]
-    for entry in _ETC_BOUND_DIRS:
-        argv += ["--ro-bind-try", entry, entry]
-    for target, path in _etc_copies_split()[0]:
-        argv += ["--symlink", target, path]
-    if runtime.bind_prefix:
-        argv += ["--ro-bind", runtime.bind_prefix, runtime.bind_prefix]
-    return tuple(argv)
+            rows.append(("B", target, target))
+    rows += [("B", entry, entry) for entry in _ETC_BOUND_DIRS if os.path.isdir(entry)]
+    links, files = _etc_copies_split()
+    rows += [("S", target, path) for target, path in links]
+    rows += [("F", path, path) for path in files]
+    prefixes = []
+    for runtime in runtimes:
+        if runtime.bind_prefix and runtime.bind_prefix not in prefixes:
+            prefixes.append(runtime.bind_prefix)
+    rows += [("B", prefix, prefix) for prefix in prefixes]
+    return tuple(rows)
+
+
+_BWRAP_LAYOUT_FLAGS = {"B": "--ro-bind", "S": "--symlink"}
+
+
+@functools.lru_cache(maxsize=16)
+def _bwrap_system_args(runtime: Runtime) -> tuple[str, ...]:
+    """`root_layout` as bwrap options, computed once per runtime (the host layout does
+    not change while the server runs). File copies ("F") go by fd: `open_etc_copies`."""
+    return tuple(
+        arg for kind, a, b in root_layout((runtime,)) if kind in _BWRAP_LAYOUT_FLAGS
+        for arg in (_BWRAP_LAYOUT_FLAGS[kind], a, b)
+    )
 
 
 def build_bwrap_argv(
@@ -203,10 +222,7 @@ def build_bwrap_argv(
         "--die-with-parent",
         "--new-session",
         "--clearenv",
-        "--setenv", "PATH", SANDBOX_PATH,
-        "--setenv", "HOME", "/tmp",
-        "--setenv", "LANG", "C.UTF-8",
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        *[arg for name, value in SANDBOX_ENV.items() for arg in ("--setenv", name, value)],
         *_bwrap_system_args(runtime),
         *[arg for fd, path in etc_copies for arg in ("--perms", "0444", "--file", str(fd), path)],
         "--proc", "/proc",
@@ -234,7 +250,7 @@ def open_etc_copies() -> list[tuple[int, str]]:
     """(fd, path) of each /etc file a run gets a copy of (see _ETC_COPIED_FILES), opened
     for one bwrap start: bwrap reads each fd to its end. The caller closes them."""
     opened = []
-    for path in _etc_copies_split()[1]:  # the symlinks among them: _bwrap_system_args
+    for path in _etc_copies_split()[1]:  # the symlinks among them: root_layout
         try:
             opened.append((os.open(path, os.O_RDONLY | os.O_CLOEXEC), path))
         except OSError:

@@ -28,7 +28,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 
-from .isolation import write_control_file
+from .isolation import kill_process_group, write_control_file
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,19 @@ def join_cgroups_v1(tasks_files: Sequence[str]) -> None:
 
 class SpawnedChild:
     """A started child with asyncio streams; the part of asyncio.subprocess.Process the
-    runner uses (pid, stdin, stdout, stderr, returncode, wait)."""
+    runner uses (pid, stdin, stdout, stderr, returncode, wait).
 
-    def __init__(self, popen: subprocess.Popen, stdout, stderr, stdin, transports: list) -> None:
-        self._popen = popen
-        self.pid = popen.pid
+    `reap` blocks until the child has exited, reaps it and returns its exit code;
+    `group_outlives_it`: whether the process group it leads can outlive it (bwrap's
+    sandbox init does; a zygote run's init takes its namespace down as it exits), so
+    that killing it is still meaningful after it has been reaped."""
+
+    def __init__(self, pid: int, reap: Callable[[], int], stdout, stderr, stdin, transports: list,
+                 group_outlives_it: bool = True) -> None:
+        self.pid = pid
+        self._reap = reap
+        self.returncode: Optional[int] = None
+        self.group_outlives_it = group_outlives_it
         self.joined_cgroups = False  # started inside the cgroups it was asked to join
         self.stdout: asyncio.StreamReader = stdout
         self.stderr: asyncio.StreamReader = stderr
@@ -56,36 +64,40 @@ class SpawnedChild:
         self._exited: Optional[asyncio.Future] = None
         self._pidfd = -1
 
-    @property
-    def returncode(self) -> Optional[int]:
-        return self._popen.returncode
-
     async def wait(self) -> int:
         """Wait for the child to exit and reap it; cancelling a waiter leaves the watch
         in place for the next one."""
-        if self._popen.returncode is not None:
-            return self._popen.returncode
+        if self.returncode is not None:
+            return self.returncode
         loop = asyncio.get_running_loop()
         if self._exited is None:
             self._exited = loop.create_future()
             try:
                 self._pidfd = os.pidfd_open(self.pid)
             except (AttributeError, OSError):  # pragma: no cover - kernels before 5.3
-                fut = loop.run_in_executor(None, self._popen.wait)
+                fut = loop.run_in_executor(None, self._reap_now)
                 fut.add_done_callback(lambda f: self._exited.done() or self._exited.set_result(None))
             else:
                 loop.add_reader(self._pidfd, self._on_exit)
         await asyncio.shield(self._exited)
-        return self._popen.returncode
+        return self.returncode
+
+    def _reap_now(self) -> None:
+        self.returncode = self._reap()
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
         loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
-        self._popen.wait()  # the pidfd is readable: the child is a zombie, this reaps it
+        self._reap_now()  # the pidfd is readable: the child is a zombie, this reaps it
         if not self._exited.done():
             self._exited.set_result(None)
+
+    def kill(self) -> None:
+        """SIGKILL its process group (and it), unless it is reaped and took its group with it."""
+        if self.returncode is None or self.group_outlives_it:
+            kill_process_group(self.pid)
 
     def close(self) -> None:
         """Close the pipes' transports (a reader cancelled before EOF leaves its own open)."""
@@ -94,7 +106,15 @@ class SpawnedChild:
         self._transports = []
 
 
-async def _adopt(popen: subprocess.Popen) -> SpawnedChild:
+def reap_pid(pid: int) -> int:
+    """Wait for child `pid`, reap it, return its exit code (-N when killed by signal N)."""
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+async def adopt(pid: int, reap: Callable[[], int], stdout, stderr, stdin=None, *,
+                group_outlives_it: bool = True) -> SpawnedChild:
+    """Wrap a started child: `stdout`/`stderr` (and `stdin`) are its pipes' other ends,
+    as file objects."""
     loop = asyncio.get_running_loop()
     transports = []
 
@@ -105,20 +125,20 @@ async def _adopt(popen: subprocess.Popen) -> SpawnedChild:
         return stream
 
     try:
-        stdout = await reader(popen.stdout)
-        stderr = await reader(popen.stderr)
-        stdin = None
-        if popen.stdin is not None:
+        out = await reader(stdout)
+        err = await reader(stderr)
+        writer = None
+        if stdin is not None:
             transport, protocol = await loop.connect_write_pipe(
-                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), popen.stdin,
+                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), stdin,
             )
             transports.append(transport)
-            stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+            writer = asyncio.StreamWriter(transport, protocol, None, loop)
     except BaseException:
         for transport in transports:
             transport.close()
         raise
-    return SpawnedChild(popen, stdout, stderr, stdin, transports)
+    return SpawnedChild(pid, reap, out, err, writer, transports, group_outlives_it)
 
 
 class Spawner:
@@ -177,7 +197,7 @@ class Spawner:
         else:
             popen = self._start(argv, options, (), ())
         try:
-            child = await _adopt(popen)
+            child = await adopt(popen.pid, popen.wait, popen.stdout, popen.stderr, popen.stdin)
             child.joined_cgroups = joined
             return child
         except BaseException:

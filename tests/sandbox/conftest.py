@@ -98,8 +98,10 @@ class SandboxHandle:
         assert os.listdir(self.work_dir) == [], "leftover run directories"
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
+@pytest.fixture(scope="module", params=["zygote", "bwrap"])
+def sandbox(tmp_path_factory, request):
+    """The server every containment test runs against, once per launcher (both must
+    contain a run identically)."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
     work_dir = str(tmp_path_factory.mktemp("sbx-work"))
@@ -113,7 +115,12 @@ def sandbox(tmp_path_factory):
         default_memory_limit_mb=512,
         output_cap_bytes=1 << 20,
         log_path=log_path,
+        launcher=request.param,
     ) as sb:
+        with open(log_path) as f:
+            started = f.read()
+        # The zygote falls back to bwrap by itself: make sure it is the one tested.
+        assert ("launcher=zygote" in started) == (request.param == "zygote"), started
         handle = SandboxHandle(sb, work_dir)
         yield handle
         handle.http.close()

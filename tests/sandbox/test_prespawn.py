@@ -44,7 +44,7 @@ def pre(tmp_path_factory, sandbox_handle_cls):
     work_dir = str(tmp_path_factory.mktemp("sbx-pre-work"))
     with EmbeddedSandbox(
         env={"TINKER_API_KEY": FAKE_SECRET}, work_dir=work_dir, max_concurrency=4, max_processes=64,
-        max_file_size_mb=16, default_memory_limit_mb=512, prespawn=1,
+        max_file_size_mb=16, default_memory_limit_mb=512, prespawn=1, launcher="bwrap",
     ) as sb:
         h = sandbox_handle_cls(sb, work_dir)
         yield h

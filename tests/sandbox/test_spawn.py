@@ -1,6 +1,7 @@
-"""How a sandbox is started: the spawner thread that joins the run's cgroup v1
-hierarchies (and always returns to the server's own), the slow path when it cannot, and
-the /etc a run sees (copied files, not binds). Runs a real Runner in this process."""
+"""How a sandbox is started: with either launcher, the run inside its own cgroups from
+its first instruction and the /etc it sees (copied files, not binds); for bwrap, the
+spawner thread that joins the run's cgroup v1 hierarchies (and always returns to the
+server's own) and the slow path when it cannot. Runs a real Runner in this process."""
 
 from __future__ import annotations
 
@@ -42,24 +43,34 @@ def _cgroups_of(tid: int) -> dict[str, str]:
     return out
 
 
+@pytest.fixture(params=["zygote", "bwrap"])
+def runner(tmp_path, request):
+    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64, launcher=request.param))
+    assert (r.zygote is not None) == (request.param == "zygote"), "the zygote did not start (see the log)"
+    yield r
+    r.close()
+
+
 @pytest.fixture
-def runner(tmp_path):
-    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64))
+def bwrap_runner(tmp_path):
+    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64, launcher="bwrap"))
     yield r
     r.close()
 
 
 def test_the_run_is_inside_its_own_cgroups_from_the_start(runner, v1_thread_join):
-    """The spawner thread joined the run's cgroups before bwrap unshared the cgroup
-    namespace, so inside the sandbox the run's own cgroup is the root of every joined
-    hierarchy (the slow path, attaching the held init later, would show a subpath)."""
+    """The run joined its cgroups before its cgroup namespace was unshared (bwrap: the
+    spawner thread, before bwrap starts; zygote: the run's init, first thing), so inside
+    the sandbox the run's own cgroup is the root of every joined hierarchy (the slow
+    path, attaching bwrap's held init later, would show a subpath)."""
     resp = _run(runner, "print(open('/proc/self/cgroup').read())")
     lines = dict(line.split(":", 2)[1:] for line in resp["run_result"]["stdout"].split())
     assert lines["memory"] == "/" and lines["pids"] == "/", lines
+
+
+def test_the_spawner_thread_returns_to_the_servers_cgroups(bwrap_runner, v1_thread_join):
+    runner = bwrap_runner
     assert runner.spawner.joins_cgroups
-
-
-def test_the_spawner_thread_returns_to_the_servers_cgroups(runner, v1_thread_join):
     before = _cgroups_of(threading.get_native_id())
     _run(runner, "print(1)")
     spawner_threads = [t for t in threading.enumerate() if t.name.startswith("piexp-sandbox-spawner")]
@@ -71,7 +82,7 @@ def test_the_spawner_thread_returns_to_the_servers_cgroups(runner, v1_thread_joi
 def test_without_the_thread_join_the_held_init_is_confined_instead(tmp_path, v1_thread_join):
     """home_tasks unknown: the child starts outside the run's cgroups and is moved there
     at --block-fd; the memory limit still kills a bomb and says so."""
-    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64))
+    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64, launcher="bwrap"))
     r.spawner = Spawner(None)
     try:
         resp = _run(r, "print(open('/proc/self/cgroup').read())")

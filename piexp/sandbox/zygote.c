@@ -1,0 +1,425 @@
+/* piexp sandbox zygote: builds the sandbox's read-only root once, then starts each run
+ * in fresh namespaces inside it.
+ *
+ * Why: a bwrap per run builds the whole root again (a tmpfs, ~15 binds and remounts,
+ * pivot_root, detaching the host's mount tree): ~4 ms of the ~6 ms of CPU that
+ * isolation costs a run (bench/namespace_cost.py). Here that is done once; a run only
+ * copies the small sandbox mount table into its own namespaces.
+ *
+ * Started by the server (piexp/sandbox/zygote.py) with a SOCK_SEQPACKET control socket
+ * and the root's layout on the command line:
+ *     piexp-zygote CONTROL_FD RUNS_DIR [B SRC DST | S TARGET PATH | F SRC PATH]...
+ * (B: read-only bind, S: symlink, F: a read-only copy of a file). Set-up, once:
+ *   - a user namespace in which this process is uid/gid 65534 (mapped to the server's
+ *     uid), with its own user.max_user_namespaces set to 0, so no run can create a
+ *     nested user namespace (what bwrap's --disable-userns achieves);
+ *   - a mount namespace whose root is a read-only tmpfs holding the layout, a read-only
+ *     /dev (null, zero, full, random, urandom, tty), empty mount points for /proc, /tmp
+ *     and /sandbox, and RUNS_DIR bound at /.runs (each run detaches it, see below).
+ * Per request (one message: fields separated by NUL, fds by SCM_RIGHTS):
+ *     RUN_NAME TMPFS_BYTES WALL_S NLIMITS (RES SOFT HARD)* ARGC ARG* ENVC ENV*
+ *     fds: stdin, stdout, stderr, a status pipe, then the files to write "0" to in order
+ *          to join the run's cgroups (v1 `tasks`, v2 `cgroup.procs`, opened by the server)
+ * it clone()s with CLONE_PARENT, so the run's init is the *server's* child (the server
+ * waits for and reaps it like any child), in new mount, pid, ipc, net and uts
+ * namespaces, and answers with the init's pid (or "!reason"). The init, pid 1 of its
+ * namespace: joins the cgroups, unshares a cgroup namespace rooted there, binds
+ * /.runs/RUN_NAME at /sandbox and detaches /.runs (no other run's directory is
+ * reachable), mounts a size-capped /tmp and its own /proc, then forks the program: new
+ * session, rlimits, no_new_privs, an empty capability bounding set, no fds but 0-2,
+ * cwd /sandbox, the given environment, execve. The init reaps everything and exits
+ * with the program's status (128+signal if killed, as bwrap does); its exit kills
+ * whatever is left in the pid namespace. A failed step is written to the status pipe
+ * and no program is started. The zygote exits on EOF from the server (and with it:
+ * PR_SET_PDEATHSIG).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int CTL_FD = -1;
+#define SANDBOX_ID 65534
+#define MAX_MSG 65536
+#define MAX_FDS 16
+#define MAX_ARGS 256
+
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "piexp-zygote: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, ": %s\n", strerror(errno));
+  va_end(ap);
+  _exit(1);
+}
+
+static int put(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n < 0 ? -1 : 0;
+}
+
+/* mkdir -p of `path` (absolute). */
+static void mkdirs(const char *path, mode_t mode) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST) die("mkdir %s", buf);
+    *p = '/';
+  }
+  if (mkdir(buf, mode) < 0 && errno != EEXIST) die("mkdir %s", buf);
+}
+
+static void parent_dirs(const char *path) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", path);
+  char *slash = strrchr(buf, '/');
+  if (slash && slash != buf) {
+    *slash = 0;
+    mkdirs(buf, 0755);
+  }
+}
+
+/* Bind `src` read-only at `dst`, keeping the flags the source mount has (a user
+ * namespace may not clear a locked nosuid/nodev/noexec). */
+static void ro_bind(const char *src, const char *dst) {
+  struct stat st;
+  if (stat(src, &st) < 0) die("stat %s", src);
+  parent_dirs(dst);
+  if (S_ISDIR(st.st_mode)) {
+    mkdirs(dst, 0755);
+  } else {
+    int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+    if (fd < 0) die("create %s", dst);
+    close(fd);
+  }
+  if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0) die("bind %s", src);
+  struct statvfs sv;
+  unsigned long keep = 0;
+  if (statvfs(dst, &sv) == 0) {
+    if (sv.f_flag & ST_NOEXEC) keep |= MS_NOEXEC;
+    if (sv.f_flag & ST_NODEV) keep |= MS_NODEV;
+    if (sv.f_flag & ST_NOATIME) keep |= MS_NOATIME;
+    if (sv.f_flag & ST_RELATIME) keep |= MS_RELATIME;
+  }
+  if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | keep, NULL) < 0)
+    die("remount %s read-only", dst);
+}
+
+static void copy_file(const char *src, const char *dst) {
+  char buf[1 << 16];
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) die("open %s", src);
+  parent_dirs(dst);
+  int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+  if (out < 0) die("create %s", dst);
+  ssize_t n;
+  while ((n = read(in, buf, sizeof buf)) > 0)
+    if (write(out, buf, n) != n) die("write %s", dst);
+  if (n < 0) die("read %s", src);
+  close(in);
+  close(out);
+}
+
+static void join(char *out, size_t size, const char *a, const char *b) {
+  snprintf(out, size, "%s%s", a, b);
+}
+
+/* The read-only root, built at /newroot (the host is at /oldroot), then made the root. */
+static void build_root(int argc, char **argv) {
+  const char *runs_dir = argv[2];
+  char a[4096], b[4096];
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+  /* A scratch root so that the host tree can be addressed under /oldroot. */
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die("mount scratch");
+  mkdirs("/tmp/oldroot", 0755);
+  mkdirs("/tmp/newroot", 0755);
+  if (syscall(SYS_pivot_root, "/tmp", "/tmp/oldroot") < 0) die("pivot_root (scratch)");
+  if (chdir("/") < 0) die("chdir /");
+  if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0) die("mount root tmpfs");
+  for (int i = 3; i + 2 < argc; i += 3) {
+    const char *kind = argv[i], *x = argv[i + 1], *y = argv[i + 2];
+    join(b, sizeof b, "/newroot", y);
+    if (strcmp(kind, "B") == 0) {
+      join(a, sizeof a, "/oldroot", x);
+      ro_bind(a, b);
+    } else if (strcmp(kind, "S") == 0) {
+      parent_dirs(b);
+      if (symlink(x, b) < 0) die("symlink %s", y);
+    } else if (strcmp(kind, "F") == 0) {
+      join(a, sizeof a, "/oldroot", x);
+      copy_file(a, b);
+    } else {
+      errno = EINVAL;
+      die("unknown layout kind %s", kind);
+    }
+  }
+  /* /dev: the harmless device nodes, read-only; /dev/shm is the run's /tmp. */
+  mkdirs("/newroot/dev", 0755);
+  if (mount("tmpfs", "/newroot/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") < 0) die("mount /dev");
+  static const char *nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+  for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
+    snprintf(a, sizeof a, "/oldroot/dev/%s", nodes[i]);
+    snprintf(b, sizeof b, "/newroot/dev/%s", nodes[i]);
+    int fd = open(b, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) die("create %s", b);
+    close(fd);
+    if (mount(a, b, NULL, MS_BIND, NULL) < 0) die("bind %s", a);
+  }
+  static const char *links[][2] = {{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+                                   {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+                                   {"/tmp", "shm"}};
+  for (size_t i = 0; i < sizeof links / sizeof *links; i++) {
+    snprintf(b, sizeof b, "/newroot/dev/%s", links[i][1]);
+    if (symlink(links[i][0], b) < 0) die("symlink %s", b);
+  }
+  if (mount(NULL, "/newroot/dev", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+    die("remount /dev read-only");
+  mkdirs("/newroot/proc", 0555);
+  mkdirs("/newroot/tmp", 0755);
+  mkdirs("/newroot/sandbox", 0755);
+  mkdirs("/newroot/.runs", 0700);
+  join(a, sizeof a, "/oldroot", runs_dir);
+  if (mount(a, "/newroot/.runs", NULL, MS_BIND, NULL) < 0) die("bind %s", runs_dir);
+  if (mount(NULL, "/newroot/.runs", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+    die("remount %s", runs_dir);
+  /* A fully visible proc must exist in a mount namespace before a user namespace may
+   * mount a new one there (the kernel's mount_too_revealing): keep the host's, hidden
+   * at /.proc; each run detaches it once its own /proc is mounted. */
+  mkdirs("/newroot/.proc", 0700);
+  if (mount("/oldroot/proc", "/newroot/.proc", NULL, MS_BIND | MS_REC, NULL) < 0) die("bind /proc");
+  /* Swap roots: the scratch tmpfs and the host tree under it are detached. */
+  if (chdir("/newroot") < 0) die("chdir /newroot");
+  if (syscall(SYS_pivot_root, ".", ".") < 0) die("pivot_root");
+  if (umount2(".", MNT_DETACH) < 0) die("detach the host's root");
+  if (chdir("/") < 0) die("chdir /");
+  if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+    die("remount / read-only");
+}
+
+static void enter_user_namespace(void) {
+  char line[64];
+  uid_t uid = getuid();
+  gid_t gid = getgid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) die("unshare user+mount");
+  if (put("/proc/self/setgroups", "deny") < 0) die("setgroups deny");
+  snprintf(line, sizeof line, "%d %d 1", SANDBOX_ID, uid);
+  if (put("/proc/self/uid_map", line) < 0) die("uid_map");
+  snprintf(line, sizeof line, "%d %d 1", SANDBOX_ID, gid);
+  if (put("/proc/self/gid_map", line) < 0) die("gid_map");
+  /* Per user namespace: no process in this one (every run) may create another. */
+  if (put("/proc/sys/user/max_user_namespaces", "0") < 0) die("max_user_namespaces");
+}
+
+/* ------------------------------------------------------------------ one run */
+
+struct request {
+  const char *run_name;
+  char tmpfs_opts[64];
+  unsigned wall_s;
+  int nlimits;
+  int limit_res[16];
+  struct rlimit limits[16];
+  char *argv[MAX_ARGS + 1];
+  char *envp[MAX_ARGS + 1];
+  int fds[MAX_FDS];
+  int nfds;
+};
+
+static int status_fd = -1;
+
+/* Say why a run could not start (to the server, through the status pipe) and stop. */
+static void fail(const char *what) {
+  char msg[512];
+  int n = snprintf(msg, sizeof msg, "%s: %s", what, strerror(errno));
+  if (status_fd >= 0 && n > 0 && write(status_fd, msg, (size_t)n) < 0) { /* nothing left to tell */ }
+  _exit(125);
+}
+
+static long long parse_ll(const char *s) { return strtoll(s, NULL, 10); }
+
+/* Fields in `buf` (NUL-separated) into `req`; 0, or -1 when malformed. */
+static int parse(char *buf, size_t len, struct request *req) {
+  char *fields[2 * MAX_ARGS + 64];
+  size_t nf = 0;
+  for (size_t start = 0, i = 0; i < len; i++) {
+    if (buf[i] != 0) continue;
+    if (nf == sizeof fields / sizeof *fields) return -1;
+    fields[nf++] = buf + start;
+    start = i + 1;
+  }
+  size_t k = 0;
+#define NEXT() (k < nf ? fields[k++] : NULL)
+  char *f;
+  if (!(req->run_name = NEXT()) || !*req->run_name || strchr(req->run_name, '/') || req->run_name[0] == '.')
+    return -1;
+  if (!(f = NEXT())) return -1;
+  snprintf(req->tmpfs_opts, sizeof req->tmpfs_opts, "mode=0755,size=%lld", parse_ll(f));
+  if (!(f = NEXT())) return -1;
+  req->wall_s = (unsigned)parse_ll(f);
+  if (!(f = NEXT())) return -1;
+  req->nlimits = (int)parse_ll(f);
+  if (req->nlimits < 0 || req->nlimits > 16) return -1;
+  for (int i = 0; i < req->nlimits; i++) {
+    char *r = NEXT(), *s = NEXT(), *h = NEXT();
+    if (!h) return -1;
+    req->limit_res[i] = (int)parse_ll(r);
+    long long sv = parse_ll(s), hv = parse_ll(h);
+    req->limits[i].rlim_cur = sv < 0 ? RLIM_INFINITY : (rlim_t)sv;
+    req->limits[i].rlim_max = hv < 0 ? RLIM_INFINITY : (rlim_t)hv;
+  }
+  char **lists[2] = {req->argv, req->envp};
+  for (int l = 0; l < 2; l++) {
+    if (!(f = NEXT())) return -1;
+    long long n = parse_ll(f);
+    if (n < 0 || n > MAX_ARGS || (l == 0 && n == 0)) return -1;
+    for (long long i = 0; i < n; i++)
+      if (!(lists[l][i] = NEXT())) return -1;
+    lists[l][n] = NULL;
+  }
+#undef NEXT
+  return k == nf ? 0 : -1;
+}
+
+static int exit_code(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  kill(-1, SIGKILL); /* everything in this pid namespace but the init itself */
+  _exit(128 + SIGKILL);
+}
+
+/* The program: pid 2 of the run's namespace. */
+static void exec_program(struct request *req) {
+  if (setsid() < 0) fail("setsid");
+  for (int i = 0; i < 3; i++)
+    if (dup2(req->fds[i], i) < 0) fail("dup2");
+  if (chdir("/sandbox") < 0) fail("chdir /sandbox");
+  for (int i = 0; i < req->nlimits; i++)
+    if (setrlimit(req->limit_res[i], &req->limits[i]) < 0) fail("setrlimit");
+  for (int cap = 0; cap <= 63; cap++)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) fail("drop capabilities");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail("no_new_privs");
+  /* Only 0-2 and the status pipe (close-on-exec: it closes as the program starts). */
+  for (int fd = 3; fd < 1024; fd++)
+    if (fd != status_fd) close(fd);
+  signal(SIGPIPE, SIG_DFL);
+  execve(req->argv[0], req->argv, req->envp);
+  fail(req->argv[0]);
+}
+
+/* The run's init: pid 1 of the new pid namespace, the server's child. */
+static void run_init(struct request *req) {
+  status_fd = req->fds[3];
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) fail("pdeathsig");
+  for (int i = 4; i < req->nfds; i++)
+    if (write(req->fds[i], "0", 1) != 1) fail("join the run's cgroup");
+  if (unshare(CLONE_NEWCGROUP) < 0) fail("unshare cgroup");
+  if (setsid() < 0) fail("setsid");
+  char path[4096];
+  snprintf(path, sizeof path, "/.runs/%s", req->run_name);
+  if (mount(path, "/sandbox", NULL, MS_BIND, NULL) < 0) fail("bind the run directory");
+  if (mount(NULL, "/sandbox", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+    fail("remount the run directory");
+  if (umount2("/.runs", MNT_DETACH) < 0) fail("detach the runs directory");
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, req->tmpfs_opts) < 0) fail("mount /tmp");
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) fail("mount /proc");
+  if (umount2("/.proc", MNT_DETACH) < 0) fail("detach the host's /proc");
+  pid_t program = fork();
+  if (program < 0) fail("fork");
+  if (program == 0) exec_program(req);
+  /* The init keeps no fd of the run's: pipes close as soon as the program's side does. */
+  for (int fd = 0; fd < 1024; fd++) close(fd);
+  status_fd = -1;
+  if (req->wall_s) {
+    signal(SIGALRM, on_alarm);
+    alarm(req->wall_s);
+  }
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, 0);
+    if (pid == program) _exit(exit_code(status));
+    if (pid < 0 && errno != EINTR) _exit(1);
+  }
+}
+
+static void reply(const char *text) {
+  if (send(CTL_FD, text, strlen(text), MSG_NOSIGNAL) < 0) _exit(0); /* the server is gone */
+}
+
+static void serve(void) {
+  static char buf[MAX_MSG];
+  for (;;) {
+    struct request req;
+    memset(&req, 0, sizeof req);
+    char control[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+    struct iovec iov = {buf, sizeof buf - 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+    ssize_t n = recvmsg(CTL_FD, &msg, MSG_CMSG_CLOEXEC);
+    if (n == 0) _exit(0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      _exit(0);
+    }
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < count && req.nfds < MAX_FDS; i++) memcpy(&req.fds[req.nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || req.nfds < 4 || parse(buf, (size_t)n, &req) < 0) {
+      reply("!malformed request");
+    } else {
+      /* The run's fds must survive into the init (received close-on-exec: clear). */
+      for (int i = 0; i < req.nfds; i++) fcntl(req.fds[i], F_SETFD, i == 3 ? FD_CLOEXEC : 0);
+      long pid = syscall(SYS_clone, CLONE_PARENT | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET |
+                                        CLONE_NEWUTS | SIGCHLD, 0, 0, 0, 0);
+      if (pid == 0) {
+        close(CTL_FD);
+        run_init(&req);
+      }
+      char text[64];
+      if (pid < 0)
+        snprintf(text, sizeof text, "!clone: %s", strerror(errno));
+      else
+        snprintf(text, sizeof text, "%ld", pid);
+      reply(text);
+    }
+    for (int i = 0; i < req.nfds; i++) close(req.fds[i]);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3 || (argc - 3) % 3 != 0 || (CTL_FD = atoi(argv[1])) < 3) {
+    fprintf(stderr, "usage: piexp-zygote CONTROL_FD RUNS_DIR [B SRC DST | S TARGET PATH | F SRC PATH]...\n");
+    return 2;
+  }
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) die("pdeathsig");
+  if (getppid() == 1) return 0; /* the server is already gone */
+  signal(SIGPIPE, SIG_IGN);
+  enter_user_namespace();
+  build_root(argc, argv);
+  reply("ready");
+  serve();
+  return 0;
+}

@@ -1,0 +1,188 @@
+"""The zygote launcher: one long-lived process (zygote.c, compiled once per source version
+into piexp's cache) that holds the sandbox's read-only root and starts every run in fresh
+namespaces inside it, instead of one bwrap per run rebuilding that root.
+
+Why: bwrap builds the root again for every run (a tmpfs, ~15 binds and remounts,
+pivot_root, detaching the host's mount tree); that, not the namespaces, is most of the
+~4.5-6.5 ms of CPU isolation cost a run (bench/namespace_cost.py), and once the CPUs are
+saturated CPU per run is what throughput is. The zygote does it once; a run costs
+~1.5 ms more than a bare spawn (bench/sandbox.py prints both launchers' figures).
+
+What a run gets is what bwrap gave it (tests/sandbox runs the adversarial suite against
+both launchers): new mount, pid, ipc, net, uts and cgroup namespaces, uid/gid 65534 in a
+user namespace whose own limit forbids nested user namespaces, the read-only system
+layout of `isolation.root_layout`, a read-only /dev, a private size-capped /tmp, the run
+directory at /sandbox, the run's own /proc, rlimits, no_new_privs, an empty capability
+bounding set, a new session, the cgroups joined before anything runs, and death with
+the server. Differences, all deliberate: one user namespace is shared by the runs of a
+server (each run still has its own pid, mount, ipc and net namespace, so no run can
+name, signal, trace or reach another's files); /dev has no pts/ptmx, and /dev/shm is
+the run's /tmp.
+
+The zygote's children are the *server's* children (CLONE_PARENT): the runner waits for
+and reaps a run's init like any child it started, with a pidfd.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from importlib import resources
+from typing import Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+_SOURCE = "zygote.c"
+_START_TIMEOUT_S = 10.0
+_REPLY_LIMIT = 512
+
+
+class ZygoteError(OSError):
+    """The zygote could not be built, started, or answer a request."""
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "piexp")
+
+
+def zygote_binary() -> str:
+    """The compiled zygote for this source, compiling it first if needed (a second or so,
+    once per source version: the file name carries the source's hash). Raises
+    ZygoteError saying why when there is no C compiler or the build fails."""
+    source = resources.files(__package__).joinpath(_SOURCE).read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    target = os.path.join(_cache_dir(), f"piexp-zygote-{digest}")
+    if os.access(target, os.X_OK):
+        return target
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise ZygoteError("no C compiler (cc or gcc) on PATH to build the sandbox zygote")
+    os.makedirs(_cache_dir(), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=_cache_dir(), prefix="zygote-build-") as tmp:
+        src, out = os.path.join(tmp, _SOURCE), os.path.join(tmp, "piexp-zygote")
+        with open(src, "wb") as f:
+            f.write(source)
+        done = subprocess.run([compiler, "-O2", "-o", out, src], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ZygoteError(f"building the sandbox zygote with {compiler} failed: {done.stderr.strip()[-2000:]}")
+        os.replace(out, target)  # atomic: a concurrent build leaves one complete binary
+    return target
+
+
+def _fields(values: Sequence[object]) -> bytes:
+    for value in values:
+        if "\0" in str(value):
+            raise ZygoteError("a request field contains a NUL byte")
+    return b"".join(str(v).encode() + b"\0" for v in values)
+
+
+class Zygote:
+    """A started zygote and its control socket. `start` builds the root; `spawn` starts
+    a run and returns its init's pid (a child of this process)."""
+
+    def __init__(self, proc: subprocess.Popen, control: socket.socket) -> None:
+        self.proc = proc
+        self._control = control
+        self._lock: Optional[asyncio.Lock] = None
+
+    @classmethod
+    def start(cls, runs_dir: str, layout: Sequence[tuple[str, str, str]]) -> "Zygote":
+        """Start the zygote for run directories directly under `runs_dir`, with the root
+        built from `layout` ((kind, a, b): B bind read-only, S symlink, F copy a file).
+        Must be called from the thread that outlives every run (the main thread): the
+        runs' inits die when the thread that started the zygote does (PR_SET_PDEATHSIG)."""
+        binary = zygote_binary()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [binary, str(theirs.fileno()), os.path.realpath(runs_dir)]
+        for row in layout:
+            argv.extend(row)
+        try:
+            proc = subprocess.Popen(
+                argv, pass_fds=(theirs.fileno(),), env={"PATH": "/usr/bin:/bin"},
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise ZygoteError(f"could not start the sandbox zygote: {exc}") from exc
+        finally:
+            theirs.close()
+        ours.settimeout(_START_TIMEOUT_S)
+        try:
+            answer = ours.recv(_REPLY_LIMIT)
+        except OSError:
+            answer = b""
+        if answer != b"ready":
+            ours.close()
+            proc.kill()
+            _, err = proc.communicate()
+            raise ZygoteError(f"the sandbox zygote did not start: {err.decode(errors='replace').strip() or 'no answer'}")
+        proc.stderr.close()  # it only ever writes there while setting up
+        ours.setblocking(False)
+        return cls(proc, ours)
+
+    def request(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
+                wall_s: int, fds: Sequence[int]) -> None:
+        """Send one run request (see zygote.c). `fds`: stdin, stdout, stderr, the status
+        pipe's write end, then the cgroup files to join."""
+        message = _fields([
+            run_name, tmpfs_bytes, wall_s, len(rlimits),
+            *[v for res, (soft, hard) in rlimits for v in (res, soft, hard)],
+            len(argv), *argv, len(env), *[f"{k}={v}" for k, v in env.items()],
+        ])
+        try:
+            self._control.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        except OSError as exc:
+            raise ZygoteError(f"the sandbox zygote is gone: {exc}") from exc
+
+    @staticmethod
+    def _parse_reply(answer: bytes) -> int:
+        text = answer.decode(errors="replace")
+        if not answer:
+            raise ZygoteError("the sandbox zygote is gone")
+        if text.startswith("!") or not text.isdigit():
+            raise ZygoteError(f"the sandbox zygote refused a run: {text.lstrip('!')}")
+        return int(text)
+
+    async def spawn(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
+                    wall_s: int, fds: Sequence[int]) -> int:
+        """Start a run; its init's pid (a child of this process). Requests are answered
+        in order, so one is in flight at a time (the zygote answers in ~0.1 ms)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self.request(run_name, argv, env, rlimits, tmpfs_bytes, wall_s, fds)
+            try:
+                answer = await asyncio.get_running_loop().sock_recv(self._control, _REPLY_LIMIT)
+            except OSError as exc:
+                raise ZygoteError(f"the sandbox zygote is gone: {exc}") from exc
+        return self._parse_reply(answer)
+
+    def spawn_blocking(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
+                       wall_s: int, fds: Sequence[int]) -> int:
+        """`spawn` outside the event loop (the runner's start-up check)."""
+        self.request(run_name, argv, env, rlimits, tmpfs_bytes, wall_s, fds)
+        self._control.setblocking(True)
+        self._control.settimeout(_START_TIMEOUT_S)
+        try:
+            return self._parse_reply(self._control.recv(_REPLY_LIMIT))
+        except OSError as exc:
+            raise ZygoteError(f"the sandbox zygote did not answer: {exc}") from exc
+        finally:
+            self._control.setblocking(False)
+
+    def close(self) -> None:
+        """EOF on its socket ends the zygote; reap it."""
+        self._control.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            self.proc.kill()
+            self.proc.wait()

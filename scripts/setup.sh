@@ -6,9 +6,11 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
-# bubblewrap isolates sandboxed programs; node runs the JavaScript tasks.
+# bubblewrap isolates sandboxed programs (and a C compiler builds the sandbox's zygote,
+# piexp/sandbox/zygote.c); node runs the JavaScript tasks.
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v git >/dev/null 2>&1 || missing+=(git)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,14 +20,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 stamp=.venv/.piexp-setup-$(sha256sum pyproject.toml | cut -c1-16)
-if [ -f "$stamp" ]; then
-  exit 0
+if [ ! -f "$stamp" ]; then
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  # torch first, pinned: 2.13.0 resolves to the local CPU wheel (about 1.6 GB) instead of
+  # a 6 GB CUDA build; tinker-cookbook needs torch but piexp never runs it on a GPU here.
+  .venv/bin/python -m pip install -q "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[test]"
+  rm -f .venv/.piexp-setup-*
+  touch "$stamp"
 fi
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-# torch first, pinned: 2.13.0 resolves to the local CPU wheel (about 1.6 GB) instead of
-# a 6 GB CUDA build; tinker-cookbook needs torch but piexp never runs it on a GPU here.
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[test]"
-rm -f .venv/.piexp-setup-*
-touch "$stamp"
+
+# The sandbox's zygote, compiled once per source version into ~/.cache/piexp (instant
+# when it is there; otherwise the first server start would compile it).
+.venv/bin/python -m piexp.sandbox build-zygote

@@ -107,6 +107,7 @@ class SandboxSettings(_Strict):
     memory_limit_mb: PositiveInt = 1024
     output_cap_bytes: PositiveInt = 1 << 20
     allow_unisolated: bool = False
+    launcher: Literal["zygote", "bwrap"] = "zygote"
     start_timeout_s: PositiveFloat = 30
 
     @model_validator(mode="after")

@@ -50,6 +50,7 @@ def run_sandbox(settings: SandboxSettings) -> Iterator[str]:
         default_memory_limit_mb=settings.memory_limit_mb,
         output_cap_bytes=settings.output_cap_bytes,
         allow_unisolated=settings.allow_unisolated,
+        launcher=settings.launcher,
     )
     if settings.max_concurrency is not None:
         kwargs["max_concurrency"] = settings.max_concurrency

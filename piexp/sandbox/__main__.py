@@ -1,4 +1,5 @@
-"""`python -m piexp.sandbox serve --port N`: run the sandbox server on its own."""
+"""`python -m piexp.sandbox serve --port N`: run the sandbox server on its own;
+`python -m piexp.sandbox build-zygote`: compile the zygote launcher (set-up does)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-cgroups", action="store_true", help="limit memory/processes with rlimits only")
     p.add_argument("--allow-unisolated", action="store_true", help="run without bubblewrap (unsafe)")
     p.add_argument("--die-with-parent", action="store_true", help="exit when the parent process dies")
+    sub.add_parser("build-zygote", help="compile the sandbox's zygote launcher (cached; prints its path)")
     args = parser.parse_args(argv)
+    if args.command == "build-zygote":
+        from .zygote import ZygoteError, zygote_binary
+
+        try:
+            print(zygote_binary())
+        except ZygoteError as exc:
+            print(f"piexp sandbox: {exc}; runs will start with a bwrap each", file=sys.stderr)
+            return 1
+        return 0
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.die_with_parent:

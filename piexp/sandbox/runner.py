@@ -32,7 +32,7 @@ from .protocol import (
 from .run_dir import UnsafePathError, read_file, remove_run_dir, safe_relative_path, write_file
 from .settings import SandboxSettings
 from .spawn import SpawnedChild, Spawner, adopt, reap_pid
-from .zygote import Zygote, ZygoteError
+from .zygote import Zygote, ZygoteError, ZygoteRefusal
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +227,14 @@ class Runner:
                 zygote.close()
             log.warning("sandbox zygote unavailable, starting a bwrap per run instead: %s", exc)
             return None
+
+    def _restart_zygote(self, failure: Exception) -> bool:
+        """Replace a zygote that stopped answering; False (later runs then start with a
+        bwrap each) when a new one cannot be started either."""
+        log.error("the sandbox zygote failed (%s); starting a new one", failure)
+        self.zygote.close()
+        self.zygote = self._start_zygote()
+        return self.zygote is not None
 
     def _check_zygote(self, zygote: Zygote) -> None:
         run_dir = tempfile.mkdtemp(prefix="piexp-sbx-", dir=self.settings.work_dir)
@@ -497,16 +505,19 @@ class Runner:
                 write_file(held.run_dir, rel, data)
         except OSError as exc:
             return sandbox_error(f"could not write the run's files: {exc}")
+        t.mark("files")
         if held.proc is None and held.command is not None and self.zygote is not None:
             try:
-                held.proc = await self._spawn_in_zygote(held, limits, timeout)
-            except ZygoteError as exc:
-                # Never again through a zygote that failed: later runs get a bwrap each.
-                log.error("%s; later runs start with a bwrap each", exc)
-                self.zygote.close()
-                self.zygote = None
-                return sandbox_error(f"could not start the sandbox: {exc}")
-            except OSError as exc:
+                try:
+                    held.proc = await self._spawn_in_zygote(held, limits, timeout)
+                except ZygoteError as exc:
+                    if isinstance(exc, ZygoteRefusal):
+                        return sandbox_error(f"could not start the sandbox: {exc}")
+                    # The zygote died (killed from outside?): a new one, once, then the run.
+                    if not self._restart_zygote(exc):
+                        return sandbox_error(f"could not start the sandbox: {exc}")
+                    held.proc = await self._spawn_in_zygote(held, limits, timeout)
+            except OSError as exc:  # ZygoteError included: the new zygote failed too
                 return sandbox_error(f"could not start the sandbox: {exc}")
         elif held.proc is None and held.command is not None:  # unisolated
             try:
@@ -522,7 +533,7 @@ class Runner:
                 isolation.confine_blocked_child(held.child, limits, [])
             except OSError as exc:
                 held.error = f"could not apply the run's limits: {exc}"
-        t.mark("files")
+        t.mark("start")
         start = time.monotonic()
         out_task = asyncio.ensure_future(_drain(proc.stdout, cap))
         err_task = asyncio.ensure_future(_drain(proc.stderr, cap))
@@ -613,6 +624,9 @@ class Runner:
         except BaseException:
             for f in ours:
                 f.close()
+            if held.status_r >= 0:
+                os.close(held.status_r)
+                held.status_r = -1
             raise
         finally:
             for fd in opened:

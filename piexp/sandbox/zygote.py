@@ -48,6 +48,10 @@ class ZygoteError(OSError):
     """The zygote could not be built, started, or answer a request."""
 
 
+class ZygoteRefusal(ZygoteError):
+    """The zygote is alive but would not start a run (a malformed request, clone failed)."""
+
+
 def _cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "piexp")
@@ -148,7 +152,7 @@ class Zygote:
         if not answer:
             raise ZygoteError("the sandbox zygote is gone")
         if text.startswith("!") or not text.isdigit():
-            raise ZygoteError(f"the sandbox zygote refused a run: {text.lstrip('!')}")
+            raise ZygoteRefusal(f"the sandbox zygote refused a run: {text.lstrip('!')}")
         return int(text)
 
     async def spawn(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
@@ -172,11 +176,12 @@ class Zygote:
         self._control.setblocking(True)
         self._control.settimeout(_START_TIMEOUT_S)
         try:
-            return self._parse_reply(self._control.recv(_REPLY_LIMIT))
+            answer = self._control.recv(_REPLY_LIMIT)
         except OSError as exc:
             raise ZygoteError(f"the sandbox zygote did not answer: {exc}") from exc
         finally:
             self._control.setblocking(False)
+        return self._parse_reply(answer)
 
     def close(self) -> None:
         """EOF on its socket ends the zygote; reap it."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
+import time
 
 import pytest
 
@@ -314,3 +316,55 @@ def test_dotdot_and_absolute_file_names_are_refused(sandbox, marker):
 def test_reserved_code_file_name_is_refused(sandbox):
     resp = sandbox.run("print(1)", files={"_sandbox_main.py": "print(2)"})
     assert resp["status"] == "SandboxError"
+
+
+def test_no_nested_user_namespace(sandbox):
+    """A user namespace of its own would give the program every capability over its own
+    mounts: both launchers refuse it (bwrap --disable-userns; the zygote's namespace has
+    user.max_user_namespaces = 0)."""
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for flags in (0x10000000, 0x10000000 | 0x00020000):  # CLONE_NEWUSER, + CLONE_NEWNS\n"
+        "    rc = libc.unshare(flags)\n"
+        "    print('unshare', hex(flags), 'ok' if rc == 0 else os.strerror(ctypes.get_errno()))\n"
+    )
+    resp = sandbox.run(code)
+    out = resp["run_result"]["stdout"]
+    assert resp["status"] == "Success" and out.count("unshare") == 2, resp
+    assert " ok" not in out, out
+    sandbox.assert_clean()
+
+
+def test_a_run_cannot_see_another_runs_directory_or_processes(sandbox, marker):
+    """Two runs at once: the second looks everywhere it can for the first one's files
+    and processes (the zygote holds every run directory's parent; each run detaches it)."""
+    holder = threading.Thread(target=sandbox.run, args=(
+        f"import time\nopen('{marker}.txt', 'w').write('x')\ntime.sleep(3)  # {marker}",), daemon=True)
+    holder.start()
+    deadline = time.monotonic() + 10
+    while not any(f"{marker}.txt" in os.listdir(os.path.join(sandbox.work_dir, d)) for d in os.listdir(sandbox.work_dir)):
+        assert time.monotonic() < deadline, "the first run did not start"
+        time.sleep(0.02)
+    code = (
+        "import os\n"
+        "hits = []\n"
+        "for top in ('/', '/proc'):\n"
+        "    for root, dirs, files in os.walk(top, onerror=lambda e: None):\n"
+        "        if root.startswith(('/proc/', '/sys')) or root == '/proc' and top == '/':\n"
+        "            dirs[:] = []\n"
+        f"        hits += [os.path.join(root, f) for f in files if '{marker}' in f]\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        f"        if b'{marker}' in open(f'/proc/{{pid}}/cmdline', 'rb').read(): hits.append(pid)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(sorted(os.listdir('/proc')) == sorted(['1', str(os.getpid())] + [p for p in os.listdir('/proc') if not p.isdigit()]) or os.listdir('/proc'))\n"
+        "print('hits', hits)\n"
+    )
+    resp = sandbox.run(code)
+    holder.join()
+    out = resp["run_result"]["stdout"]
+    assert resp["status"] == "Success", resp
+    assert out.splitlines() == ["True", "hits []"], out  # /proc: its init and itself only
+    sandbox.assert_clean(marker)

@@ -1,0 +1,182 @@
+"""The zygote launcher's own behaviour (the containment it gives every run is tested by
+the whole tests/sandbox suite, which runs against both launchers): a run whose set-up
+fails starts no program and says why, malformed requests are refused without harming
+the zygote, the zygote and its runs die with the server, a killed zygote is replaced,
+and without a C compiler the server falls back to a bwrap per run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from piexp.sandbox import EmbeddedSandbox
+from piexp.sandbox.isolation import SANDBOX_ENV, resolve_runtime, root_layout
+from piexp.sandbox.protocol import RunCodeRequest
+from piexp.sandbox.runner import Runner, Timings
+from piexp.sandbox.settings import SandboxSettings
+from piexp.sandbox.spawn import reap_pid
+from piexp.sandbox.zygote import Zygote, ZygoteError, ZygoteRefusal, zygote_binary
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+@pytest.fixture(scope="module")
+def compiled() -> str:
+    try:
+        return zygote_binary()
+    except ZygoteError as exc:
+        pytest.skip(f"the zygote cannot be built here: {exc}")
+
+
+@pytest.fixture
+def zygote(tmp_path, compiled):
+    z = Zygote.start(str(tmp_path), root_layout([resolve_runtime("python3")]))
+    yield z
+    z.close()
+
+
+def _start(zygote: Zygote, run_name: str, argv: list[str]) -> tuple[int, str, bytes]:
+    """(exit code, status pipe text, stdout) of one run started directly."""
+    status_r, status_w = os.pipe()
+    out_r, out_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        pid = zygote.spawn_blocking(run_name, argv, SANDBOX_ENV, [], 1 << 20, 10, [null, out_w, null, status_w])
+        os.close(status_w)
+        os.close(out_w)
+        status_w = out_w = -1
+        code = reap_pid(pid)
+        return code, os.read(status_r, 4096).decode(), os.read(out_r, 4096)
+    finally:
+        for fd in (status_r, out_r, null, status_w, out_w):
+            if fd >= 0:
+                os.close(fd)
+
+
+def test_a_run_whose_set_up_fails_starts_no_program_and_says_why(zygote, tmp_path):
+    code, why, out = _start(zygote, "no-such-run", ["/bin/echo", "started"])
+    assert code == 125 and "bind the run directory" in why and out == b"", (code, why, out)
+    os.mkdir(tmp_path / "run")
+    code, why, out = _start(zygote, "run", ["/bin/echo", "started"])
+    assert (code, why, out) == (0, "", b"started\n")
+
+
+def test_malformed_requests_are_refused_and_the_zygote_goes_on(zygote, tmp_path):
+    os.mkdir(tmp_path / "run")
+    for bad in ("../run", ".runs", ""):
+        with pytest.raises(ZygoteRefusal, match="malformed"):
+            _start(zygote, bad, ["/bin/true"])
+    with pytest.raises(ZygoteRefusal):
+        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], 1 << 20, 10, [0, 1])  # too few fds
+    assert _start(zygote, "run", ["/bin/echo", "ok"])[2] == b"ok\n"
+
+
+def test_an_exec_failure_is_reported(zygote, tmp_path):
+    os.mkdir(tmp_path / "run")
+    code, why, _ = _start(zygote, "run", ["/no/such/binary"])
+    assert code == 125 and why.startswith("/no/such/binary: No such file"), why
+
+
+def _pids_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a test process that made itself a subreaper, by creating a
+    Runner in-process, inherits dead servers' children unreaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_zygote_and_its_runs_die_with_the_server(tmp_path, compiled):
+    marker = f"ZYGOTE-DEATH-{os.getpid()}"
+    sb = EmbeddedSandbox(work_dir=str(tmp_path), launcher="zygote").start()
+    try:
+        zygotes = [p for p in _pids_with("piexp-zygote") if _alive(p) and
+                   open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(sb.proc.pid)]
+        assert len(zygotes) == 1, "the server has no zygote"
+        code = f"import time\nopen('x','w')\n# {marker}\ntime.sleep(60)"
+        def post() -> None:
+            try:
+                httpx.post(sb.url, json={"code": f"import subprocess,sys; subprocess.run([sys.executable, '-c', {code!r}])",
+                                         "language": "python", "run_timeout": 60}, timeout=90)
+            except httpx.HTTPError:
+                pass  # the server is killed mid-request: that is the point
+
+        thread = threading.Thread(target=post, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not _pids_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _pids_with(marker), "the run did not start"
+        os.kill(sb.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while (_pids_with(marker) or any(_alive(z) for z in zygotes)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _pids_with(marker) == [], "the run outlived the server"
+        assert not any(_alive(z) for z in zygotes), "the zygote outlived the server"
+    finally:
+        sb.stop()
+
+
+def _run(runner: Runner, code: str) -> dict:
+    async def go():
+        return await runner.run(RunCodeRequest(code=code, language="python"), Timings())
+
+    return asyncio.run(go()).model_dump()
+
+
+def test_a_killed_zygote_is_replaced_and_the_run_goes_on(tmp_path, compiled):
+    runner = Runner.create(SandboxSettings(work_dir=str(tmp_path), launcher="zygote"))
+    try:
+        first = runner.zygote
+        assert first is not None
+        first.proc.kill()
+        first.proc.wait()
+        resp = _run(runner, "print(6 * 7)")
+        assert resp["status"] == "Success" and resp["run_result"]["stdout"] == "42\n", resp
+        assert runner.zygote is not None and runner.zygote is not first
+        assert os.listdir(tmp_path) == []
+    finally:
+        runner.close()
+
+
+def test_without_a_c_compiler_runs_start_with_a_bwrap_each(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("CC", "/bin/false")
+    work = tmp_path / "work"
+    work.mkdir()
+    runner = Runner.create(SandboxSettings(work_dir=str(work), launcher="zygote"))
+    try:
+        assert runner.zygote is None
+        assert "zygote unavailable" in caplog.text and "bwrap per run" in caplog.text
+        resp = _run(runner, "import os; print(os.getuid())")
+        assert resp["run_result"]["stdout"] == "65534\n", resp
+    finally:
+        runner.close()
+
+
+def test_prespawn_needs_the_bwrap_launcher(tmp_path):
+    with pytest.raises(RuntimeError, match="launcher=bwrap"):
+        Runner.create(SandboxSettings(work_dir=str(tmp_path), prespawn=1, launcher="zygote"))
+    with pytest.raises(ValueError, match="launcher must be one of"):
+        SandboxSettings(launcher="docker")

@@ -7,8 +7,9 @@ that floor the namespaces themselves are: a small C program (compiled here with 
 system's C compiler, into a temporary directory) forks per run, unshares the given
 namespaces, maps uid 65534 (user namespace), mounts a private tmpfs /tmp (mount
 namespace) and /proc (pid namespace), forks the new namespace's first process and execs
-`/bin/true` — the per-run work a pre-built, long-lived sandbox root ("zygote") would
-have left, since it would build the read-only root once instead of per run.
+`/bin/true` — the per-run work a pre-built, long-lived sandbox root has left, since it
+builds the read-only root once instead of per run. (This measurement is why the sandbox
+now has that launcher: piexp/sandbox/zygote.c; bench/sandbox.py prints its floor.)
 
     python bench/namespace_cost.py [--runs 300]
 

@@ -22,18 +22,20 @@ zygote (default; one process holds the sandbox root, a run costs fresh namespace
 or a bwrap per run. `--prespawn N` (bwrap only) runs the server with N sandboxes per
 language started ahead of requests (same isolation, see SandboxSettings.prespawn).
 
-What the figures say (2-core VM, interleaved, several runs): a sandboxed run costs the
-machine 6-12 ms more CPU than a bare one. About 4.5-6.5 ms of it is the isolation floor
-printed below the table (creating and tearing down the user, mount, pid, net, ipc, uts
-and cgroup namespaces and the mounts: a warm, pre-isolated Python process that unshares
-and forks per run, bench/sandbox_warm_probe.py's approach with an exec, cost 6-7 ms, more
-than bwrap), ~1.2 ms is an HTTP round trip (aiohttp server + httpx client, measured on
-/v1/ping), and ~2-3 ms is the runner's own work. Once the CPUs are saturated (concurrency
-4 and 8 here) the ratio is about bare CPU / sandbox CPU: ~0.8-0.88 for the Python program
-(~40-60 ms of CPU bare) and ~0.73-0.81 for the JavaScript one (~30-35 ms bare), since
-node starts faster than CPython while the per-run overhead is the same. Removed along the
-way: node's V8 heap flag under a memory cgroup (it cost node its code cache, ~6 ms a
-start), the /bin/sh cgroup trampoline (~0.9 ms), six /etc binds (~0.6 ms).
+What the figures say (2-core VM, interleaved, several runs). Once the CPUs are saturated
+(concurrency 4 and 8 here) the ratio is about bare CPU / sandbox CPU, so what counts is
+the CPU a run costs beyond a bare spawn: an HTTP round trip (~1.2 ms, aiohttp server +
+httpx client, measured on /v1/ping), the runner's own work (~2 ms) and the isolation
+floor printed below the table. With a bwrap per run that floor is 4.5-6.5 ms (bwrap
+builds the whole root again per run: a tmpfs, ~15 binds and remounts, pivot_root,
+detaching the host's mount tree), which left JavaScript (~30 ms of CPU bare, node starts
+fast) at 0.73-0.81 and Python at 0.8-0.88. The zygote launcher builds the root once and
+a run only gets fresh namespaces: a floor of ~1.7 ms, and ratios of ~0.86-0.92 for both
+languages. (A warm, pre-isolated *Python* process that unshares and forks per run,
+bench/sandbox_warm_probe.py's approach with an exec, cost 6-7 ms, more than bwrap: a
+CPython parent's fork and copy-on-write faults cost more than the zygote's small C one.)
+Removed along the way: node's V8 heap flag under a memory cgroup (it cost node its code
+cache, ~6 ms a start), the /bin/sh cgroup trampoline (~0.9 ms), six /etc binds (~0.6 ms).
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
-"""How one run is isolated: the bubblewrap command line, resource limits, cgroups, and
-killing the whole process tree.
+"""How one run is isolated: the sandbox's root layout, the bubblewrap command line,
+resource limits, cgroups, and killing the whole process tree.
+
+Two launchers give a run the same isolation: by default the zygote (zygote.py/zygote.c:
+one long-lived process builds the root below once and starts each run in fresh
+namespaces inside it), else, or as its fallback, one bwrap per run as described here.
 
 Choices and why:
 - bubblewrap with every namespace unshared: no network (only an unconfigured loopback

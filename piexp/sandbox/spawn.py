@@ -12,9 +12,10 @@ to a run. It lives as long as the runner because bwrap's --die-with-parent binds
 sandbox to the thread that started it. (Before, a /bin/sh trampoline joined the cgroups
 and exec'd bwrap: ~0.9 ms of CPU and latency a run; bench/sandbox.py.)
 
-`SpawnedChild` is the asyncio view of the `subprocess.Popen` so started: stream readers
-for stdout/stderr, a writer for stdin, and a pidfd-based `wait()`. Every child the
-runner starts (bwrap, or the program itself when unisolated) goes through `Spawner`.
+`SpawnedChild` is the asyncio view of a child of the server: stream readers for
+stdout/stderr, a writer for stdin, and a pidfd-based `wait()`. `Spawner` starts bwrap
+(or the program itself when unisolated) with `subprocess.Popen`; a zygote run's init is
+the server's child too (CLONE_PARENT) and is wrapped the same way (`adopt`).
 """
 
 from __future__ import annotations

@@ -190,6 +190,15 @@ def test_runs_as_unprivileged_user(sandbox):
     assert resp["run_result"]["stdout"] == "65534 65534\n"
 
 
+def test_runs_without_capabilities_or_new_privileges(sandbox):
+    resp = sandbox.run("print(open('/proc/self/status').read())")
+    status = dict(line.split(":", 1) for line in resp["run_result"]["stdout"].splitlines() if ":" in line)
+    for field in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert int(status[field].strip(), 16) == 0, (field, status[field])
+    assert status["NoNewPrivs"].strip() == "1"
+    sandbox.assert_clean()
+
+
 def test_writing_outside_the_run_dir(sandbox, marker):
     code = (
         "import os\n"

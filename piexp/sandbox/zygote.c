@@ -300,6 +300,25 @@ static int parse(char *buf, size_t len, struct request *req) {
   return k == nf ? 0 : -1;
 }
 
+/* Close every fd from `low` up, except `keep` (-1: none); one close_range(2) call where
+ * the kernel has it (5.9+) instead of a close() per possible fd. */
+static void close_range_or_loop(unsigned first, unsigned last) {
+  if (first > last) return;
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, first, last, 0) == 0) return;
+#endif
+  for (unsigned fd = first; fd <= last && fd < 65536; fd++) close((int)fd);
+}
+
+static void close_from(int low, int keep) {
+  if (keep >= low) {
+    close_range_or_loop((unsigned)low, (unsigned)keep - 1);
+    close_range_or_loop((unsigned)keep + 1, ~0U);
+  } else {
+    close_range_or_loop((unsigned)low, ~0U);
+  }
+}
+
 static int exit_code(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
@@ -322,8 +341,7 @@ static void exec_program(struct request *req) {
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) fail("drop capabilities");
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail("no_new_privs");
   /* Only 0-2 and the status pipe (close-on-exec: it closes as the program starts). */
-  for (int fd = 3; fd < 1024; fd++)
-    if (fd != status_fd) close(fd);
+  close_from(3, status_fd);
   signal(SIGPIPE, SIG_DFL);
   execve(req->argv[0], req->argv, req->envp);
   fail(req->argv[0]);
@@ -350,7 +368,7 @@ static void run_init(struct request *req) {
   if (program < 0) fail("fork");
   if (program == 0) exec_program(req);
   /* The init keeps no fd of the run's: pipes close as soon as the program's side does. */
-  for (int fd = 0; fd < 1024; fd++) close(fd);
+  close_from(0, -1);
   status_fd = -1;
   if (req->wall_s) {
     signal(SIGALRM, on_alarm);
@@ -385,9 +403,17 @@ static void serve(void) {
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      for (int i = 0; i < count && req.nfds < MAX_FDS; i++) memcpy(&req.fds[req.nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      for (int i = 0; i < count; i++) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (req.nfds < MAX_FDS)
+          req.fds[req.nfds++] = fd;
+        else
+          close(fd); /* more than a request may carry: refused below */
+      }
     }
-    if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || req.nfds < 4 || parse(buf, (size_t)n, &req) < 0) {
+    if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || req.nfds < 4 || req.nfds == MAX_FDS ||
+        parse(buf, (size_t)n, &req) < 0) {
       reply("!malformed request");
     } else {
       /* The run's fds must survive into the init (received close-on-exec: clear). */

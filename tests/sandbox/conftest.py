@@ -127,6 +127,12 @@ def sandbox(tmp_path_factory, request):
 
 
 @pytest.fixture(scope="session")
+def pids_with():
+    """`processes_with`'s pids, for modules (no cross-module imports, see below)."""
+    return lambda marker: [pid for pid, _ in processes_with(marker)]
+
+
+@pytest.fixture(scope="session")
 def sandbox_handle_cls():
     """SandboxHandle for modules that start their own server (no cross-module imports,
     which would depend on pytest's import mode)."""

@@ -84,19 +84,6 @@ def test_an_exec_failure_is_reported(zygote, tmp_path):
     assert code == 125 and why.startswith("/no/such/binary: No such file"), why
 
 
-def _pids_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 def _alive(pid: int) -> bool:
     """Running, not a zombie (a test process that made itself a subreaper, by creating a
     Runner in-process, inherits dead servers' children unreaped)."""
@@ -107,11 +94,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_the_zygote_and_its_runs_die_with_the_server(tmp_path, compiled):
+def test_the_zygote_and_its_runs_die_with_the_server(tmp_path, compiled, pids_with):
     marker = f"ZYGOTE-DEATH-{os.getpid()}"
     sb = EmbeddedSandbox(work_dir=str(tmp_path), launcher="zygote").start()
     try:
-        zygotes = [p for p in _pids_with("piexp-zygote") if _alive(p) and
+        zygotes = [p for p in pids_with("piexp-zygote") if _alive(p) and
                    open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(sb.proc.pid)]
         assert len(zygotes) == 1, "the server has no zygote"
         code = f"import time\nopen('x','w')\n# {marker}\ntime.sleep(60)"
@@ -125,14 +112,14 @@ def test_the_zygote_and_its_runs_die_with_the_server(tmp_path, compiled):
         thread = threading.Thread(target=post, daemon=True)
         thread.start()
         deadline = time.monotonic() + 10
-        while not _pids_with(marker) and time.monotonic() < deadline:
+        while not pids_with(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _pids_with(marker), "the run did not start"
+        assert pids_with(marker), "the run did not start"
         os.kill(sb.proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while (_pids_with(marker) or any(_alive(z) for z in zygotes)) and time.monotonic() < deadline:
+        while (pids_with(marker) or any(_alive(z) for z in zygotes)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _pids_with(marker) == [], "the run outlived the server"
+        assert pids_with(marker) == [], "the run outlived the server"
         assert not any(_alive(z) for z in zygotes), "the zygote outlived the server"
     finally:
         sb.stop()

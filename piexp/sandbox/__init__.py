@@ -1,5 +1,6 @@
-"""piexp's code sandbox: a SandboxFusion-compatible `/run_code` server with bubblewrap
-isolation, the embedded launcher that runs it on loopback, and the pooled client.
+"""piexp's code sandbox: a SandboxFusion-compatible `/run_code` server with namespace
+isolation (runs started by the zygote, zygote.c, or by a bwrap each), the embedded
+launcher that runs the server on loopback, and the pooled client.
 
 Public API:
 - `sandbox_client(url) -> SandboxClient`, `await client.run(...)`, `close_sandbox_clients()`

@@ -33,4 +33,4 @@ fi
 
 # The sandbox's zygote, compiled once per source version into ~/.cache/piexp (instant
 # when it is there; otherwise the first server start would compile it).
-.venv/bin/python -m piexp.sandbox build-zygote
+.venv/bin/python -m piexp.sandbox build-zygote || echo "set-up: continuing; the sandbox starts a bwrap per run instead" >&2

@@ -69,15 +69,21 @@ def zygote_binary() -> str:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise ZygoteError("no C compiler (cc or gcc) on PATH to build the sandbox zygote")
-    os.makedirs(_cache_dir(), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=_cache_dir(), prefix="zygote-build-") as tmp:
-        src, out = os.path.join(tmp, _SOURCE), os.path.join(tmp, "piexp-zygote")
-        with open(src, "wb") as f:
-            f.write(source)
-        done = subprocess.run([compiler, "-O2", "-o", out, src], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ZygoteError(f"building the sandbox zygote with {compiler} failed: {done.stderr.strip()[-2000:]}")
-        os.replace(out, target)  # atomic: a concurrent build leaves one complete binary
+    try:
+        os.makedirs(_cache_dir(), exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=_cache_dir(), prefix="zygote-build-") as tmp:
+            src, out = os.path.join(tmp, _SOURCE), os.path.join(tmp, "piexp-zygote")
+            with open(src, "wb") as f:
+                f.write(source)
+            done = subprocess.run([compiler, "-O2", "-o", out, src], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise ZygoteError(f"building the sandbox zygote with {compiler} failed (exit {done.returncode}): "
+                                  f"{done.stderr.strip()[-2000:] or 'no message'}")
+            os.replace(out, target)  # atomic: a concurrent build leaves one complete binary
+    except ZygoteError:
+        raise
+    except OSError as exc:
+        raise ZygoteError(f"could not build the sandbox zygote in {_cache_dir()}: {exc}") from exc
     return target
 
 

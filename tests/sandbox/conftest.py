@@ -98,12 +98,26 @@ class SandboxHandle:
         assert os.listdir(self.work_dir) == [], "leftover run directories"
 
 
+@pytest.fixture(scope="session")
+def zygote_build_error() -> str | None:
+    """Why the zygote launcher cannot be built here (a skip reason), or None."""
+    from piexp.sandbox.zygote import ZygoteError, zygote_binary
+
+    try:
+        zygote_binary()
+    except ZygoteError as exc:
+        return f"the zygote cannot be built here ({exc}); only the bwrap launcher is tested"
+    return None
+
+
 @pytest.fixture(scope="module", params=["zygote", "bwrap"])
-def sandbox(tmp_path_factory, request):
+def sandbox(tmp_path_factory, request, zygote_build_error):
     """The server every containment test runs against, once per launcher (both must
     contain a run identically)."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
+    if request.param == "zygote" and zygote_build_error:
+        pytest.skip(zygote_build_error)
     work_dir = str(tmp_path_factory.mktemp("sbx-work"))
     log_path = str(tmp_path_factory.mktemp("sbx-log") / "server.log")
     with EmbeddedSandbox(

@@ -22,17 +22,16 @@ from piexp.sandbox.protocol import RunCodeRequest
 from piexp.sandbox.runner import Runner, Timings
 from piexp.sandbox.settings import SandboxSettings
 from piexp.sandbox.spawn import reap_pid
-from piexp.sandbox.zygote import Zygote, ZygoteError, ZygoteRefusal, zygote_binary
+from piexp.sandbox.zygote import Zygote, ZygoteRefusal, zygote_binary
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
 @pytest.fixture(scope="module")
-def compiled() -> str:
-    try:
-        return zygote_binary()
-    except ZygoteError as exc:
-        pytest.skip(f"the zygote cannot be built here: {exc}")
+def compiled(zygote_build_error) -> str:
+    if zygote_build_error:
+        pytest.skip(zygote_build_error)
+    return zygote_binary()
 
 
 @pytest.fixture

@@ -37,6 +37,8 @@ import tempfile
 from importlib import resources
 from typing import Optional, Sequence
 
+from .isolation import kill_process_group
+
 log = logging.getLogger(__name__)
 
 _SOURCE = "zygote.c"
@@ -164,16 +166,41 @@ class Zygote:
     async def spawn(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
                     wall_s: int, fds: Sequence[int]) -> int:
         """Start a run; its init's pid (a child of this process). Requests are answered
-        in order, so one is in flight at a time (the zygote answers in ~0.1 ms)."""
+        in order, so one is in flight at a time (the zygote answers in ~0.1 ms). A caller
+        cancelled while its request is in flight leaves no orphan and no stray answer:
+        the answer is still read (before the next request may go), and the run it
+        started is killed and reaped."""
+        loop = asyncio.get_running_loop()
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:
+        await self._lock.acquire()
+        try:
             self.request(run_name, argv, env, rlimits, tmpfs_bytes, wall_s, fds)
-            try:
-                answer = await asyncio.get_running_loop().sock_recv(self._control, _REPLY_LIMIT)
-            except OSError as exc:
-                raise ZygoteError(f"the sandbox zygote is gone: {exc}") from exc
-        return self._parse_reply(answer)
+        except BaseException:
+            self._lock.release()
+            raise
+        answer = loop.create_task(loop.sock_recv(self._control, _REPLY_LIMIT))
+        answer.add_done_callback(lambda _: self._lock.release())
+        try:
+            reply = await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            answer.add_done_callback(self._kill_unclaimed_run)
+            raise
+        except OSError as exc:
+            raise ZygoteError(f"the sandbox zygote is gone: {exc}") from exc
+        return self._parse_reply(reply)
+
+    @staticmethod
+    def _kill_unclaimed_run(answer: asyncio.Task) -> None:
+        """The run started for a cancelled caller: kill its namespace, reap its init."""
+        if answer.cancelled() or answer.exception() is not None:
+            return
+        try:
+            pid = Zygote._parse_reply(answer.result())
+        except ZygoteError:
+            return
+        kill_process_group(pid)
+        asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
 
     def spawn_blocking(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
                        wall_s: int, fds: Sequence[int]) -> int:

@@ -166,3 +166,35 @@ def test_prespawn_needs_the_bwrap_launcher(tmp_path):
         Runner.create(SandboxSettings(work_dir=str(tmp_path), prespawn=1, launcher="zygote"))
     with pytest.raises(ValueError, match="launcher must be one of"):
         SandboxSettings(launcher="docker")
+
+
+def test_a_caller_cancelled_mid_request_leaves_no_orphan_and_no_stray_answer(zygote, tmp_path, pids_with):
+    os.mkdir(tmp_path / "run")
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 1000}"
+
+    async def go() -> tuple[int, bytes]:
+        null = os.open(os.devnull, os.O_RDWR)
+        out_r, out_w = os.pipe()
+        try:
+            doomed = asyncio.ensure_future(zygote.spawn("run", ["/bin/sleep", marker], SANDBOX_ENV, [], 1 << 20, 60,
+                                                        [null, null, null, null]))
+            await asyncio.sleep(0)  # its request is sent; the answer is not read yet
+            doomed.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await doomed
+            pid = await zygote.spawn("run", ["/bin/echo", "second"], SANDBOX_ENV, [], 1 << 20, 60,
+                                     [null, out_w, null, null])
+            os.close(out_w)
+            out_w = -1
+            code = await asyncio.get_running_loop().run_in_executor(None, reap_pid, pid)
+            return code, os.read(out_r, 100)
+        finally:
+            for fd in (null, out_r, out_w):
+                if fd >= 0:
+                    os.close(fd)
+
+    assert asyncio.run(go()) == (0, b"second\n")  # the second caller got its own run
+    deadline = time.monotonic() + 5
+    while pids_with(f"sleep {marker}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids_with(f"sleep {marker}") == [], "the cancelled caller's run was left running"

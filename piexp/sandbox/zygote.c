@@ -15,11 +15,16 @@
  *     nested user namespace (what bwrap's --disable-userns achieves);
  *   - a mount namespace whose root is a read-only tmpfs holding the layout, a read-only
  *     /dev (null, zero, full, random, urandom, tty), empty mount points for /proc, /tmp
- *     and /sandbox, and RUNS_DIR bound at /.runs (each run detaches it, see below).
- * Per request (one message: fields separated by NUL, fds by SCM_RIGHTS):
+ *     and /sandbox, RUNS_DIR bound at /.runs and the host's /proc at /.proc (each run
+ *     detaches both, see below).
+ * Per request (one message of at most 64 KiB: fields separated by NUL, fds by
+ * SCM_RIGHTS; at most 256 arguments, 256 environment entries, 16 rlimits, 15 fds):
  *     RUN_NAME TMPFS_BYTES WALL_S NLIMITS (RES SOFT HARD)* ARGC ARG* ENVC ENV*
+ *     (a negative rlimit value is RLIM_INFINITY; WALL_S: the init kills its namespace
+ *     after that many seconds, a backstop behind the server's own timer)
  *     fds: stdin, stdout, stderr, a status pipe, then the files to write "0" to in order
  *          to join the run's cgroups (v1 `tasks`, v2 `cgroup.procs`, opened by the server)
+ * A malformed request is answered "!malformed request" and starts nothing.
  * it clone()s with CLONE_PARENT, so the run's init is the *server's* child (the server
  * waits for and reaps it like any child), in new mount, pid, ipc, net and uts
  * namespaces, and answers with the init's pid (or "!reason"). The init, pid 1 of its

@@ -147,6 +147,12 @@ def pids_with():
 
 
 @pytest.fixture(scope="session")
+def leftover_pids():
+    """Pids whose command line contains the marker once none are left or after 5 s."""
+    return lambda marker: [pid for pid, _ in wait_no_processes(marker)]
+
+
+@pytest.fixture(scope="session")
 def sandbox_handle_cls():
     """SandboxHandle for modules that start their own server (no cross-module imports,
     which would depend on pytest's import mode)."""

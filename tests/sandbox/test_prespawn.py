@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import pytest
 
@@ -19,26 +18,8 @@ def _idle_sandboxes(work_dir: str) -> list[str]:
     return sorted(os.listdir(work_dir))
 
 
-def _processes_with(marker: str, timeout: float = 5.0) -> list[int]:
-    """Pids whose command line contains `marker`, once none are left or after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                try:
-                    with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        if marker.encode() in f.read():
-                            found.append(int(entry))
-                except OSError:
-                    pass
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
-def pre(tmp_path_factory, sandbox_handle_cls):
+def pre(tmp_path_factory, sandbox_handle_cls, leftover_pids):
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
     work_dir = str(tmp_path_factory.mktemp("sbx-pre-work"))
@@ -50,7 +31,7 @@ def pre(tmp_path_factory, sandbox_handle_cls):
         yield h
         h.http.close()
     # Stopping the server disposes of the idle pre-started sandboxes too.
-    assert _processes_with(work_dir) == []
+    assert leftover_pids(work_dir) == []
     assert os.listdir(work_dir) == []
 
 
@@ -106,7 +87,7 @@ def test_isolation_holds(pre, marker):
         assert FAKE_SECRET not in resp["run_result"]["stdout"]
 
 
-def test_time_limit_memory_and_detached_children(pre, marker):
+def test_time_limit_memory_and_detached_children(pre, marker, leftover_pids):
     resp = pre.run(f"# {marker}\nwhile True: pass", run_timeout=1)
     assert resp["run_result"]["status"] == "TimeLimitExceeded"
     resp = pre.run("a = []\nwhile True:\n    a.append(bytearray(10**7))", run_timeout=10, memory_limit_MB=256)
@@ -124,7 +105,7 @@ def test_time_limit_memory_and_detached_children(pre, marker):
     )
     resp = pre.run(code, run_timeout=10)
     assert resp["run_result"]["stdout"] == "parent done\n"
-    assert _processes_with(marker) == []
+    assert leftover_pids(marker) == []
     # The fork bomb is bounded too, and the server still answers afterwards.
     resp = pre.run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", run_timeout=2)
     assert resp["status"] == "Failed"

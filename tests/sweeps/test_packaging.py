@@ -22,3 +22,24 @@ def test_every_piexp_package_is_listed_in_pyproject() -> None:
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert {"piexp._conf", "piexp._experiments"} <= listed
     assert setuptools["package-dir"] == {"piexp._conf": "conf", "piexp._experiments": "experiments"}
+
+
+def test_the_wheel_carries_every_data_file(tmp_path) -> None:
+    """A real wheel, built offline from this tree: every config and preset YAML, every
+    reference solution, the zygote's C source and the SkyRL pins are inside it."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
+        check=True, capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("piexp-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {f"piexp/_conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
+    expected |= {f"piexp/_experiments/{p.name}" for p in (REPO / "experiments").glob("*.yaml")}
+    expected |= {p.relative_to(REPO).as_posix() for p in (REPO / "piexp/tasks/families/refs").iterdir()}
+    expected |= {"piexp/sandbox/zygote.c", "piexp/service/skyrl-constraints.txt"}
+    assert len(expected) > 50
+    assert not expected - names, sorted(expected - names)

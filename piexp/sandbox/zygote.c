@@ -277,9 +277,10 @@ static int parse(char *buf, size_t len, struct request *req) {
   char *f;
   if (!(req->run_name = NEXT()) || !*req->run_name || strchr(req->run_name, '/') || req->run_name[0] == '.')
     return -1;
-  if (!(f = NEXT())) return -1;
+  /* tmpfs reads size=0 as "no limit": a size must be given. */
+  if (!(f = NEXT()) || parse_ll(f) <= 0) return -1;
   snprintf(req->tmpfs_opts, sizeof req->tmpfs_opts, "mode=0755,size=%lld", parse_ll(f));
-  if (!(f = NEXT())) return -1;
+  if (!(f = NEXT()) || parse_ll(f) < 0) return -1;
   req->wall_s = (unsigned)parse_ll(f);
   if (!(f = NEXT())) return -1;
   req->nlimits = (int)parse_ll(f);

@@ -74,6 +74,8 @@ def test_malformed_requests_are_refused_and_the_zygote_goes_on(zygote, tmp_path)
             _start(zygote, bad, ["/bin/true"])
     with pytest.raises(ZygoteRefusal):
         zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], 1 << 20, 10, [0, 1])  # too few fds
+    with pytest.raises(ZygoteRefusal):  # tmpfs would read size=0 as "no limit"
+        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], 0, 10, [0, 1, 2, 2])
     assert _start(zygote, "run", ["/bin/echo", "ok"])[2] == b"ok\n"
 
 

@@ -27,12 +27,17 @@ def test_every_piexp_package_is_listed_in_pyproject() -> None:
 def test_the_wheel_carries_every_data_file(tmp_path) -> None:
     """A real wheel, built offline from this tree: every config and preset YAML, every
     reference solution, the zygote's C source and the SkyRL pins are inside it."""
+    import shutil
     import subprocess
     import sys
     import zipfile
 
+    # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds.
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "outputs", "multirun", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)],
         check=True, capture_output=True,
     )
     (wheel,) = tmp_path.glob("piexp-*.whl")

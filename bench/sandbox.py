@@ -56,8 +56,7 @@ from rich.table import Table
 from machine_cpu import busy_cpu_ms, command_cost
 from piexp.sandbox import EmbeddedSandbox, close_sandbox_clients, sandbox_client
 from piexp.sandbox.settings import LAUNCHERS
-from piexp.sandbox.isolation import SANDBOX_ENV, build_bwrap_argv, resolve_runtime, root_layout
-from piexp.sandbox.spawn import reap_pid
+from piexp.sandbox.isolation import build_bwrap_argv, resolve_runtime, root_layout
 from piexp.sandbox.zygote import Zygote, ZygoteError
 
 PROGRAMS = {
@@ -230,9 +229,9 @@ def isolation_floor_cpu_ms(n_runs: int = 100) -> dict[str, float]:
         null = os.open(os.devnull, os.O_RDWR)
         try:
             def one() -> None:
-                pid = zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], 1 << 20, 10, [null, null, null, null])
-                if reap_pid(pid) != 0:
-                    raise RuntimeError("/bin/true failed through the zygote")
+                code, why = zygote.run_blocking("run", ["/bin/true"], [null, null, null])
+                if code != 0:
+                    raise RuntimeError(f"/bin/true failed through the zygote (exit {code}): {why}")
             one()
             time.sleep(0.3)
             cpu0 = busy_cpu_ms()

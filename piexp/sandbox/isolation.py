@@ -262,8 +262,9 @@ def open_etc_copies() -> list[tuple[int, str]]:
     return opened
 
 
-def bwrap_env() -> dict[str, str]:
-    """The environment bwrap itself is started with: nothing from the host."""
+def launcher_env() -> dict[str, str]:
+    """The environment a launcher (bwrap, the zygote) is started with: nothing from the
+    host. What a run's /proc/1/environ would show (the zygote's is not even readable)."""
     return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
 
 
@@ -452,6 +453,13 @@ class CgroupLimiter:
     def joined_dirs(self, run_dirs: list[str]) -> list[str]:
         """The cgroups a run's processes join: its own, plus the server's shared cpu one."""
         return [*run_dirs, self.cpu_share_dir] if run_dirs and self.cpu_share_dir else list(run_dirs)
+
+    def self_join_files(self, run_dirs: list[str]) -> list[str]:
+        """The files a process (v1: a thread) writes "0" to in order to join the run's
+        cgroups itself: v1 `tasks` (moves only the writer, no global rwsem), v2
+        `cgroup.procs`."""
+        name = "tasks" if self.kind == "v1" else "cgroup.procs"
+        return [os.path.join(d, name) for d in self.joined_dirs(run_dirs)]
 
     def create(self, memory_bytes: int, max_pids: int) -> list[str]:
         """Create the run's cgroup dirs with limits; returns their paths."""

@@ -32,7 +32,7 @@ from .protocol import (
 from .run_dir import UnsafePathError, read_file, remove_run_dir, safe_relative_path, write_file
 from .settings import SandboxSettings
 from .spawn import SpawnedChild, Spawner, adopt, reap_pid
-from .zygote import Zygote, ZygoteError, ZygoteRefusal
+from .zygote import Zygote, ZygoteError, ZygoteRefusal, setup_failure
 
 log = logging.getLogger(__name__)
 
@@ -119,17 +119,6 @@ class _Held:
     pooled: bool = True
     command: Optional[list[str]] = None  # zygote or unisolated: started at release
     status_r: int = -1  # zygote: the run's status pipe (why its init gave up, if it did)
-
-
-def _setup_failure(status_r: int) -> Optional[str]:
-    """What a zygote run's init wrote to its status pipe before giving up (it starts no
-    program then); None when it started the program (the pipe closed on exec, empty)."""
-    os.set_blocking(status_r, False)
-    try:
-        why = os.read(status_r, 4096)
-    except BlockingIOError:
-        return None
-    return f"could not set up the sandbox: {why.decode(errors='replace')}" if why else None
 
 
 async def _wait_readable(fd: int) -> None:
@@ -243,19 +232,13 @@ class Runner:
         try:
             if self.cgroups is not None:
                 cgroup_dirs = self.cgroups.create(64 << 20, 8)
-            status_r, status_w = os.pipe2(os.O_CLOEXEC)
-            opened += [status_r, status_w]
             null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
             opened.append(null)
             joins = self._open_cgroup_joins(cgroup_dirs)
             opened += joins
             limits = isolation.Limits(cpu_time_s=5, file_size_bytes=1 << 20, open_files=64, processes=8)
-            pid = zygote.spawn_blocking(os.path.basename(run_dir), ["/usr/bin/true"], isolation.SANDBOX_ENV,
-                                        isolation.rlimit_pairs(limits), 1 << 20, 5, [null, null, null, status_w, *joins])
-            os.close(status_w)
-            opened.remove(status_w)
-            code = reap_pid(pid)
-            why = _setup_failure(status_r)
+            code, why = zygote.run_blocking(os.path.basename(run_dir), ["/usr/bin/true"], [null, null, null],
+                                            rlimits=isolation.rlimit_pairs(limits), wall_s=5, joins=joins)
             if code != 0 or why:
                 raise ZygoteError(f"its check run failed (exit {code}): {why or 'no reason given'}")
         finally:
@@ -270,11 +253,10 @@ class Runner:
         cgroups (and the shared cpu one): opened here, with the server's permissions."""
         if not cgroup_dirs:
             return []
-        name = "tasks" if self.cgroups.kind == "v1" else "cgroup.procs"
         fds: list[int] = []
         try:
-            for d in self.cgroups.joined_dirs(cgroup_dirs):
-                fds.append(os.open(os.path.join(d, name), os.O_WRONLY | os.O_CLOEXEC))
+            for path in self.cgroups.self_join_files(cgroup_dirs):
+                fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             for fd in fds:
                 os.close(fd)
@@ -452,11 +434,11 @@ class Runner:
                 )
                 attach_later = self.cgroups.joined_dirs(held.cgroup_dirs) if held.cgroup_dirs else []
                 join_now = []
-                if attach_later and self.cgroups.kind == "v1":
-                    join_now = [os.path.join(d, "tasks") for d in attach_later]
+                if attach_later and self.cgroups.kind == "v1":  # a v2 join would move the whole server
+                    join_now = self.cgroups.self_join_files(held.cgroup_dirs)
                 try:
                     held.proc = await self.spawner.spawn(
-                        argv, env=isolation.bwrap_env(), pass_fds=(info_w, block_r, *(fd for fd, _ in etc_copies)),
+                        argv, env=isolation.launcher_env(), pass_fds=(info_w, block_r, *(fd for fd, _ in etc_copies)),
                         stdin_pipe=stdin_pipe, join_tasks=join_now,
                     )
                     if held.proc.joined_cgroups:
@@ -522,7 +504,7 @@ class Runner:
         elif held.proc is None and held.command is not None:  # unisolated
             try:
                 held.proc = await self.spawner.spawn(
-                    held.command, env={**isolation.bwrap_env(), "HOME": held.run_dir}, cwd=held.run_dir,
+                    held.command, env={**isolation.launcher_env(), "HOME": held.run_dir}, cwd=held.run_dir,
                     stdin_pipe=held.stdin_pipe, preexec_fn=isolation.make_preexec(limits, held.cgroup_dirs),
                 )
             except (OSError, subprocess.SubprocessError) as exc:
@@ -557,7 +539,8 @@ class Runner:
             # time-out, cancellation or a failed confinement it takes the sandbox down.
             await _kill_and_reap(proc)
         if held.status_r >= 0:
-            held.error = _setup_failure(held.status_r)
+            why = setup_failure(held.status_r)
+            held.error = f"could not set up the sandbox: {why}" if why else None
         elapsed = time.monotonic() - start
         t.mark("run")
         if feeder is not None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -202,10 +201,7 @@ class Spawner:
             child.joined_cgroups = joined
             return child
         except BaseException:
-            try:
-                os.killpg(popen.pid, signal.SIGKILL)  # bwrap leads its own session
-            except ProcessLookupError:
-                pass
+            kill_process_group(popen.pid)  # bwrap leads its own session
             popen.wait()
             raise
 

@@ -37,7 +37,8 @@ import tempfile
 from importlib import resources
 from typing import Optional, Sequence
 
-from .isolation import kill_process_group
+from .isolation import SANDBOX_ENV, kill_process_group, launcher_env
+from .spawn import reap_pid
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,17 @@ def zygote_binary() -> str:
     return target
 
 
+def setup_failure(status_r: int) -> str:
+    """What a run's init wrote to its status pipe before giving up (it starts no program
+    then); "" when it started the program (the pipe closed on exec, empty). Read once the
+    init has exited."""
+    os.set_blocking(status_r, False)
+    try:
+        return os.read(status_r, 4096).decode(errors="replace")
+    except BlockingIOError:
+        return ""
+
+
 def _fields(values: Sequence[object]) -> bytes:
     for value in values:
         if "\0" in str(value):
@@ -118,7 +130,7 @@ class Zygote:
             argv.extend(row)
         try:
             proc = subprocess.Popen(
-                argv, pass_fds=(theirs.fileno(),), env={"PATH": "/usr/bin:/bin"},
+                argv, pass_fds=(theirs.fileno(),), env=launcher_env(),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:
@@ -204,7 +216,7 @@ class Zygote:
 
     def spawn_blocking(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
                        wall_s: int, fds: Sequence[int]) -> int:
-        """`spawn` outside the event loop (the runner's start-up check)."""
+        """`spawn` outside the event loop."""
         self.request(run_name, argv, env, rlimits, tmpfs_bytes, wall_s, fds)
         self._control.setblocking(True)
         self._control.settimeout(_START_TIMEOUT_S)
@@ -215,6 +227,22 @@ class Zygote:
         finally:
             self._control.setblocking(False)
         return self._parse_reply(answer)
+
+    def run_blocking(self, run_name: str, argv: Sequence[str], stdio: Sequence[int], *, rlimits=(),
+                     tmpfs_bytes: int = 1 << 20, wall_s: int = 10, joins: Sequence[int] = ()) -> tuple[int, str]:
+        """Start a run outside the event loop (SANDBOX_ENV, `stdio` as its fds 0-2) and
+        wait for it: (exit code, what its init wrote to the status pipe before giving up;
+        "" when the program started). For start-up checks and benchmarks."""
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                pid = self.spawn_blocking(run_name, argv, SANDBOX_ENV, rlimits, tmpfs_bytes, wall_s,
+                                          [*stdio, status_w, *joins])
+            finally:
+                os.close(status_w)  # the run holds its own copy until it execs or gives up
+            return reap_pid(pid), setup_failure(status_r)
+        finally:
+            os.close(status_r)
 
     def close(self) -> None:
         """EOF on its socket ends the zygote; reap it."""

@@ -43,18 +43,15 @@ def zygote(tmp_path, compiled):
 
 def _start(zygote: Zygote, run_name: str, argv: list[str]) -> tuple[int, str, bytes]:
     """(exit code, status pipe text, stdout) of one run started directly."""
-    status_r, status_w = os.pipe()
     out_r, out_w = os.pipe()
     null = os.open(os.devnull, os.O_RDWR)
     try:
-        pid = zygote.spawn_blocking(run_name, argv, SANDBOX_ENV, [], 1 << 20, 10, [null, out_w, null, status_w])
-        os.close(status_w)
+        code, why = zygote.run_blocking(run_name, argv, [null, out_w, null])
         os.close(out_w)
-        status_w = out_w = -1
-        code = reap_pid(pid)
-        return code, os.read(status_r, 4096).decode(), os.read(out_r, 4096)
+        out_w = -1
+        return code, why, os.read(out_r, 4096)
     finally:
-        for fd in (status_r, out_r, null, status_w, out_w):
+        for fd in (out_r, null, out_w):
             if fd >= 0:
                 os.close(fd)
 

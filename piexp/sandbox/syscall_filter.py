@@ -234,21 +234,28 @@ def filter_fd(library: str = LIBSECCOMP) -> int:
 
 
 def policy_table(library: str = LIBSECCOMP) -> list[tuple[str, str, str]]:
-    """(syscall, action, reason) per rule; rules libseccomp cannot resolve here say so."""
+    """(syscall, action, reason) per rule, consecutive rules of one syscall and reason on
+    one row; rules libseccomp cannot resolve on this architecture say so."""
     lib = _load_library(library)
-    rows = []
+    rows: list[tuple[str, str, str]] = []
+    merged = 0
     for rule in POLICY:
         action = errno.errorcode[rule.errno]
         if rule.when:
             action += " if " + " and ".join(f"arg{m.index} & {m.mask:#x} == {m.value:#x}" for m in rule.when)
         if lib.seccomp_syscall_resolve_name(rule.syscall.encode()) < 0:
             action = "(not on this architecture)"
+        if rows and rows[-1][0] == rule.syscall and rows[-1][2] == rule.reason:
+            merged += 1
+            rows[-1] = (rule.syscall, rows[-1][1].split(" (+")[0] + f" (+{merged} more like it)", rule.reason)
+            continue
+        merged = 0
         rows.append((rule.syscall, action, rule.reason))
     return rows
 
 
 if __name__ == "__main__":
     for syscall, action, reason in policy_table():
-        print(f"{syscall:24} {action:44} {reason}")
+        print(f"{syscall:24} {action:56} {reason}")
     print(f"\nBPF program: {len(filter_bpf()) // 8} instructions; every other syscall is allowed; "
           "other architectures' syscalls kill the process.")

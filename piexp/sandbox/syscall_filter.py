@@ -100,7 +100,6 @@ PERSONALITY_FLAGS = {
     "ADDR_LIMIT_32BIT": 0x0800000,
     "ADDR_LIMIT_3GB": 0x8000000,
 }
-PERSONALITY_QUERY = 0xFFFFFFFF
 AF_VSOCK = 40
 
 
@@ -123,8 +122,9 @@ def _personality_rules() -> list[Rule]:
     return rules
 
 
-# The policy. Docker's default profile (moby profiles/seccomp/default.json) refuses all of
-# these to a container without the matching capability, which a run never has.
+# The policy. Docker's default profile (moby profiles/seccomp/default.json) refuses these
+# to a container without the matching capability, which a run never has (io_uring only in
+# newer releases; get_mempolicy, adjtimex, clock_adjtime differ as their reasons say).
 POLICY: tuple[Rule, ...] = tuple(
     _deny("add_key keyctl request_key", "kernel keyrings are not namespaced: keys outlive the run and share host root's quota")
     + _deny("io_uring_setup io_uring_enter io_uring_register", "a large, often-exploited kernel surface (newer Docker profiles drop it); libuv falls back")

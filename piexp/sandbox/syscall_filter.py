@@ -124,7 +124,7 @@ def _personality_rules() -> list[Rule]:
 
 # The policy. Docker's default profile (moby profiles/seccomp/default.json) refuses these
 # to a container without the matching capability, which a run never has (io_uring only in
-# newer releases; get_mempolicy, adjtimex, clock_adjtime differ as their reasons say).
+# newer releases; get_mempolicy, which Docker gates too, stays allowed here for hwloc).
 POLICY: tuple[Rule, ...] = tuple(
     _deny("add_key keyctl request_key", "kernel keyrings are not namespaced: keys outlive the run and share host root's quota")
     + _deny("io_uring_setup io_uring_enter io_uring_register", "a large, often-exploited kernel surface (newer Docker profiles drop it); libuv falls back")

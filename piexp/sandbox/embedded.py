@@ -15,7 +15,7 @@ from dataclasses import fields
 from typing import Optional
 
 from .isolation import set_parent_death_signal
-from .settings import SandboxSettings
+from .settings import SandboxSettings, settings_as_flags
 
 log = logging.getLogger(__name__)
 
@@ -92,29 +92,12 @@ class EmbeddedSandbox:
         return f"{self.base_url}/run_code"
 
     def _argv(self) -> list[str]:
-        s = self.settings
         argv = [
             sys.executable, "-m", "piexp.sandbox", "serve",
             "--listen-fd", str(self._socket.fileno()),
-            "--max-concurrency", str(s.max_concurrency),
-            "--default-memory-limit-mb", str(s.default_memory_limit_mb),
-            "--output-cap-bytes", str(s.output_cap_bytes),
-            "--max-processes", str(s.max_processes),
-            "--max-file-size-mb", str(s.max_file_size_mb),
-            "--max-open-files", str(s.max_open_files),
             "--die-with-parent",
+            *settings_as_flags(self.settings),
         ]
-        if s.cpu_time_s is not None:
-            argv += ["--cpu-time-s", str(s.cpu_time_s)]
-        if s.work_dir is not None:
-            argv += ["--work-dir", s.work_dir]
-        if not s.use_cgroups:
-            argv.append("--no-cgroups")
-        if s.prespawn:
-            argv += ["--prespawn", str(s.prespawn)]
-        argv += ["--launcher", s.launcher]
-        if s.allow_unisolated:
-            argv.append("--allow-unisolated")
         return argv
 
     def start(self) -> "EmbeddedSandbox":

@@ -14,7 +14,11 @@ Choices and why:
   environment of bwrap's own process is what `/proc/1/environ` shows inside the sandbox,
   so the host environment (TINKER_API_KEY, ...) must never reach bwrap at all.
 - The program runs as uid/gid 65534 (nobody) inside a user namespace, in a new session
-  (no terminal injection), and dies with its parent (`--die-with-parent`).
+  (no terminal injection), and dies with its parent (`--die-with-parent`). Outside, that
+  is the run user (run_area.RunUser): a server running as root starts bwrap as an
+  unprivileged host uid, so no id inside maps to host root. Run directories live in
+  the server's private run area (run_area.py); a syscall filter (syscall_filter.py) is
+  installed just before the program's exec.
 - Only the runtime directories are bound from outside /usr (e.g. a pyenv prefix under
   /root): the rest of /root, /work, /home and the host's /tmp are simply absent.
 - Memory: RLIMIT_AS breaks node (V8 reserves huge virtual ranges), so memory is limited by
@@ -25,9 +29,9 @@ Choices and why:
   code cache and compiles its own modules at every start (~6 ms a run inside bwrap, a
   fifth of a small program's run; bench/sandbox.py). The cgroup's OOM kill is reported
   in the run's stderr instead of V8's "heap out of memory" (`CgroupLimiter.oom_kills`).
-- Processes: a cgroup `pids.max` when writable. RLIMIT_NPROC is set too, but note the
-  kernel does not enforce it for processes whose real uid outside the namespace is root;
-  the pid namespace and the wall-time kill still bound a fork bomb in time.
+- Processes: a cgroup `pids.max` when writable, else RLIMIT_NPROC (counted per uid and
+  user namespace, so shared by the runs of one zygote); the pid namespace and the
+  wall-time kill still bound a fork bomb in time.
 - How limits are applied without a `preexec_fn` (which makes CPython fork the whole
   server and run Python in the child, ~4-5 ms a run, instead of vfork+exec): bwrap is
   started with `--info-fd` (it reports the sandbox init's pid) and `--block-fd` (the
@@ -122,6 +126,9 @@ class Runtime:
 
     binary: str
     bind_prefix: Optional[str]
+    # Where the prefix is bound from: itself, or a read-only view of it that the run
+    # user can reach (run_area.RunArea.view_of); None means bind_prefix.
+    bind_source: Optional[str] = None
 
 
 def _under_usr(path: str) -> bool:
@@ -182,11 +189,11 @@ def root_layout(runtimes: Iterable[Runtime]) -> tuple[tuple[str, str, str], ...]
     links, files = _etc_copies_split()
     rows += [("S", target, path) for target, path in links]
     rows += [("F", path, path) for path in files]
-    prefixes = []
+    prefixes: dict[str, str] = {}
     for runtime in runtimes:
         if runtime.bind_prefix and runtime.bind_prefix not in prefixes:
-            prefixes.append(runtime.bind_prefix)
-    rows += [("B", prefix, prefix) for prefix in prefixes]
+            prefixes[runtime.bind_prefix] = runtime.bind_source or runtime.bind_prefix
+    rows += [("B", source, prefix) for prefix, source in prefixes.items()]
     return tuple(rows)
 
 
@@ -210,15 +217,20 @@ def build_bwrap_argv(
     runtime: Runtime,
     tmpfs_size_mb: int,
     *,
+    tmp_dir: Optional[str] = None,
     info_fd: Optional[int] = None,
     block_fd: Optional[int] = None,
+    seccomp_fd: Optional[int] = None,
     etc_copies: Sequence[tuple[int, str]] = (),
 ) -> list[str]:
     """The bubblewrap command line for one run (see the module docstring for why).
 
+    `tmp_dir`: a host directory (the run area's capped tmpfs) bound at /tmp; without
+    it /tmp is a tmpfs of `tmpfs_size_mb` (bwrap cannot cap its inodes).
     `info_fd`/`block_fd`: bwrap writes the sandbox init's pid to `info_fd` and, once the
     sandbox is set up, waits for a byte on `block_fd` before it starts the program; the
-    runner applies rlimits and cgroups in between (`confine_blocked_child`)."""
+    runner applies rlimits and cgroups in between (`confine_blocked_child`).
+    `seccomp_fd`: the syscall filter (classic BPF) bwrap installs just before the exec."""
     argv = [
         bwrap,
         "--unshare-all",
@@ -229,9 +241,10 @@ def build_bwrap_argv(
         *[arg for name, value in SANDBOX_ENV.items() for arg in ("--setenv", name, value)],
         *_bwrap_system_args(runtime),
         *[arg for fd, path in etc_copies for arg in ("--perms", "0444", "--file", str(fd), path)],
+        # bwrap's --proc covers /proc/sys, sysrq-trigger, irq and bus read-only.
         "--proc", "/proc",
         "--dev", "/dev",
-        "--size", str(tmpfs_size_mb << 20), "--tmpfs", "/tmp",
+        *(("--bind", tmp_dir, "/tmp") if tmp_dir else ("--size", str(tmpfs_size_mb << 20), "--tmpfs", "/tmp")),
         "--bind", run_dir, SANDBOX_WORKDIR,
         # bwrap's root is a tmpfs holding the mount points (/etc, /sandbox, ...): make it
         # read-only too, so /, /etc etc. are not scratch space; /tmp and the run dir are
@@ -246,6 +259,8 @@ def build_bwrap_argv(
         argv += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--", *command]
     return argv
 
@@ -516,6 +531,10 @@ class CgroupLimiter:
     def limits_memory(self) -> bool:
         return self.kind == "v2" or "memory" in self.parents
 
+    @property
+    def limits_pids(self) -> bool:
+        return self.kind == "v2" or "pids" in self.parents
+
     def _try_remove(self, d: str) -> bool:
         """One attempt to remove a run's cgroup: True when it is gone; otherwise what is
         left in it is killed so that a later attempt can succeed."""
@@ -574,7 +593,7 @@ class Limits:
     cpu_time_s: int
     file_size_bytes: int
     open_files: int
-    processes: int
+    processes: Optional[int]  # RLIMIT_NPROC; None where a pids cgroup bounds the run
     address_space_bytes: Optional[int] = None  # RLIMIT_AS (python without memory cgroup)
     data_bytes: Optional[int] = None  # RLIMIT_DATA (node/julia without memory cgroup)
 
@@ -586,8 +605,9 @@ def rlimit_pairs(limits: Limits) -> list[tuple[int, tuple[int, int]]]:
         (resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 1)),
         (resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes)),
         (resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files)),
-        (resource.RLIMIT_NPROC, (limits.processes, limits.processes)),
     ]
+    if limits.processes is not None:
+        pairs.append((resource.RLIMIT_NPROC, (limits.processes, limits.processes)))
     if limits.address_space_bytes is not None:
         pairs.append((resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes)))
     if limits.data_bytes is not None:
@@ -595,7 +615,7 @@ def rlimit_pairs(limits: Limits) -> list[tuple[int, tuple[int, int]]]:
     return pairs
 
 
-def confine_blocked_child(pid: int, limits: Limits, cgroup_dirs: list[str]) -> None:
+def confine_blocked_child(pid: int, limits: Limits, cgroup_dirs: list[str], *, rlimits: bool = True) -> None:
     """Apply the run's rlimits and cgroups to bwrap's sandbox init `pid` while it is held
     at `--block-fd` (set up, but before it forks the program): everything the program
     ever starts descends from it after this point, so nothing escapes the limits.
@@ -604,7 +624,7 @@ def confine_blocked_child(pid: int, limits: Limits, cgroup_dirs: list[str]) -> N
     process and run Python code in the child instead of vfork()+exec (~4-5 ms a run)."""
     for d in cgroup_dirs:
         write_control_file(os.path.join(d, "cgroup.procs"), str(pid))
-    for res, pair in rlimit_pairs(limits):
+    for res, pair in rlimit_pairs(limits) if rlimits else ():
         resource.prlimit(pid, res, pair)
 
 

@@ -8,13 +8,13 @@ import asyncio
 import base64
 import binascii
 import dataclasses
+import errno
 import functools
 import json
 import logging
 import math
 import os
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -29,10 +29,12 @@ from .protocol import (
     RunStatus,
     sandbox_error,
 )
-from .run_dir import UnsafePathError, read_file, remove_run_dir, safe_relative_path, write_file
+from . import syscall_filter
+from .run_area import RunArea, RunDirs, RunUser
+from .run_dir import UnsafePathError, read_file, safe_relative_path, write_file
 from .settings import SandboxSettings
 from .spawn import SpawnedChild, Spawner, adopt, reap_pid
-from .zygote import Zygote, ZygoteError, ZygoteRefusal, setup_failure
+from .zygote import TmpSpec, Zygote, ZygoteError, ZygoteRefusal, setup_failure, zygote_binary
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class _Held:
     """One sandbox from start to disposal: its run dir and cgroups, and bwrap held at
     --block-fd (or, with the zygote or unisolated, the command to start at release)."""
 
-    run_dir: str
+    run: Optional[RunDirs]
     limits: isolation.Limits
     language: str
     memory_mb: int
@@ -119,6 +121,10 @@ class _Held:
     pooled: bool = True
     command: Optional[list[str]] = None  # zygote or unisolated: started at release
     status_r: int = -1  # zygote: the run's status pipe (why its init gave up, if it did)
+
+    @property
+    def run_dir(self) -> str:
+        return self.run.work if self.run is not None else ""
 
 
 async def _wait_readable(fd: int) -> None:
@@ -154,11 +160,13 @@ class Runner:
     binary, the optional cgroup limiter, and a pool of slots bounding concurrency."""
 
     settings: SandboxSettings
+    area: RunArea  # where run directories live, owned by the run user
     bwrap: Optional[str] = None
     cgroups: Optional[isolation.CgroupLimiter] = None
     runtimes: dict[str, Optional[isolation.Runtime]] = field(default_factory=dict)
     spawner: Spawner = field(default_factory=lambda: Spawner(None))
     zygote: Optional[Zygote] = None  # starts isolated runs when set; else a bwrap per run
+    seccomp: Optional[bytes] = None  # the runs' syscall filter (classic BPF); None only unisolated
     _pool: dict[str, list[_Held]] = field(default_factory=dict)  # pre-started sandboxes
     _filling: dict[str, int] = field(default_factory=dict)
     _background: set = field(default_factory=set)
@@ -182,6 +190,15 @@ class Runner:
                 "prespawn holds bwrap sandboxes started ahead of requests, and the zygote launcher "
                 "starts none: set launcher=bwrap to use prespawn"
             )
+        seccomp = None
+        if bwrap is not None:
+            try:
+                seccomp = syscall_filter.filter_bpf()
+            except syscall_filter.SyscallFilterError as exc:
+                raise RuntimeError(f"{exc}; the sandbox does not run programs without its syscall filter") from exc
+        user = RunUser.for_server(settings.run_uid, settings.run_gid)
+        area = RunArea.create(settings.work_dir, user, disk_quota_bytes=settings.disk_quota_mb << 20,
+                              tmp_bytes=settings.tmpfs_size_mb << 20, inode_quota=settings.inode_quota)
         cgroups = isolation.CgroupLimiter.detect() if settings.use_cgroups else None
         if bwrap is not None:
             # A sandbox's init outlives the outer bwrap by a moment; as a subreaper this
@@ -189,13 +206,25 @@ class Runner:
             # init to, before the run's cgroups can be removed.
             isolation.set_child_subreaper()
         runtimes = {lang: isolation.resolve_runtime(spec.binary) for lang, spec in LANGUAGES.items()}
-        spawner = Spawner(cgroups.home_tasks if cgroups is not None else None)
-        runner = cls(settings=settings, bwrap=bwrap, cgroups=cgroups, runtimes=runtimes, spawner=spawner)
+        try:
+            # A runtime the run user cannot reach (a pyenv under a 0700 /root) is bound
+            # from a read-only view of it in the run area.
+            runtimes = {lang: rt and dataclasses.replace(rt, bind_source=rt.bind_prefix and area.view_of(rt.bind_prefix))
+                        for lang, rt in runtimes.items()}
+        except OSError as exc:
+            area.close()
+            raise RuntimeError(f"could not make the runtimes reachable for the run user (uid {user.uid}): {exc}") from exc
+        spawner = Spawner(cgroups.home_tasks if cgroups is not None else None,
+                          user=(user.uid, user.gid) if user.switched else None)
+        runner = cls(settings=settings, area=area, bwrap=bwrap, cgroups=cgroups, runtimes=runtimes, spawner=spawner,
+                     seccomp=seccomp)
         if bwrap is not None and settings.launcher == "zygote":
             runner.zygote = runner._start_zygote()
         log.info(
-            "sandbox runner: launcher=%s cgroups=%s prespawn=%d runtimes=%s",
+            "sandbox runner: launcher=%s cgroups=%s prespawn=%d run uid/gid=%d/%d%s quotas=%s runtimes=%s",
             "zygote" if runner.zygote else bwrap, cgroups.kind if cgroups else None, settings.prespawn,
+            user.uid, user.gid, " (the server's own)" if not user.switched else "",
+            "per-run tmpfs" if area.mounts else "none for the run dir (the server cannot mount)",
             {k: (v.binary if v else None) for k, v in runtimes.items()},
         )
         return runner
@@ -204,11 +233,17 @@ class Runner:
         """The zygote, checked with one real run (cgroups joined, /usr/bin/true run);
         None, with a warning saying why, when it cannot be used: runs then start with a
         bwrap each (same isolation, ~3 ms more CPU a run)."""
-        runs_dir = self.settings.work_dir or tempfile.gettempdir()
         layout = isolation.root_layout(r for r in self.runtimes.values() if r is not None)
         zygote = None
+        user = self.area.user
         try:
-            zygote = Zygote.start(runs_dir, layout)
+            filter_fd = syscall_filter.filter_fd()
+            try:
+                zygote = Zygote.start(self.area.path, layout, filter_fd=filter_fd,
+                                      user=(user.uid, user.gid) if user.switched else None,
+                                      binary=self.area.reachable_copy(zygote_binary()))
+            finally:
+                os.close(filter_fd)
             self._check_zygote(zygote)
             return zygote
         except (ZygoteError, OSError) as exc:
@@ -226,7 +261,7 @@ class Runner:
         return self.zygote is not None
 
     def _check_zygote(self, zygote: Zygote) -> None:
-        run_dir = tempfile.mkdtemp(prefix="piexp-sbx-", dir=self.settings.work_dir)
+        run = self.area.new_run()
         cgroup_dirs: list[str] = []
         opened: list[int] = []
         try:
@@ -237,7 +272,7 @@ class Runner:
             joins = self._open_cgroup_joins(cgroup_dirs)
             opened += joins
             limits = isolation.Limits(cpu_time_s=5, file_size_bytes=1 << 20, open_files=64, processes=8)
-            code, why = zygote.run_blocking(os.path.basename(run_dir), ["/usr/bin/true"], [null, null, null],
+            code, why = zygote.run_blocking(run.name, ["/usr/bin/true"], [null, null, null], tmp=self._tmp_spec(run),
                                             rlimits=isolation.rlimit_pairs(limits), wall_s=5, joins=joins)
             if code != 0 or why:
                 raise ZygoteError(f"its check run failed (exit {code}): {why or 'no reason given'}")
@@ -246,7 +281,12 @@ class Runner:
                 os.close(fd)
             if cgroup_dirs:
                 self.cgroups.remove(cgroup_dirs)
-            remove_run_dir(run_dir)
+            self.area.release(run)
+
+    def _tmp_spec(self, run: RunDirs) -> TmpSpec:
+        """A zygote run's /tmp: the run area's capped tmpfs, else one of its own."""
+        s = self.settings
+        return TmpSpec(run.tmp_name or "", s.tmpfs_size_mb << 20, s.inode_quota)
 
     def _open_cgroup_joins(self, cgroup_dirs: list[str]) -> list[int]:
         """Write-only fds of the files a zygote run's init writes "0" to, to join its
@@ -270,6 +310,7 @@ class Runner:
         self.spawner.close()
         if self.cgroups is not None:
             self.cgroups.close()
+        self.area.close()
 
     def _command(self, language: str, runtime: isolation.Runtime, memory_mb: int) -> tuple[list[str], isolation.Limits]:
         s = self.settings
@@ -297,7 +338,9 @@ class Runner:
             cpu_time_s=0,  # filled by caller from the timeout
             file_size_bytes=s.max_file_size_mb << 20,
             open_files=s.max_open_files,
-            processes=s.max_processes,
+            # Per uid, so shared by every run of one user namespace: only where no pids
+            # cgroup counts each run's processes exactly.
+            processes=None if self.cgroups is not None and self.cgroups.limits_pids else s.max_processes,
             address_space_bytes=as_bytes,
             data_bytes=data_bytes,
         )
@@ -378,19 +421,6 @@ class Runner:
         finally:
             self.cgroups = saved
 
-    def _give_to_sandbox_user(self, run_dir: str) -> None:
-        """Make the run dir writable by the sandbox's uid. Run as root, bwrap maps the
-        sandbox uid to root outside, so ownership already matches; run unprivileged, it
-        maps it to our own uid, which also owns the dir; 0777 is the belt to those braces."""
-        if self.bwrap is None:
-            return
-        try:
-            if os.geteuid() == 0:
-                return
-            os.chmod(run_dir, 0o777)
-        except OSError:
-            pass
-
     # ------------------------------------------------------------------ held sandboxes
 
     async def _prepare(self, language, runtime, command, limits, memory_mb, stdin_pipe, t: Timings):
@@ -400,11 +430,12 @@ class Runner:
         fd and its program fails to start for want of a file. Returns a `_Held`, or a
         SandboxError response."""
         s = self.settings
-        run_dir = tempfile.mkdtemp(prefix="piexp-sbx-", dir=s.work_dir)
-        held = _Held(run_dir=run_dir, limits=limits, language=language, memory_mb=memory_mb, stdin_pipe=stdin_pipe)
         try:
-            os.chmod(run_dir, 0o755)
-            self._give_to_sandbox_user(run_dir)
+            run = self.area.new_run()
+        except OSError as exc:
+            return sandbox_error(f"could not create the run's directories: {exc}")
+        held = _Held(run=run, limits=limits, language=language, memory_mb=memory_mb, stdin_pipe=stdin_pipe)
+        try:
             if self.cgroups is not None:
                 try:
                     held.cgroup_dirs = self.cgroups.create(memory_mb << 20, s.max_processes)
@@ -427,10 +458,11 @@ class Runner:
             info_r, info_w = os.pipe()
             block_r, held.block_w = os.pipe()
             etc_copies = isolation.open_etc_copies()
+            seccomp_fd = syscall_filter.filter_fd()
             try:
                 argv = isolation.build_bwrap_argv(
-                    self.bwrap, run_dir, command, runtime, s.tmpfs_size_mb, info_fd=info_w, block_fd=block_r,
-                    etc_copies=etc_copies,
+                    self.bwrap, run.work, command, runtime, s.tmpfs_size_mb, tmp_dir=run.tmp, info_fd=info_w,
+                    block_fd=block_r, seccomp_fd=seccomp_fd, etc_copies=etc_copies,
                 )
                 attach_later = self.cgroups.joined_dirs(held.cgroup_dirs) if held.cgroup_dirs else []
                 join_now = []
@@ -438,14 +470,19 @@ class Runner:
                     join_now = self.cgroups.self_join_files(held.cgroup_dirs)
                 try:
                     held.proc = await self.spawner.spawn(
-                        argv, env=isolation.launcher_env(), pass_fds=(info_w, block_r, *(fd for fd, _ in etc_copies)),
-                        stdin_pipe=stdin_pipe, join_tasks=join_now,
+                        argv, env=isolation.launcher_env(),
+                        pass_fds=(info_w, block_r, seccomp_fd, *(fd for fd, _ in etc_copies)),
+                        stdin_pipe=stdin_pipe, join_tasks=join_now, as_run_user=True,
+                        # As the run user, bwrap gets the rlimits before its exec: the server
+                        # may lack CAP_SYS_RESOURCE to set them on another uid's process.
+                        preexec_fn=isolation.make_preexec(limits, []) if self.spawner.user else None,
                     )
                     if held.proc.joined_cgroups:
                         attach_later = []
                 finally:
                     os.close(info_w)
                     os.close(block_r)
+                    os.close(seccomp_fd)
                     for fd, _ in etc_copies:
                         os.close(fd)
                 t.mark("spawn")
@@ -464,7 +501,8 @@ class Runner:
                 except (AttributeError, OSError):
                     held.pidfd = -1
                 try:
-                    isolation.confine_blocked_child(held.child, limits, attach_later)
+                    isolation.confine_blocked_child(held.child, limits, attach_later,
+                                                    rlimits=self.spawner.user is None)
                 except OSError as exc:
                     # Never release a sandbox we could not confine.
                     held.error = f"could not apply the run's limits: {exc}"
@@ -482,10 +520,15 @@ class Runner:
         """Write the run's files into the held sandbox, set this request's limits, release
         it and run the program to its end (or the time limit)."""
         cap = self.settings.output_cap_bytes
+        user = self.area.user
+        owner = (user.uid, user.gid) if user.switched else None
         try:
             for rel, data in payload.items():
-                write_file(held.run_dir, rel, data)
+                write_file(held.run_dir, rel, data, owner)
         except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                return sandbox_error(f"refused: the request's files exceed the run directory's quota "
+                                     f"({self.settings.disk_quota_mb} MB, {self.settings.inode_quota} files)")
             return sandbox_error(f"could not write the run's files: {exc}")
         t.mark("files")
         if held.proc is None and held.command is not None and self.zygote is not None:
@@ -510,8 +553,11 @@ class Runner:
             except (OSError, subprocess.SubprocessError) as exc:
                 return CommandRunResult(status=CommandRunStatus.error, execution_time=0.0, stderr=f"could not start: {exc}")
         proc = held.proc
-        if held.error is None and held.child is not None and limits != held.limits:
-            try:  # a pre-started sandbox: this request's CPU time limit
+        if held.error is None and held.child is not None and limits != held.limits and self.spawner.user is None:
+            # A pre-started sandbox: this request's CPU time limit. (One started as the
+            # run user keeps the largest CPU limit: only its own uid or CAP_SYS_RESOURCE
+            # may change its limits; the wall-time kill still ends it on time.)
+            try:
                 isolation.confine_blocked_child(held.child, limits, [])
             except OSError as exc:
                 held.error = f"could not apply the run's limits: {exc}"
@@ -566,6 +612,9 @@ class Runner:
         if killed and self.cgroups is not None and held.cgroup_dirs and self.cgroups.oom_kills(held.cgroup_dirs):
             # A cgroup OOM kill is a bare SIGKILL: say why, as a runtime's own OOM would.
             stderr_s += f"\n[killed: the run exceeded its memory limit of {held.memory_mb} MB]\n"
+        for hit in self.area.quota_hits(held.run):
+            # The program saw ENOSPC; say which of its caps it was.
+            stderr_s += f"\n[the run filled its {hit}]\n"
         return CommandRunResult(
             status=CommandRunStatus.time_limit_exceeded if timed_out else CommandRunStatus.finished,
             execution_time=round(elapsed, 6),
@@ -577,7 +626,6 @@ class Runner:
     async def _spawn_in_zygote(self, held: "_Held", limits: isolation.Limits, timeout: float) -> SpawnedChild:
         """Start the held run's program through the zygote (its files are written): its
         init joins the run's cgroups, sets up its namespaces and starts the program."""
-        s = self.settings
         opened: list[int] = []
         ours: list = []
         try:
@@ -601,8 +649,8 @@ class Runner:
             # The init's own alarm is a backstop behind the server's timer (if the server
             # is gone, PR_SET_PDEATHSIG already took the run down).
             pid = await self.zygote.spawn(
-                os.path.basename(held.run_dir), held.command, isolation.SANDBOX_ENV, isolation.rlimit_pairs(limits),
-                s.tmpfs_size_mb << 20, math.ceil(timeout) + 10, [in_r, out_w, err_w, status_w, *joins],
+                held.run.name, held.command, isolation.SANDBOX_ENV, isolation.rlimit_pairs(limits),
+                self._tmp_spec(held.run), math.ceil(timeout) + 10, [in_r, out_w, err_w, status_w, *joins],
             )
         except BaseException:
             for f in ours:
@@ -655,9 +703,14 @@ class Runner:
         if self.cgroups is not None and held.cgroup_dirs:
             await self.cgroups.aremove(held.cgroup_dirs)
             held.cgroup_dirs = []
-        if held.run_dir:
-            remove_run_dir(held.run_dir)
-            held.run_dir = ""
+        if held.run is not None:
+            run, held.run = held.run, None
+            if run.mounted:
+                self.area.release(run)  # unmounts: instant whatever the program left
+            else:
+                # A walk of whatever the program left (bounded by its file limits), off
+                # the event loop so that other requests go on meanwhile.
+                await asyncio.get_running_loop().run_in_executor(None, self.area.release, run)
 
     def _take_prespawned(self, language: str, memory_mb: int) -> Optional["_Held"]:
         """A pre-started sandbox for `language` (default memory limit only, since node's

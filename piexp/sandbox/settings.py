@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import argparse
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 
@@ -54,7 +55,57 @@ class SandboxSettings:
     work_dir: Optional[str] = None
     prespawn: int = 0
     launcher: str = "zygote"
+    # The unprivileged host user and group every run executes as when the server runs
+    # as root (a dedicated id: outside Debian's normal users 1000-59999, systemd's
+    # dynamic users 61184-65519 and the usual subordinate-id ranges from 100000).
+    # Unprivileged, runs are the server's own uid.
+    run_uid: int = 99_000
+    run_gid: int = 99_000
+    # Per-run cap on the run directory (/sandbox) in MB; tmpfs_size_mb caps /tmp.
+    # Enforced when the server runs as root (each is a tmpfs of its own).
+    disk_quota_mb: int = 256
+    # Per-run cap on files and directories, in /sandbox and in /tmp each.
+    inode_quota: int = 20_000
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}")
+
+
+# The type each field's command-line value parses to (fields are declared with
+# `from __future__ import annotations`, so their types are strings here).
+_FLAG_TYPES = {"int": int, "float": float, "str": str, "Optional[float]": float, "Optional[str]": str}
+# Spellings kept for the boolean flags that predate the generic mapping.
+_BOOL_FLAGS = {"use_cgroups": ("--no-cgroups", False), "allow_unisolated": ("--allow-unisolated", True)}
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One `--field-name` option per SandboxSettings field, for `serve` (the server's
+    command line is how an embedded server receives its settings)."""
+    defaults = SandboxSettings()
+    for f in fields(SandboxSettings):
+        if f.name in _BOOL_FLAGS:
+            flag, value = _BOOL_FLAGS[f.name]
+            parser.add_argument(flag, dest=f.name, action="store_const", const=value, default=getattr(defaults, f.name))
+        elif f.name == "launcher":
+            parser.add_argument("--launcher", choices=LAUNCHERS, default=defaults.launcher)
+        else:
+            parser.add_argument("--" + f.name.replace("_", "-"), type=_FLAG_TYPES[str(f.type)],
+                                default=getattr(defaults, f.name))
+
+
+def settings_from_flags(args: argparse.Namespace) -> SandboxSettings:
+    return SandboxSettings(**{f.name: getattr(args, f.name) for f in fields(SandboxSettings)})
+
+
+def settings_as_flags(settings: SandboxSettings) -> list[str]:
+    """The command line that `settings_from_flags` turns back into `settings`."""
+    argv: list[str] = []
+    for f in fields(SandboxSettings):
+        value = getattr(settings, f.name)
+        if f.name in _BOOL_FLAGS:
+            flag, set_value = _BOOL_FLAGS[f.name]
+            argv += [flag] if value == set_value else []
+        elif value is not None:
+            argv += ["--" + f.name.replace("_", "-"), str(value)]
+    return argv

@@ -148,8 +148,11 @@ class Spawner:
     joins), where the thread returns after each start; None disables joining (callers
     then move the child themselves, see `isolation.confine_blocked_child`)."""
 
-    def __init__(self, home_tasks: Optional[list[str]]) -> None:
+    def __init__(self, home_tasks: Optional[list[str]], user: Optional[tuple[int, int]] = None) -> None:
         self.home_tasks = home_tasks
+        # (uid, gid) children started `as_run_user` get (a server running as root hands
+        # runs to an unprivileged user); None: the server's own.
+        self.user = user
         self._thread: Optional[ThreadPoolExecutor] = None
 
     @property
@@ -177,15 +180,18 @@ class Spawner:
 
     async def spawn(self, argv: list[str], *, env: dict, pass_fds: Sequence[int] = (), stdin_pipe: bool = False,
                     join_tasks: Sequence[str] = (), cwd: Optional[str] = None,
-                    preexec_fn: Optional[Callable[[], None]] = None) -> SpawnedChild:
+                    preexec_fn: Optional[Callable[[], None]] = None, as_run_user: bool = False) -> SpawnedChild:
         """Start `argv` in a new session with piped stdout/stderr (and stdin if asked),
         first joining `join_tasks` (cgroup v1 `tasks` files) when this spawner can; the
         child's `joined_cgroups` says whether it did (if not, the caller moves it).
-        `preexec_fn` only for unisolated runs: it makes CPython fork instead of vfork."""
+        `as_run_user`: as the spawner's run user. Both that and `preexec_fn` (only for
+        unisolated runs) make CPython fork instead of vfork."""
         options = dict(
             stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, env=env, pass_fds=tuple(pass_fds),
             cwd=cwd, preexec_fn=preexec_fn,
         )
+        if as_run_user and self.user is not None:
+            options.update(user=self.user[0], group=self.user[1], extra_groups=[])
         home = self.home_tasks
         joined = bool(join_tasks) and home is not None
         if joined:

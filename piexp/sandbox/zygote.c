@@ -8,20 +8,26 @@
  *
  * Started by the server (piexp/sandbox/zygote.py) with a SOCK_SEQPACKET control socket
  * and the root's layout on the command line:
- *     piexp-zygote CONTROL_FD RUNS_DIR [B SRC DST | S TARGET PATH | F SRC PATH]...
- * (B: read-only bind, S: symlink, F: a read-only copy of a file). Set-up, once:
- *   - a user namespace in which this process is uid/gid 65534 (mapped to the server's
- *     uid), with its own user.max_user_namespaces set to 0, so no run can create a
- *     nested user namespace (what bwrap's --disable-userns achieves);
+ *     piexp-zygote CONTROL_FD RUNS_DIR FILTER_FD [B SRC DST | S TARGET PATH | F SRC PATH]...
+ * (B: read-only bind, S: symlink, F: a read-only copy of a file; FILTER_FD: a file
+ * holding the runs' seccomp filter as classic BPF, read at start, or -1 for none). It
+ * runs as the runs' unprivileged host user (a server running as root starts it so).
+ * Set-up, once:
+ *   - a user namespace in which this process is uid/gid 65534 (mapped to its own host
+ *     uid, never host root), with its own user.max_user_namespaces set to 0, so no run
+ *     can create a nested user namespace (what bwrap's --disable-userns achieves);
  *   - a mount namespace whose root is a read-only tmpfs holding the layout, a read-only
  *     /dev (null, zero, full, random, urandom, tty), empty mount points for /proc, /tmp
- *     and /sandbox, RUNS_DIR bound at /.runs and the host's /proc at /.proc (each run
- *     detaches both, see below).
+ *     and /sandbox, RUNS_DIR bound at /.runs (a slave of the host's mount: the tmpfs
+ *     the server mounts there for each run appears here) and the host's /proc at
+ *     /.proc (each run detaches both, see below).
  * Per request (one message of at most 64 KiB: fields separated by NUL, fds by
  * SCM_RIGHTS; at most 256 arguments, 256 environment entries, 16 rlimits, 15 fds):
- *     RUN_NAME TMPFS_BYTES WALL_S NLIMITS (RES SOFT HARD)* ARGC ARG* ENVC ENV*
- *     (a negative rlimit value is RLIM_INFINITY; WALL_S: the init kills its namespace
- *     after that many seconds, a backstop behind the server's own timer)
+ *     RUN_NAME TMP_NAME TMPFS_BYTES TMPFS_INODES WALL_S NLIMITS (RES SOFT HARD)* ARGC ARG* ENVC ENV*
+ *     (TMP_NAME: a directory in RUNS_DIR bound at /tmp, or empty for a fresh tmpfs of
+ *     TMPFS_BYTES and TMPFS_INODES; a negative rlimit value is RLIM_INFINITY; WALL_S:
+ *     the init kills its namespace after that many seconds, a backstop behind the
+ *     server's own timer)
  *     fds: stdin, stdout, stderr, a status pipe, then the files to write "0" to in order
  *          to join the run's cgroups (v1 `tasks`, v2 `cgroup.procs`, opened by the server)
  * A malformed request is answered "!malformed request" and starts nothing.
@@ -29,10 +35,11 @@
  * waits for and reaps it like any child), in new mount, pid, ipc, net and uts
  * namespaces, and answers with the init's pid (or "!reason"). The init, pid 1 of its
  * namespace: joins the cgroups, unshares a cgroup namespace rooted there, binds
- * /.runs/RUN_NAME at /sandbox and detaches /.runs (no other run's directory is
- * reachable), mounts a size-capped /tmp and its own /proc, then forks the program: new
- * session, rlimits, no_new_privs, an empty capability bounding set, no fds but 0-2,
- * cwd /sandbox, the given environment, execve. The init reaps everything and exits
+ * /.runs/RUN_NAME at /sandbox (nosuid, nodev) and its /tmp, detaches /.runs (no other
+ * run's directory is reachable), mounts its own /proc with /proc/sys, sysrq-trigger,
+ * irq and bus read-only, then forks the program: new session, rlimits, no_new_privs,
+ * an empty capability bounding set, no fds but 0-2, cwd /sandbox, the given
+ * environment, the seccomp filter, execve. The init reaps everything and exits
  * with the program's status (128+signal if killed, as bwrap does); its exit kills
  * whatever is left in the pid namespace. A failed step is written to the status pipe
  * and no program is started. The zygote exits on EOF from the server (and with it:
@@ -56,8 +63,11 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 static int CTL_FD = -1;
+static struct sock_fprog FILTER = {0, NULL}; /* the runs' seccomp filter (len 0: none) */
 #define SANDBOX_ID 65534
 #define MAX_MSG 65536
 #define MAX_FDS 16
@@ -153,7 +163,9 @@ static void join(char *out, size_t size, const char *a, const char *b) {
 static void build_root(int argc, char **argv) {
   const char *runs_dir = argv[2];
   char a[4096], b[4096];
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+  /* Slave, not private: mounts the server makes under RUNS_DIR (each run's tmpfs)
+   * propagate in; nothing propagates back to the host. */
+  if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("make / a slave");
   /* A scratch root so that the host tree can be addressed under /oldroot. */
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die("mount scratch");
   mkdirs("/tmp/oldroot", 0755);
@@ -161,7 +173,7 @@ static void build_root(int argc, char **argv) {
   if (syscall(SYS_pivot_root, "/tmp", "/tmp/oldroot") < 0) die("pivot_root (scratch)");
   if (chdir("/") < 0) die("chdir /");
   if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0) die("mount root tmpfs");
-  for (int i = 3; i + 2 < argc; i += 3) {
+  for (int i = 4; i + 2 < argc; i += 3) {
     const char *kind = argv[i], *x = argv[i + 1], *y = argv[i + 2];
     join(b, sizeof b, "/newroot", y);
     if (strcmp(kind, "B") == 0) {
@@ -204,7 +216,7 @@ static void build_root(int argc, char **argv) {
   mkdirs("/newroot/sandbox", 0755);
   mkdirs("/newroot/.runs", 0700);
   join(a, sizeof a, "/oldroot", runs_dir);
-  if (mount(a, "/newroot/.runs", NULL, MS_BIND, NULL) < 0) die("bind %s", runs_dir);
+  if (mount(a, "/newroot/.runs", NULL, MS_BIND | MS_REC, NULL) < 0) die("bind %s", runs_dir);
   if (mount(NULL, "/newroot/.runs", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
     die("remount %s", runs_dir);
   /* A fully visible proc must exist in a mount namespace before a user namespace may
@@ -239,7 +251,8 @@ static void enter_user_namespace(void) {
 
 struct request {
   const char *run_name;
-  char tmpfs_opts[64];
+  const char *tmp_name; /* "" : a fresh tmpfs with tmpfs_opts */
+  char tmpfs_opts[96];
   unsigned wall_s;
   int nlimits;
   int limit_res[16];
@@ -277,9 +290,12 @@ static int parse(char *buf, size_t len, struct request *req) {
   char *f;
   if (!(req->run_name = NEXT()) || !*req->run_name || strchr(req->run_name, '/') || req->run_name[0] == '.')
     return -1;
-  /* tmpfs reads size=0 as "no limit": a size must be given. */
-  if (!(f = NEXT()) || parse_ll(f) <= 0) return -1;
-  snprintf(req->tmpfs_opts, sizeof req->tmpfs_opts, "mode=0755,size=%lld", parse_ll(f));
+  if (!(req->tmp_name = NEXT()) || strchr(req->tmp_name, '/') || req->tmp_name[0] == '.') return -1;
+  /* tmpfs reads size=0 and nr_inodes=0 as "no limit": both must be given. */
+  char *size = NEXT(), *inodes = NEXT();
+  if (!inodes || parse_ll(size) <= 0 || parse_ll(inodes) <= 0) return -1;
+  snprintf(req->tmpfs_opts, sizeof req->tmpfs_opts, "mode=0755,size=%lld,nr_inodes=%lld", parse_ll(size),
+           parse_ll(inodes));
   if (!(f = NEXT()) || parse_ll(f) < 0) return -1;
   req->wall_s = (unsigned)parse_ll(f);
   if (!(f = NEXT())) return -1;
@@ -349,6 +365,8 @@ static void exec_program(struct request *req) {
   /* Only 0-2 and the status pipe (close-on-exec: it closes as the program starts). */
   close_from(3, status_fd);
   signal(SIGPIPE, SIG_DFL);
+  /* Last, so that nothing above needs a syscall the filter refuses. */
+  if (FILTER.len && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &FILTER, 0, 0) < 0) fail("seccomp filter");
   execve(req->argv[0], req->argv, req->envp);
   fail(req->argv[0]);
 }
@@ -366,9 +384,23 @@ static void run_init(struct request *req) {
   if (mount(path, "/sandbox", NULL, MS_BIND, NULL) < 0) fail("bind the run directory");
   if (mount(NULL, "/sandbox", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
     fail("remount the run directory");
+  if (*req->tmp_name) {
+    snprintf(path, sizeof path, "/.runs/%s", req->tmp_name);
+    if (mount(path, "/tmp", NULL, MS_BIND, NULL) < 0) fail("bind the run's /tmp");
+    if (mount(NULL, "/tmp", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0) fail("remount /tmp");
+  } else if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, req->tmpfs_opts) < 0) {
+    fail("mount /tmp");
+  }
   if (umount2("/.runs", MNT_DETACH) < 0) fail("detach the runs directory");
-  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, req->tmpfs_opts) < 0) fail("mount /tmp");
   if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) fail("mount /proc");
+  /* Host-global knobs the proc of a pid namespace still shows: read-only, as bwrap does. */
+  static const char *covered[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"};
+  for (size_t i = 0; i < sizeof covered / sizeof *covered; i++) {
+    if (access(covered[i], F_OK) < 0) continue;
+    if (mount(covered[i], covered[i], NULL, MS_BIND | MS_REC, NULL) < 0) fail("bind a /proc knob");
+    if (mount(NULL, covered[i], NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+      fail("make a /proc knob read-only");
+  }
   if (umount2("/.proc", MNT_DETACH) < 0) fail("detach the host's /proc");
   pid_t program = fork();
   if (program < 0) fail("fork");
@@ -441,11 +473,36 @@ static void serve(void) {
   }
 }
 
+/* The filter's instructions from `fd` (classic BPF, as libseccomp exports it). */
+static void read_filter(int fd) {
+  static struct sock_filter code[BPF_MAXINSNS];
+  size_t got = 0;
+  for (;;) {
+    if (got == sizeof code) {
+      errno = E2BIG;
+      die("read the seccomp filter");
+    }
+    ssize_t n = read(fd, (char *)code + got, sizeof code - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("read the seccomp filter");
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  close(fd);
+  if (got == 0 || got % sizeof *code) {
+    errno = EINVAL;
+    die("the seccomp filter is empty or truncated");
+  }
+  FILTER.len = (unsigned short)(got / sizeof *code);
+  FILTER.filter = code;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 3 || (argc - 3) % 3 != 0 || (CTL_FD = atoi(argv[1])) < 3) {
-    fprintf(stderr, "usage: piexp-zygote CONTROL_FD RUNS_DIR [B SRC DST | S TARGET PATH | F SRC PATH]...\n");
+  if (argc < 4 || (argc - 4) % 3 != 0 || (CTL_FD = atoi(argv[1])) < 3) {
+    fprintf(stderr, "usage: piexp-zygote CONTROL_FD RUNS_DIR FILTER_FD [B SRC DST | S TARGET PATH | F SRC PATH]...\n");
     return 2;
   }
+  if (atoi(argv[3]) >= 0) read_filter(atoi(argv[3]));
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) die("pdeathsig");
   if (getppid() == 1) return 0; /* the server is already gone */
   signal(SIGPIPE, SIG_IGN);

@@ -10,7 +10,9 @@ saturated CPU per run is what throughput is. The zygote does it once; a run cost
 
 What a run gets is what bwrap gave it (tests/sandbox runs the adversarial suite against
 both launchers): new mount, pid, ipc, net, uts and cgroup namespaces, uid/gid 65534 in a
-user namespace whose own limit forbids nested user namespaces, the read-only system
+user namespace (mapped to the unprivileged run user: a server running as root starts
+the zygote as that user) whose own limit forbids nested user namespaces, the syscall
+filter (syscall_filter.py), read-only /proc/sys and its kin, the read-only system
 layout of `isolation.root_layout`, a read-only /dev, a private size-capped /tmp, the run
 directory at /sandbox, the run's own /proc, rlimits, no_new_privs, an empty capability
 bounding set, a new session, the cgroups joined before anything runs, and death with
@@ -34,6 +36,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from importlib import resources
 from typing import Optional, Sequence
 
@@ -45,6 +48,16 @@ log = logging.getLogger(__name__)
 _SOURCE = "zygote.c"
 _START_TIMEOUT_S = 10.0
 _REPLY_LIMIT = 512
+
+
+@dataclass(frozen=True)
+class TmpSpec:
+    """A run's /tmp: `dir_name`, a directory in the runs dir bound there (the run area's
+    capped tmpfs), or "" for a fresh tmpfs of `size_bytes` and `inodes`."""
+
+    dir_name: str
+    size_bytes: int
+    inodes: int
 
 
 class ZygoteError(OSError):
@@ -118,20 +131,27 @@ class Zygote:
         self._lock: Optional[asyncio.Lock] = None
 
     @classmethod
-    def start(cls, runs_dir: str, layout: Sequence[tuple[str, str, str]]) -> "Zygote":
+    def start(cls, runs_dir: str, layout: Sequence[tuple[str, str, str]], *, filter_fd: int = -1,
+              user: Optional[tuple[int, int]] = None, binary: Optional[str] = None) -> "Zygote":
         """Start the zygote for run directories directly under `runs_dir`, with the root
-        built from `layout` ((kind, a, b): B bind read-only, S symlink, F copy a file).
-        Must be called from the thread that outlives every run (the main thread): the
-        runs' inits die when the thread that started the zygote does (PR_SET_PDEATHSIG)."""
-        binary = zygote_binary()
+        built from `layout` ((kind, a, b): B bind read-only, S symlink, F copy a file),
+        `filter_fd` (a file holding the runs' seccomp filter, read to its end; -1: none)
+        and, for a server running as root, `user` (uid, gid): the unprivileged host user
+        the zygote and so every run is. Must be called from the thread that outlives
+        every run (the main thread): the runs' inits die when the thread that started
+        the zygote does (PR_SET_PDEATHSIG). `binary`: the compiled zygote, if not the
+        cache's (a copy the run user can execute)."""
+        binary = binary or zygote_binary()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [binary, str(theirs.fileno()), os.path.realpath(runs_dir)]
+        argv = [binary, str(theirs.fileno()), os.path.realpath(runs_dir), str(filter_fd)]
         for row in layout:
             argv.extend(row)
+        identity = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
         try:
             proc = subprocess.Popen(
-                argv, pass_fds=(theirs.fileno(),), env=launcher_env(),
+                argv, pass_fds=(theirs.fileno(), *([filter_fd] if filter_fd >= 0 else [])), env=launcher_env(),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                **identity,
             )
         except OSError as exc:
             ours.close()
@@ -152,12 +172,12 @@ class Zygote:
         ours.setblocking(False)
         return cls(proc, ours)
 
-    def request(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
+    def request(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmp: "TmpSpec",
                 wall_s: int, fds: Sequence[int]) -> None:
         """Send one run request (see zygote.c). `fds`: stdin, stdout, stderr, the status
         pipe's write end, then the cgroup files to join."""
         message = _fields([
-            run_name, tmpfs_bytes, wall_s, len(rlimits),
+            run_name, tmp.dir_name, tmp.size_bytes, tmp.inodes, wall_s, len(rlimits),
             *[v for res, (soft, hard) in rlimits for v in (res, soft, hard)],
             len(argv), *argv, len(env), *[f"{k}={v}" for k, v in env.items()],
         ])
@@ -175,7 +195,7 @@ class Zygote:
             raise ZygoteRefusal(f"the sandbox zygote refused a run: {text.lstrip('!')}")
         return int(text)
 
-    async def spawn(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
+    async def spawn(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmp: "TmpSpec",
                     wall_s: int, fds: Sequence[int]) -> int:
         """Start a run; its init's pid (a child of this process). Requests are answered
         in order, so one is in flight at a time (the zygote answers in ~0.1 ms). A caller
@@ -187,7 +207,7 @@ class Zygote:
             self._lock = asyncio.Lock()
         await self._lock.acquire()
         try:
-            self.request(run_name, argv, env, rlimits, tmpfs_bytes, wall_s, fds)
+            self.request(run_name, argv, env, rlimits, tmp, wall_s, fds)
         except BaseException:
             self._lock.release()
             raise
@@ -214,10 +234,10 @@ class Zygote:
         kill_process_group(pid)
         asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
 
-    def spawn_blocking(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmpfs_bytes: int,
+    def spawn_blocking(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmp: "TmpSpec",
                        wall_s: int, fds: Sequence[int]) -> int:
         """`spawn` outside the event loop."""
-        self.request(run_name, argv, env, rlimits, tmpfs_bytes, wall_s, fds)
+        self.request(run_name, argv, env, rlimits, tmp, wall_s, fds)
         self._control.setblocking(True)
         self._control.settimeout(_START_TIMEOUT_S)
         try:
@@ -229,15 +249,15 @@ class Zygote:
         return self._parse_reply(answer)
 
     def run_blocking(self, run_name: str, argv: Sequence[str], stdio: Sequence[int], *, rlimits=(),
-                     tmpfs_bytes: int = 1 << 20, wall_s: int = 10, joins: Sequence[int] = ()) -> tuple[int, str]:
+                     tmp: Optional["TmpSpec"] = None, wall_s: int = 10, joins: Sequence[int] = ()) -> tuple[int, str]:
         """Start a run outside the event loop (SANDBOX_ENV, `stdio` as its fds 0-2) and
         wait for it: (exit code, what its init wrote to the status pipe before giving up;
         "" when the program started). For start-up checks and benchmarks."""
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                pid = self.spawn_blocking(run_name, argv, SANDBOX_ENV, rlimits, tmpfs_bytes, wall_s,
-                                          [*stdio, status_w, *joins])
+                pid = self.spawn_blocking(run_name, argv, SANDBOX_ENV, rlimits, tmp or TmpSpec("", 1 << 20, 64),
+                                          wall_s, [*stdio, status_w, *joins])
             finally:
                 os.close(status_w)  # the run holds its own copy until it execs or gives up
             return reap_pid(pid), setup_failure(status_r)

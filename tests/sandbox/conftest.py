@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import tempfile
 import time
 import uuid
 
@@ -23,14 +24,16 @@ needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewr
 def cgroup_support() -> dict[str, bool]:
     """What a server started by this test process gets from cgroups (the same detection
     the server runs; the probe's parent dirs are removed again): `memory` (a memory
-    cgroup limits runs) and `v1_thread_join` (the spawner thread joins v1 cgroups)."""
+    cgroup limits runs), `pids` (a pids cgroup counts their processes) and `v1_thread_join`
+    (the spawner thread joins v1 cgroups)."""
     from piexp.sandbox.isolation import CgroupLimiter
 
     limiter = CgroupLimiter.detect()
     if limiter is None:
-        return {"memory": False, "v1_thread_join": False}
+        return {"memory": False, "pids": False, "v1_thread_join": False}
     try:
-        return {"memory": limiter.limits_memory, "v1_thread_join": limiter.kind == "v1" and limiter.home_tasks is not None}
+        return {"memory": limiter.limits_memory, "pids": limiter.limits_pids,
+                "v1_thread_join": limiter.kind == "v1" and limiter.home_tasks is not None}
     finally:
         limiter.close()
 
@@ -40,19 +43,45 @@ def memory_cgroup(cgroup_support) -> bool:
     return cgroup_support["memory"]
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _another_test_sessions(pid: int, me: int) -> bool:
+    """Whether `pid` descends from another pytest process than this one (a second test
+    session on the machine); orphans, reparented to init, count as this session's."""
+    seen = 0
+    while pid > 1 and seen < 64:
+        if pid == me:
+            return False
+        if "pytest" in _cmdline(pid):
+            return True
+        pid, seen = _parent(pid), seen + 1
+    return False
+
+
 def processes_with(marker: str) -> list[tuple[int, str]]:
-    """Processes whose command line contains `marker` (a /proc scan, no psutil)."""
+    """This test session's processes whose command line contains `marker` (a /proc
+    scan, no psutil)."""
     found = []
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue
-        if marker in cmd:
+        cmd = _cmdline(int(entry))
+        if marker in cmd and not _another_test_sessions(int(entry), me):
             found.append((int(entry), cmd))
     return found
 
@@ -90,12 +119,45 @@ class SandboxHandle:
     def ping(self) -> bool:
         return self.http.get(self.sb.base_url + "/v1/ping").status_code == 200
 
+    def run_dirs(self) -> list[str]:
+        """The run directories (and run /tmp directories) in the server's run area."""
+        return [os.path.join(self.work_dir, area, d) for area in os.listdir(self.work_dir)
+                for d in os.listdir(os.path.join(self.work_dir, area)) if d.startswith("run-")]
+
     def assert_clean(self, marker: str | None = None) -> None:
         """The server still answers, no run process and no run directory is left."""
         assert self.ping()
         for m in filter(None, [marker, "_sandbox_main", "piexp-sbx-"]):
             assert wait_no_processes(m) == [], f"leftover processes for {m!r}"
-        assert os.listdir(self.work_dir) == [], "leftover run directories"
+        assert self.run_dirs() == [], "leftover run directories"
+        assert len(os.listdir(self.work_dir)) == 1, "one run area, the server's"
+
+
+def make_work_dir(name: str) -> str:
+    """A server work dir the run user can reach (pytest's own temp dirs are 0700 root's,
+    which a server running as root refuses: its runs execute as an unprivileged uid)."""
+    path = tempfile.mkdtemp(prefix=f"piexp-test-{name}-", dir="/tmp")
+    os.chmod(path, 0o755)
+    return path
+
+
+@pytest.fixture(scope="session")
+def work_dir_factory():
+    """`make_work_dir` for modules; every dir made is removed at the end of the session."""
+    made: list[str] = []
+
+    def make(name: str) -> str:
+        made.append(make_work_dir(name))
+        return made[-1]
+
+    yield make
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def work_dir(work_dir_factory) -> str:
+    return work_dir_factory("fn")
 
 
 @pytest.fixture(scope="session")
@@ -111,14 +173,14 @@ def zygote_build_error() -> str | None:
 
 
 @pytest.fixture(scope="module", params=["zygote", "bwrap"])
-def sandbox(tmp_path_factory, request, zygote_build_error):
+def sandbox(tmp_path_factory, request, zygote_build_error, work_dir_factory):
     """The server every containment test runs against, once per launcher (both must
     contain a run identically)."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
     if request.param == "zygote" and zygote_build_error:
         pytest.skip(zygote_build_error)
-    work_dir = str(tmp_path_factory.mktemp("sbx-work"))
+    work_dir = work_dir_factory("sbx")
     log_path = str(tmp_path_factory.mktemp("sbx-log") / "server.log")
     with EmbeddedSandbox(
         env={"TINKER_API_KEY": FAKE_SECRET},
@@ -136,6 +198,7 @@ def sandbox(tmp_path_factory, request, zygote_build_error):
         # The zygote falls back to bwrap by itself: make sure it is the one tested.
         assert ("launcher=zygote" in started) == (request.param == "zygote"), started
         handle = SandboxHandle(sb, work_dir)
+        handle.launcher = request.param
         yield handle
         handle.http.close()
 

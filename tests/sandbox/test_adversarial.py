@@ -352,7 +352,7 @@ def test_a_run_cannot_see_another_runs_directory_or_processes(sandbox, marker):
         f"import time\nopen('{marker}.txt', 'w').write('x')\ntime.sleep(3)  # {marker}",), daemon=True)
     holder.start()
     deadline = time.monotonic() + 10
-    while not any(f"{marker}.txt" in os.listdir(os.path.join(sandbox.work_dir, d)) for d in os.listdir(sandbox.work_dir)):
+    while not any(os.path.exists(os.path.join(d, f"{marker}.txt")) for d in sandbox.run_dirs()):
         assert time.monotonic() < deadline, "the first run did not start"
         time.sleep(0.02)
     code = (

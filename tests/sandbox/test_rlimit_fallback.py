@@ -11,10 +11,10 @@ from piexp.sandbox import EmbeddedSandbox
 
 
 @pytest.fixture(scope="module")
-def rl_sandbox(tmp_path_factory, sandbox_handle_cls):
+def rl_sandbox(work_dir_factory, sandbox_handle_cls):
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
-    work_dir = str(tmp_path_factory.mktemp("sbx-rl-work"))
+    work_dir = work_dir_factory("rl")
     with EmbeddedSandbox(work_dir=work_dir, use_cgroups=False, max_concurrency=2, default_memory_limit_mb=512) as sb:
         h = sandbox_handle_cls(sb, work_dir)
         yield h

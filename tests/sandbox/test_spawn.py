@@ -44,18 +44,18 @@ def _cgroups_of(tid: int) -> dict[str, str]:
 
 
 @pytest.fixture(params=["zygote", "bwrap"])
-def runner(tmp_path, request, zygote_build_error):
+def runner(work_dir, request, zygote_build_error):
     if request.param == "zygote" and zygote_build_error:
         pytest.skip(zygote_build_error)
-    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64, launcher=request.param))
+    r = Runner.create(SandboxSettings(work_dir=work_dir, max_processes=64, launcher=request.param))
     assert (r.zygote is not None) == (request.param == "zygote"), "the zygote did not start (see the log)"
     yield r
     r.close()
 
 
 @pytest.fixture
-def bwrap_runner(tmp_path):
-    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64, launcher="bwrap"))
+def bwrap_runner(work_dir):
+    r = Runner.create(SandboxSettings(work_dir=work_dir, max_processes=64, launcher="bwrap"))
     yield r
     r.close()
 
@@ -81,11 +81,11 @@ def test_the_spawner_thread_returns_to_the_servers_cgroups(bwrap_runner, v1_thre
         assert _cgroups_of(t.native_id) == before
 
 
-def test_without_the_thread_join_the_held_init_is_confined_instead(tmp_path, v1_thread_join):
+def test_without_the_thread_join_the_held_init_is_confined_instead(work_dir, v1_thread_join):
     """home_tasks unknown: the child starts outside the run's cgroups and is moved there
     at --block-fd; the memory limit still kills a bomb and says so."""
-    r = Runner.create(SandboxSettings(work_dir=str(tmp_path), max_processes=64, launcher="bwrap"))
-    r.spawner = Spawner(None)
+    r = Runner.create(SandboxSettings(work_dir=work_dir, max_processes=64, launcher="bwrap"))
+    r.spawner = Spawner(None, r.spawner.user)
     try:
         resp = _run(r, "print(open('/proc/self/cgroup').read())")
         memory_path = [line.split(":", 2)[2] for line in resp["run_result"]["stdout"].split() if ":memory:" in line][0]
@@ -93,9 +93,10 @@ def test_without_the_thread_join_the_held_init_is_confined_instead(tmp_path, v1_
         bomb = _run(r, "a = []\nwhile True:\n    a.append(bytearray(10**7))", memory_limit_MB=128, run_timeout=10)
         assert bomb["run_result"]["return_code"] != 0
         assert "[killed: the run exceeded its memory limit of 128 MB]" in bomb["run_result"]["stderr"]
-        assert os.listdir(tmp_path) == []
+        assert [d for d in os.listdir(r.area.path) if d.startswith("run-")] == []
     finally:
         r.close()
+    assert os.listdir(work_dir) == []
 
 
 def test_etc_holds_read_only_copies_of_what_the_loader_needs(runner):

@@ -22,7 +22,9 @@ from piexp.sandbox.protocol import RunCodeRequest
 from piexp.sandbox.runner import Runner, Timings
 from piexp.sandbox.settings import SandboxSettings
 from piexp.sandbox.spawn import reap_pid
-from piexp.sandbox.zygote import Zygote, ZygoteRefusal, zygote_binary
+from piexp.sandbox.zygote import TmpSpec, Zygote, ZygoteRefusal, zygote_binary
+
+TMP = TmpSpec("", 1 << 20, 64)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -70,9 +72,12 @@ def test_malformed_requests_are_refused_and_the_zygote_goes_on(zygote, tmp_path)
         with pytest.raises(ZygoteRefusal, match="malformed"):
             _start(zygote, bad, ["/bin/true"])
     with pytest.raises(ZygoteRefusal):
-        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], 1 << 20, 10, [0, 1])  # too few fds
-    with pytest.raises(ZygoteRefusal):  # tmpfs would read size=0 as "no limit"
-        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], 0, 10, [0, 1, 2, 2])
+        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], TMP, 10, [0, 1])  # too few fds
+    for no_limit in (TmpSpec("", 0, 64), TmpSpec("", 1 << 20, 0)):  # tmpfs reads 0 as "no limit"
+        with pytest.raises(ZygoteRefusal):
+            zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], no_limit, 10, [0, 1, 2, 2])
+    with pytest.raises(ZygoteRefusal):  # a /tmp outside the runs dir
+        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], TmpSpec("../etc", 1, 1), 10, [0, 1, 2, 2])
     assert _start(zygote, "run", ["/bin/echo", "ok"])[2] == b"ok\n"
 
 
@@ -92,9 +97,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_the_zygote_and_its_runs_die_with_the_server(tmp_path, compiled, pids_with):
+def test_the_zygote_and_its_runs_die_with_the_server(work_dir, compiled, pids_with):
     marker = f"ZYGOTE-DEATH-{os.getpid()}"
-    sb = EmbeddedSandbox(work_dir=str(tmp_path), launcher="zygote").start()
+    sb = EmbeddedSandbox(work_dir=work_dir, launcher="zygote").start()
     try:
         zygotes = [p for p in pids_with("piexp-zygote") if _alive(p) and
                    open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(sb.proc.pid)]
@@ -130,8 +135,8 @@ def _run(runner: Runner, code: str) -> dict:
     return asyncio.run(go()).model_dump()
 
 
-def test_a_killed_zygote_is_replaced_and_the_run_goes_on(tmp_path, compiled):
-    runner = Runner.create(SandboxSettings(work_dir=str(tmp_path), launcher="zygote"))
+def test_a_killed_zygote_is_replaced_and_the_run_goes_on(work_dir, compiled):
+    runner = Runner.create(SandboxSettings(work_dir=work_dir, launcher="zygote"))
     try:
         first = runner.zygote
         assert first is not None
@@ -140,17 +145,16 @@ def test_a_killed_zygote_is_replaced_and_the_run_goes_on(tmp_path, compiled):
         resp = _run(runner, "print(6 * 7)")
         assert resp["status"] == "Success" and resp["run_result"]["stdout"] == "42\n", resp
         assert runner.zygote is not None and runner.zygote is not first
-        assert os.listdir(tmp_path) == []
+        assert [d for d in os.listdir(runner.area.path) if d.startswith("run-")] == []
     finally:
         runner.close()
+    assert os.listdir(work_dir) == []
 
 
-def test_without_a_c_compiler_runs_start_with_a_bwrap_each(tmp_path, monkeypatch, caplog):
+def test_without_a_c_compiler_runs_start_with_a_bwrap_each(tmp_path, work_dir, monkeypatch, caplog):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("CC", "/bin/false")
-    work = tmp_path / "work"
-    work.mkdir()
-    runner = Runner.create(SandboxSettings(work_dir=str(work), launcher="zygote"))
+    runner = Runner.create(SandboxSettings(work_dir=work_dir, launcher="zygote"))
     try:
         assert runner.zygote is None
         assert "zygote unavailable" in caplog.text and "bwrap per run" in caplog.text
@@ -160,9 +164,9 @@ def test_without_a_c_compiler_runs_start_with_a_bwrap_each(tmp_path, monkeypatch
         runner.close()
 
 
-def test_prespawn_needs_the_bwrap_launcher(tmp_path):
+def test_prespawn_needs_the_bwrap_launcher(work_dir):
     with pytest.raises(RuntimeError, match="launcher=bwrap"):
-        Runner.create(SandboxSettings(work_dir=str(tmp_path), prespawn=1, launcher="zygote"))
+        Runner.create(SandboxSettings(work_dir=work_dir, prespawn=1, launcher="zygote"))
     with pytest.raises(ValueError, match="launcher must be one of"):
         SandboxSettings(launcher="docker")
 
@@ -175,13 +179,13 @@ def test_a_caller_cancelled_mid_request_leaves_no_orphan_and_no_stray_answer(zyg
         null = os.open(os.devnull, os.O_RDWR)
         out_r, out_w = os.pipe()
         try:
-            doomed = asyncio.ensure_future(zygote.spawn("run", ["/bin/sleep", marker], SANDBOX_ENV, [], 1 << 20, 60,
+            doomed = asyncio.ensure_future(zygote.spawn("run", ["/bin/sleep", marker], SANDBOX_ENV, [], TMP, 60,
                                                         [null, null, null, null]))
             await asyncio.sleep(0)  # its request is sent; the answer is not read yet
             doomed.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await doomed
-            pid = await zygote.spawn("run", ["/bin/echo", "second"], SANDBOX_ENV, [], 1 << 20, 60,
+            pid = await zygote.spawn("run", ["/bin/echo", "second"], SANDBOX_ENV, [], TMP, 60,
                                      [null, out_w, null, null])
             os.close(out_w)
             out_w = -1

@@ -34,7 +34,7 @@ def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> Us
     text = str(error).strip()
     if isinstance(error, MissingConfigException):
         group = None
-        for candidate in ("family", "reward", "limits", "model", "service", "sandbox", "mode",
+        for candidate in ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode",
                           "languages", "experiment"):
             if f"'{candidate}/" in text or f"'{candidate}'" in text or f" {candidate}=" in text:
                 group = candidate

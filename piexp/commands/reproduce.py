@@ -10,7 +10,10 @@ proves the recomposition is the same run before anything is started:
 1. the recomposed config must equal the saved `.hydra/config.yaml` (else conf/ defaults
    changed since: the differing keys are named);
 2. the task splits it builds must have exactly the digests in the run's `manifest.json`
-   (else a task generator changed: the first mismatching task is named).
+   (else a task generator changed: the first mismatching task is named);
+3. a train run's tinker-cookbook `rl.train.Config`, rebuilt without contacting any
+   service, must equal its `rl_train_config.json` apart from run-local values (else
+   piexp's mapping or the cookbook's defaults changed: the differing fields are named).
 
 `--check-only` stops there (exit 0). Otherwise a new run is launched in a new folder (by
 default `outputs/DATE/TIME` under the current directory) with the same overrides, forced
@@ -111,7 +114,7 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
             f"now): {shown}. Use the piexp version the run used (manifest.json: git_commit "
             f"{manifest.get('git_commit')}, piexp {(manifest.get('packages') or {}).get('piexp')})."
         )
-    rl_record = _verify_rl_record(run_dir, config)
+    rl_record = verify_rl_record(run_dir, config)
     splits = build_splits(config)
     built = {"train": splits.train, "eval": splits.eval}
     expected = manifest["task_digests"]
@@ -143,7 +146,7 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     return overrides, config, report
 
 
-def _verify_rl_record(run_dir: Path, config: Any) -> str:
+def verify_rl_record(run_dir: Path, config: Any) -> str:
     """Rebuild the run's tinker-cookbook `rl.train.Config` (no service contacted) and
     compare it with the one it recorded; says what was checked, for reproduces.json."""
     from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe, read_rl_record

@@ -23,6 +23,8 @@ def test_help(tmp_path: Path) -> None:
     result = piexp(tmp_path, "--help")
     assert result.returncode == 0
     assert "family: all, arith" in result.stdout and "mode: check, eval, train" in result.stdout
+    assert "algo: agentic, dapo, default, grpo, ppo" in result.stdout
+    assert "algo=default|ppo|grpo|dapo|agentic" in result.stdout
     assert list(tmp_path.iterdir()) == []
 
 
@@ -43,6 +45,9 @@ BAD = [
     (["mode=train", "policy=oracle"], "eval-only"),
     (["-m", "limits.max_turns=3,0"], "Sweep job"),
     (["tasks", "n=0"], "n must be a positive integer"),
+    (["service=local", "model=tiny-local", "algo.loss_fn=dro"], "service=local (SkyRL 0.4.0's Tinker-compatible "
+     "server, JAX backend) cannot honour algo.loss_fn=dro"),
+    (["algo=nosuch"], "Unknown algo option nosuch"),
 ]
 
 

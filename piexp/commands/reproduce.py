@@ -10,7 +10,10 @@ proves the recomposition is the same run before anything is started:
 1. the recomposed config must equal the saved `.hydra/config.yaml` (else conf/ defaults
    changed since: the differing keys are named);
 2. the task splits it builds must have exactly the digests in the run's `manifest.json`
-   (else a task generator changed: the first mismatching task is named).
+   (else a task generator changed: the first mismatching task is named);
+3. a train run's tinker-cookbook `rl.train.Config`, rebuilt without contacting any
+   service, must equal its `rl_train_config.json` apart from run-local values (else
+   piexp's mapping or the cookbook's defaults changed: the differing fields are named).
 
 `--check-only` stops there (exit 0). Otherwise a new run is launched in a new folder (by
 default `outputs/DATE/TIME` under the current directory) with the same overrides, forced
@@ -58,11 +61,17 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): data}
 
 
-def config_differences(saved: dict[str, Any], recomposed: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ, as `key: saved -> now` (the `reproduces` record
-    itself is not part of what is reproduced)."""
-    a = {k: v for k, v in _flatten(saved).items() if k != _REPRODUCES}
-    b = {k: v for k, v in _flatten(recomposed).items() if k != _REPRODUCES}
+def config_differences(
+    saved: dict[str, Any], recomposed: dict[str, Any], ignore: frozenset[str] = frozenset({_REPRODUCES})
+) -> list[str]:
+    """Dotted keys whose values differ, as `key: saved -> now`; keys in `ignore`, and
+    those below them, are not compared (by default the `reproduces` record itself, which
+    is not part of what is reproduced)."""
+    def kept(key: str) -> bool:
+        return not any(key == name or key.startswith(f"{name}.") for name in ignore)
+
+    a = {k: v for k, v in _flatten(saved).items() if kept(k)}
+    b = {k: v for k, v in _flatten(recomposed).items() if kept(k)}
     return [f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
             for key in sorted(set(a) | set(b)) if a.get(key, ...) != b.get(key, ...)]
 
@@ -105,6 +114,7 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
             f"now): {shown}. Use the piexp version the run used (manifest.json: git_commit "
             f"{manifest.get('git_commit')}, piexp {(manifest.get('packages') or {}).get('piexp')})."
         )
+    rl_record = verify_rl_record(run_dir, config)
     splits = build_splits(config)
     built = {"train": splits.train, "eval": splits.eval}
     expected = manifest["task_digests"]
@@ -129,10 +139,32 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
         "overrides": overrides,
         "verified_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "task_counts": {split: len(built[split]) for split in built},
+        "rl_train_config": rl_record,
         "source_git_commit": manifest.get("git_commit"),
         "source_packages": manifest.get("packages"),
     }
     return overrides, config, report
+
+
+def verify_rl_record(run_dir: Path, config: Any) -> str:
+    """Rebuild the run's tinker-cookbook `rl.train.Config` (no service contacted) and
+    compare it with the one it recorded; says what was checked, for reproduces.json."""
+    from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe, read_rl_record
+    from piexp.launch.train import cookbook_config
+
+    saved = read_rl_record(run_dir)
+    if saved is None:
+        return "not recorded" if config.mode.name == "train" else "not a train run"
+    rebuilt = describe(cookbook_config(config, run_dir, "http://127.0.0.1:0/run_code"))
+    differences = config_differences(saved, rebuilt, ignore=RUN_LOCAL_FIELDS)
+    if differences:
+        shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
+        raise UserError(
+            f"The tinker-cookbook rl.train.Config this piexp builds for {run_dir} differs from the one "
+            f"the run recorded in {RECORD_NAME} (saved -> now): {shown}. piexp's mapping of the config "
+            f"or the cookbook's defaults changed since; use the versions the run used (manifest.json)."
+        )
+    return "matches"
 
 
 def _default_run_dir() -> Path:

@@ -34,7 +34,7 @@ def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> Us
     text = str(error).strip()
     if isinstance(error, MissingConfigException):
         group = None
-        for candidate in ("family", "reward", "limits", "model", "service", "sandbox", "mode",
+        for candidate in ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode",
                           "languages", "experiment"):
             if f"'{candidate}/" in text or f"'{candidate}'" in text or f" {candidate}=" in text:
                 group = candidate
@@ -85,7 +85,9 @@ def _format_validation_error(error: ValidationError) -> str:
             message = "is not a known option here"
         value = item.get("input")
         shown = f" (got {value!r})" if item["type"] not in ("extra_forbidden", "value_error") and not isinstance(value, dict) else ""
-        problems.append(f"{location}: {message}{shown}" if location else f"{message}{shown}")
+        # A message that names its own option (`algo.x ...`) needs no location in front.
+        named = not location or message.startswith(f"{location}.")
+        problems.append(f"{message}{shown}" if named else f"{location}: {message}{shown}")
     return "Invalid configuration: " + "; ".join(problems) + "."
 
 

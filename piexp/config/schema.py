@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from piexp.config.algo import AlgoSettings
+
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 OFFLINE_POLICIES = ("oracle", "null", "crash", "wrong", "edit")
 EVAL_POLICIES = (*OFFLINE_POLICIES, "model")
@@ -50,6 +52,11 @@ class Limits(_Strict):
     max_trajectory_tokens: PositiveInt = 16384
     max_generation_tokens: PositiveInt = 2048
     sandbox_timeout_s: PositiveInt = 10
+    # tinker-cookbook RolloutLimits budgets, enforced by its rollout runner (null = none):
+    max_sampled_tokens: PositiveInt | None = None  # sampled tokens per episode, all turns together
+    max_turn_tokens: PositiveInt | None = None  # sampled tokens per turn; a cut turn goes on (needs a cumulative budget to end)
+    rollout_timeout_s: PositiveFloat | None = None  # wall-clock budget of one episode; it ends, still graded
+    sampling_turn_timeout_s: PositiveFloat | None = None  # wall-clock budget of one sampling call; it fails
 
     @model_validator(mode="after")
     def _generation_fits(self) -> Limits:
@@ -133,7 +140,6 @@ class TrainMode(_Strict):
     max_steps: PositiveInt = 50
     eval_every: Annotated[int, Field(ge=0)] = 10
     save_every: Annotated[int, Field(ge=0)] = 10
-    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro"] = "importance_sampling"
     preflight: bool = True
     wandb_project: str | None = None
 
@@ -169,6 +175,7 @@ class RunConfig(_Strict):
     service: ServiceSettings = ServiceSettings()
     warm_start: WarmStartSettings = WarmStartSettings()
     sandbox: SandboxSettings = SandboxSettings()
+    algo: AlgoSettings = AlgoSettings()
     mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")]
 
     @field_validator("lang", "eval_lang", mode="before")
@@ -211,6 +218,8 @@ class RunConfig(_Strict):
             raise ValueError("model=tiny-local is a local model folder; use it with service=local")
         if self.warm_start.sft_steps and self.mode.name != "train":
             raise ValueError("warm_start.sft_steps is a training option (mode=train)")
+        if self.mode.name == "train":
+            self._check_algo_fits_training(self.mode)
         if self.policy is not None and self.policy not in EVAL_POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; valid policies: {', '.join(EVAL_POLICIES)}")
         if self.checkpoint is not None and not self.checkpoint.startswith("tinker://"):
@@ -218,6 +227,24 @@ class RunConfig(_Strict):
         if self.checkpoint is not None and self.eval_policy != "model":
             raise ValueError("checkpoint is only used with policy=model")
         return self
+
+    def _check_algo_fits_training(self, mode: TrainMode) -> None:
+        """Batch arithmetic the cookbook asserts mid-run, and what the service can honour."""
+        algo = self.algo
+        minibatches = algo.stream_minibatch_config.num_minibatches
+        if minibatches is not None and mode.groups_per_batch % (algo.num_substeps * minibatches):
+            raise ValueError(
+                f"algo.stream_minibatch_config needs mode.groups_per_batch ({mode.groups_per_batch}) to be a "
+                f"multiple of algo.num_substeps x algo.stream_minibatch_config.num_minibatches "
+                f"({algo.num_substeps} x {minibatches})"
+            )
+        floor = algo.rollout_error_tolerance.min_successful
+        if floor is not None and floor > mode.group_size:
+            raise ValueError(f"algo.rollout_error_tolerance.min_successful ({floor}) exceeds mode.group_size "
+                             f"({mode.group_size})")
+        from piexp.service.capabilities import refuse_unsupported_algo
+
+        refuse_unsupported_algo(self)
 
     @property
     def families(self) -> list[str]:

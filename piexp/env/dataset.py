@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import chz
+from tinker_cookbook.rl.rollout_presets import RolloutConfig
 from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 from piexp.config.schema import RunConfig
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
+from piexp.env.rollout_policy import rollout_config
 from piexp.tasks import Task
 
 
@@ -70,6 +72,7 @@ def episode_settings(config: RunConfig, sandbox_url: str) -> EpisodeSettings:
         reward=config.reward,
         sandbox_url=sandbox_url,
         memory_limit_mb=config.sandbox.memory_limit_mb,
+        rollout=rollout_config(config.model.name, config.limits, config.algo),
     )
 
 
@@ -80,6 +83,11 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
 
     config_json: str
     sandbox_url: str
+
+    def episode_rollout_config(self) -> RolloutConfig:
+        """The cookbook RolloutConfig every episode of the run is built with."""
+        config = RunConfig.model_validate_json(self.config_json)
+        return rollout_config(config.model.name, config.limits, config.algo)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         from piexp.launch.splits import build_splits

@@ -11,6 +11,7 @@ import tinker
 from tinker_cookbook import model_info, renderers, tokenizer_utils
 from tinker_cookbook.renderers.base import Message
 from tinker_cookbook.rl.message_env import EnvFromMessageEnv
+from tinker_cookbook.rl.rollout_presets import RolloutConfig
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder
 from tinker_cookbook.tool_use import build_agent_tool_env
 
@@ -32,6 +33,8 @@ class EpisodeSettings:
     reward: RewardSettings
     sandbox_url: str
     memory_limit_mb: int | None = None
+    # The cookbook RolloutConfig of the run (piexp.env.rollout_policy); None = the model's default.
+    rollout: RolloutConfig | None = None
 
     def resolved_renderer_name(self) -> str:
         return self.renderer_name or model_info.get_recommended_renderer_name(self.model_name)
@@ -107,6 +110,7 @@ def build_workspace_env(
         initial_messages=prefix + [{"role": "user", "content": workspace_prompt(task, language, spec)}],
         reward_fn=WorkspaceReward(task.answer, settings.reward.weights, binary=binary),
         model_name=settings.model_name,
+        rollout_config=settings.rollout,
         max_turns=settings.limits.max_turns,
         max_tool_calls=settings.limits.max_tool_calls,
         max_trajectory_tokens=settings.limits.max_trajectory_tokens,

@@ -8,6 +8,19 @@ from typing import Any
 
 from piexp.config.schema import RunConfig, TrainMode
 
+# Fields of rl.train.Config that no config option sets, and why (tests/launch/
+# test_rl_options.py fails on any other field that is not reachable from config):
+PIEXP_SET_FIELDS = {
+    "dataset_builder": "piexp's WorkspaceDatasetBuilder (tasks, splits, sandbox URL from the run)",
+    "recipe_name": "always piexp_pi_workspace: names piexp's recipe to the service",
+    "log_path": "the run folder",
+    "evaluator_builders": "none: the eval split comes from the dataset builder (mode.eval_every)",
+    "load_checkpoint_path": "the warm start's checkpoint (warm_start.sft_steps), else none",
+    "wandb_name": "the run folder's name when mode.wandb_project is set",
+    "session_name": "left to the cookbook (it uses wandb_name)",
+    "base_url": "service.base_url, resolved at run time for local and selfhosted services",
+}
+
 
 def cookbook_config(
     config: RunConfig, run_dir: Path, sandbox_url: str, load_checkpoint_path: str | None = None
@@ -17,9 +30,18 @@ def cookbook_config(
     from tinker_cookbook.rl import train as rl_train
 
     from piexp.env.dataset import WorkspaceDatasetBuilder
+    from piexp.env.rollout_policy import rollout_error_tolerance, termination_policy
 
-    mode = config.mode
+    mode, algo = config.mode, config.algo
     assert isinstance(mode, TrainMode)
+    kl_reference = None
+    if algo.kl_penalty_coef > 0:
+        kl_reference = rl_train.KLReferenceConfig(
+            base_model=algo.kl_reference_config.base_model or config.model.name,
+            load_checkpoint_path=algo.kl_reference_config.load_checkpoint_path,
+        )
+    off_policy = algo.async_config.max_steps_off_policy
+    minibatches = algo.stream_minibatch_config.num_minibatches
     return rl_train.Config(
         learning_rate=config.model.learning_rate,
         dataset_builder=WorkspaceDatasetBuilder(
@@ -31,20 +53,43 @@ def cookbook_config(
         max_tokens=config.limits.max_generation_tokens,
         temperature=config.model.temperature,
         lora_rank=config.model.lora_rank,
-        loss_fn=mode.loss_fn,
         log_path=str(run_dir),
         eval_every=mode.eval_every,
         save_every=mode.save_every,
+        max_steps=mode.max_steps,
         wandb_project=mode.wandb_project,
         wandb_name=run_dir.name if mode.wandb_project else None,
         base_url=config.service.base_url,
         load_checkpoint_path=load_checkpoint_path,
+        loss_fn=algo.loss_fn,
+        loss_fn_config=algo.loss_fn_config.as_dict(),
+        num_substeps=algo.num_substeps,
+        kl_penalty_coef=algo.kl_penalty_coef,
+        kl_discount_factor=algo.kl_discount_factor,
+        kl_reference_config=kl_reference,
+        compute_post_kl=algo.compute_post_kl,
+        remove_constant_reward_groups=algo.remove_constant_reward_groups,
+        rollout_error_tolerance=rollout_error_tolerance(algo),
+        termination=termination_policy(algo),
+        async_config=(rl_train.AsyncConfig(max_steps_off_policy=off_policy, groups_per_batch=mode.groups_per_batch)
+                      if off_policy is not None else None),
+        stream_minibatch_config=(
+            rl_train.StreamMinibatchConfig(groups_per_batch=mode.groups_per_batch, num_minibatches=minibatches)
+            if minibatches is not None else None),
+        rolling_save_every=algo.rolling_save_every,
+        ttl_seconds=algo.ttl_seconds,
+        rolling_ttl_seconds=algo.rolling_ttl_seconds,
+        num_groups_to_log=algo.num_groups_to_log,
+        rollout_json_export=algo.rollout_json_export,
+        enable_trace=algo.enable_trace,
+        span_chart_every=algo.span_chart_every,
     )
 
 
 def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     from tinker_cookbook.rl import train as rl_train
 
+    from piexp.launch.rl_record import write_rl_record
     from piexp.sandbox.client import close_sandbox_clients
 
     async def _train() -> None:
@@ -52,7 +97,9 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
 
         try:
             start_from = await warm_start(config, run_dir, sandbox_url) if config.warm_start.sft_steps else None
-            await rl_train.main(cookbook_config(config, run_dir, sandbox_url, start_from))
+            train_config = cookbook_config(config, run_dir, sandbox_url, start_from)
+            write_rl_record(run_dir, train_config)
+            await rl_train.main(train_config)
             write_summary(run_dir)
         finally:
             await close_sandbox_clients()

@@ -1,0 +1,73 @@
+"""What each training service can honour of the `algo` options, checked while the run
+config is validated, so an option a service would reject mid-run, or silently ignore,
+stops the command before anything runs (exit 2, naming option and service).
+
+Only `service=local` has known limits. It runs SkyRL 0.4.0's Tinker-compatible server
+with its JAX backend (piexp/service/compat.py pins the version); each limit below was
+read in that release's source:
+
+* losses: the JAX backend implements `cross_entropy`, `importance_sampling`, `ppo` and
+  `cispo` only (`skyrl/tinker/types.py` LOSS_TYPES; `backends/jax.py` fails other
+  requests), and its API refuses loss_fn_config keys for `importance_sampling`
+  (`tinker/api.py` ForwardBackwardInput);
+* KL reference: the engine serves one base model and fails base-model sampling for any
+  other (`tinker/engine.py`); a reference checkpoint makes the tinker SDK send both
+  base_model and model_path, which the server refuses ("exactly one", `tinker/api.py`
+  create_sampling_session);
+* checkpoint retention: the save requests have no TTL (`tinker/api.py` SaveWeights*),
+  so checkpoints stay in `<run>/local_service/` and a TTL other than the cookbook's
+  default would be silently ignored.
+
+Tinker and a self-hosted server are not second-guessed: they answer for themselves.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from piexp.config.algo import DEFAULT_ROLLING_TTL_SECONDS, DEFAULT_TTL_SECONDS
+
+if TYPE_CHECKING:
+    from piexp.config.schema import RunConfig
+
+__all__ = ["LOCAL_LOSS_FNS", "refuse_unsupported_algo"]
+
+#: RL losses SkyRL 0.4.0's JAX backend computes.
+LOCAL_LOSS_FNS = ("importance_sampling", "ppo", "cispo")
+_LOCAL = "service=local (SkyRL 0.4.0's Tinker-compatible server, JAX backend)"
+
+
+def _local_problems(config: RunConfig) -> list[str]:
+    algo = config.algo
+    problems = []
+    if algo.loss_fn not in LOCAL_LOSS_FNS:
+        problems.append(f"algo.loss_fn={algo.loss_fn} (it implements only {', '.join(LOCAL_LOSS_FNS)})")
+    elif algo.loss_fn == "importance_sampling" and algo.loss_fn_config.as_dict():
+        problems.append("algo.loss_fn_config with importance_sampling (its API refuses any loss_fn_config key there)")
+    if algo.kl_penalty_coef > 0:
+        reference = algo.kl_reference_config
+        if reference.base_model not in (None, config.model.name):
+            problems.append(f"algo.kl_reference_config.base_model={reference.base_model} (the server serves "
+                            f"only the trained base model, {config.model.name})")
+        if reference.load_checkpoint_path is not None:
+            problems.append("algo.kl_reference_config.load_checkpoint_path (the SDK then sends base_model and "
+                            "model_path together, and the server accepts exactly one)")
+    if algo.ttl_seconds != DEFAULT_TTL_SECONDS:
+        problems.append(f"algo.ttl_seconds={algo.ttl_seconds} (the server has no checkpoint expiry; "
+                        f"checkpoints stay in the run's local_service/ folder)")
+    if algo.rolling_ttl_seconds != DEFAULT_ROLLING_TTL_SECONDS:
+        problems.append(f"algo.rolling_ttl_seconds={algo.rolling_ttl_seconds} (the server has no checkpoint expiry)")
+    return problems
+
+
+def refuse_unsupported_algo(config: RunConfig) -> None:
+    """Raise ValueError (one sentence per option) if the service cannot honour the run's
+    `algo` options; called from `RunConfig` validation for mode=train."""
+    if config.service.name != "local":
+        return
+    problems = _local_problems(config)
+    if problems:
+        raise ValueError(
+            f"{_LOCAL} cannot honour {'; '.join(problems)}. Remove {'this option' if len(problems) == 1 else 'these options'} "
+            f"or train with service=tinker (or service=selfhosted on a server that supports it)"
+        )

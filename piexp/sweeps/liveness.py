@@ -28,13 +28,16 @@ STALE_AFTER_S = 60.0
 
 def _process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat),
-    or None when there is no such process (or no /proc)."""
+    or None when there is no such process, only its zombie (dead, not yet reaped), or no
+    /proc."""
     try:
-        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its end.
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 @dataclass(frozen=True)

@@ -119,11 +119,13 @@ class SweepStatus:
 
     def heartbeat(self, job: int | str, owner: Owner) -> bool:
         """Refresh the heartbeat of `job` if `owner` still runs it (a job taken over by
-        a later launch is left alone); False when it does not."""
+        a later launch, or one already ended, is left alone); False when it does not. A
+        live owner judged `stale` or `interrupted` (a slow file system, a pid probed from
+        another pid namespace) is running again: it is the one writing."""
         with self._locked():
             data = self.read()
             entry = data["jobs"].get(str(job))
-            if entry is None or not owner.owns(entry) or entry.get("state") not in ("running", "stale"):
+            if entry is None or not owner.owns(entry) or entry.get("state") not in ("running", "stale", "interrupted"):
                 return False
             entry.update(state="running", heartbeat_utc=_stamp())
             entry.pop("error", None)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -177,12 +178,6 @@ def test_rerun_redoes_only_unfinished_work_and_loses_no_episode(killed_sweep: Ki
     states = _states(sweep)
     assert states["1"] == "complete"
     assert {states["0"], states["2"]} <= {"complete", "skipped"}
-    for job in ("0", "2"):
-        if killed_sweep.files_after_status[0][job] == "running":
-            # It outlived the killed launcher: the rerun's job waited for it instead of
-            # running it a second time into the same folder.
-            assert f"Waiting for job {job} (" in _job_logs(sweep)
-            print(f"job {job} outlived the killed launcher; the rerun waited for it")
     for job in ("0", "1", "2"):
         keys = _episode_keys(sweep / job)
         # Every episode exactly once: none lost, none run twice (by the killed launch's
@@ -204,6 +199,53 @@ def test_summarize_and_reproduce_work_on_the_resumed_sweep(killed_sweep: KilledS
     assert [row.split(",")[0] for row in rows] == ["0", "1", "2"]
     check = run_piexp(tmp_path, "reproduce", str(sweep / "1"), "--check-only")
     assert check.returncode == 0, check.stderr
+
+
+def test_running_job_refreshes_its_heartbeat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeat thread, at a shorter period than the real one, while a job runs."""
+    from piexp.config.compose import load
+    from piexp.sweeps import JobInfo, run_tracked, tracking
+
+    monkeypatch.setattr(tracking, "HEARTBEAT_EVERY_S", 0.3)
+    seen: list[str] = []
+
+    def run(config, run_dir):  # noqa: ANN001, ANN202
+        for _ in range(10):
+            seen.append(SweepStatus(tmp_path).read()["jobs"]["0"]["heartbeat_utc"])
+            time.sleep(0.3)
+        return 1.0
+
+    run_tracked(load(["seed=1"]), tmp_path / "0", JobInfo(num=0, overrides=["seed=1"], sweep_dir=tmp_path), run)
+    assert len(set(seen)) >= 2, "the heartbeat was not refreshed while the job ran"
+    assert SweepStatus(tmp_path).read()["jobs"]["0"]["state"] == "complete"
+
+
+def test_job_run_by_another_live_process_is_waited_for_not_run_twice(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """What a rerun meets when the killed launcher's jobs still run: the status entry of
+    job 0 belongs to a live process (here a real `sleep`); the new job 0 waits for it
+    to end before running."""
+    import logging
+
+    from piexp.config.compose import load
+    from piexp.sweeps import JobInfo, run_tracked
+    from piexp.sweeps.liveness import _process_start
+
+    other = subprocess.Popen(["sleep", "3"])
+    try:
+        SweepStatus(tmp_path).update(0, state="running", host=socket.gethostname(), pid=other.pid,
+                                     pid_start=_process_start(other.pid), heartbeat_utc=datetime.now(timezone.utc).isoformat())
+        ran_at: list[int | None] = []
+        started = time.monotonic()
+        with caplog.at_level(logging.INFO, logger="piexp.sweeps"):
+            run_tracked(load(["seed=1"]), tmp_path / "0", JobInfo(num=0, overrides=["seed=1"], sweep_dir=tmp_path),
+                        lambda config, run_dir: ran_at.append(other.poll()) or 1.0)
+        assert ran_at == [0], "the job ran while the other process still ran it"
+        assert time.monotonic() - started >= 2
+        assert "Waiting for job 0 (" in caplog.text and f"pid {other.pid}" in caplog.text
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_status_judges_stale_and_dead_owners(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "tasks": "piexp.commands.tasks:main",
     "summarize": "piexp.commands.summarize:main",
     "reproduce": "piexp.commands.reproduce:main",
+    "status": "piexp.commands.status:main",
 }
 _INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version", "--shell-completion", "-sc"}
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: system packages, a virtual environment in .venv, piexp with its
-# test extra. Fast when nothing changed (a stamp keyed to pyproject.toml).
+# test and slurm extras (the cluster tests run sweeps through submitit's local executor).
+# Fast when nothing changed (a stamp keyed to pyproject.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
@@ -26,7 +27,7 @@ if [ ! -f "$stamp" ]; then
   # torch first, pinned: 2.13.0 resolves to the local CPU wheel (about 1.6 GB) instead of
   # a 6 GB CUDA build; tinker-cookbook needs torch but piexp never runs it on a GPU here.
   .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[test,slurm]"
   rm -f .venv/.piexp-setup-*
   touch "$stamp"
 fi

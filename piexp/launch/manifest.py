@@ -5,7 +5,7 @@ and whether the tree had uncommitted changes), the library versions, the seed, a
 exactly which tasks were trained and evaluated on (their digests, plus the
 train/eval overlap report).  ``manifest.json`` records that in every run folder.
 
-It is written atomically (temp file + rename) so a crash never leaves a truncated
+It is written atomically (`piexp.files.atomic_write_text`) so a crash never leaves a truncated
 manifest that looks valid, with sorted keys so manifests diff cleanly, and through
 :func:`piexp.launch.service.redact_secrets` so no API key ends up in a run folder.
 """
@@ -16,12 +16,12 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from piexp.files import atomic_write_text
 from piexp.launch.service import redact_secrets
 
 __all__ = ["MANIFEST_NAME", "TRACKED_PACKAGES", "build_manifest", "git_state", "package_versions", "write_manifest"]
@@ -147,15 +147,5 @@ def write_manifest(run_dir: Path, manifest: dict) -> Path:
     plain = json.loads(json.dumps(manifest, default=str))
     text = json.dumps(redact_secrets(plain), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     target = run_dir / MANIFEST_NAME
-    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST_NAME}.", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a manifest is meant to be read
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(target, text)
     return target

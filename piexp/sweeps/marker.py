@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from piexp.config.schema import RunConfig
+from piexp.files import atomic_write_text
 
 MARKER_PATH = Path(".piexp") / "complete.json"
 
@@ -44,7 +43,7 @@ def clear_marker(run_dir: Path) -> None:
 
 
 def write_marker(run_dir: Path, digest: str, *, metric: float | None, overrides: list[str]) -> Path:
-    """Write the marker atomically (temp file + rename): it is written last, after the
+    """Write the marker atomically (`atomic_write_text`): it is written last, after the
     job's results, so its presence means the job really finished."""
     target = Path(run_dir) / MARKER_PATH
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -54,13 +53,5 @@ def write_marker(run_dir: Path, digest: str, *, metric: float | None, overrides:
         "metric": metric,
         "overrides": list(overrides),
     }
-    fd, tmp = tempfile.mkstemp(prefix=".complete.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(target, json.dumps(payload, indent=2, sort_keys=True) + "\n")
     return target

@@ -4,9 +4,13 @@
 
 1. If the job folder holds a completed marker for the same resolved config, the job is
    skipped (logged, status `skipped`) and the marker's metric is returned.
-2. Otherwise any stale marker is removed first (a rerun that dies half-way must not
-   look finished), the status becomes `running`, the mode runs, and the marker is
-   written last, after every result file.
+2. Otherwise the job is claimed in the status table (`running`, with this process's
+   host, pid and start time; a job another live process still runs, e.g. one that
+   outlived a killed launcher, is waited for instead of run twice), any stale marker
+   is removed (a rerun that dies half-way must not look finished), the mode runs while
+   a thread refreshes the heartbeat, and the marker is written last, after every result
+   file. A sweep's table is `<sweep dir>/sweep_status.*`; a single run's is
+   `<run>/.piexp/sweep_status.*`.
 3. In a multirun a failure is recorded (`failed`, with the error) and printed on stderr
    the moment it happens, then raised as `SweepJobFailed`, which Hydra stores in the
    job's result instead of letting it escape the worker: the other jobs keep running,
@@ -22,21 +26,30 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from hydra.errors import CompactHydraException
 
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
-from piexp.sweeps.marker import clear_marker, config_hash, read_marker, write_marker
+from piexp.sweeps.liveness import HEARTBEAT_EVERY_S, Owner
+from piexp.sweeps.marker import MARKER_PATH, clear_marker, config_hash, read_marker, write_marker
 from piexp.sweeps.status import SweepStatus
 
 log = logging.getLogger("piexp.sweeps")
 
 FAIL_JOBS_ENV = "PIEXP_SWEEP_FAIL_JOBS"
+# A single run's status table lives next to its completed marker, in `<run>/.piexp/`.
+STATUS_SUBDIR = MARKER_PATH.parent
+# Seconds between two looks at a job another live process runs.
+WAIT_POLL_S = 2.0
 
 
 class SweepJobFailed(CompactHydraException):
@@ -109,6 +122,53 @@ def job_failed(job: JobInfo, run_dir: Path, error: BaseException, *, recorded: b
     )
 
 
+@contextmanager
+def _heartbeat(status: SweepStatus, job: JobInfo, owner: Owner) -> Iterator[None]:
+    """Refresh the job's heartbeat every HEARTBEAT_EVERY_S from a daemon thread while the
+    job runs (a thread, not the job's own loop: a mode busy in one long call still beats)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_EVERY_S):
+            try:
+                if not status.heartbeat(job.num, owner):
+                    log.warning("%s: the status entry is no longer this process's; heartbeat stopped", _label(job))
+                    return
+            except OSError as error:  # a shared file system's hiccup: try again next beat
+                log.warning("%s: heartbeat not written (%s)", _label(job), error)
+
+    thread = threading.Thread(target=beat, name="piexp-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _claim(status: SweepStatus, run_dir: Path, job: JobInfo, digest: str, owner: Owner,
+           common: dict[str, Any]) -> dict[str, Any] | None:
+    """Take the job over for this process; return the completed marker instead when the
+    job is (or meanwhile became) complete. While another live process runs the same job
+    (an earlier launch whose jobs outlived its launcher), wait for it to end rather than
+    run it twice into one folder."""
+    announced = False
+    while True:
+        marker = read_marker(run_dir)
+        if marker is not None and marker["config_hash"] == digest:
+            return marker
+        busy = status.claim(job.num, owner, **common)
+        if busy is None:
+            if marker is not None:
+                log.info("Rerunning %s: the completed marker in %s is for a different config.", _label(job), run_dir)
+            return None
+        if not announced:
+            log.info("Waiting for %s: pid %s on %s runs it already (heartbeat %s); it is resumed or skipped "
+                     "when that process ends.", _label(job), busy.get("pid"), busy.get("host"), busy.get("heartbeat_utc"))
+            announced = True
+        time.sleep(WAIT_POLL_S)
+
+
 def run_tracked(
     config: RunConfig,
     run_dir: Path,
@@ -116,40 +176,34 @@ def run_tracked(
     run: Callable[[RunConfig, Path], float | None],
 ) -> float | None:
     digest = config_hash(config)
-    status = SweepStatus(job.sweep_dir) if job.sweep_dir is not None else None
+    # A sweep's jobs share the sweep folder's table; a single run keeps its own in its folder.
+    status = SweepStatus(job.sweep_dir if job.sweep_dir is not None else Path(run_dir) / STATUS_SUBDIR)
     label = _label(job)
     common = {"overrides": job.overrides, "dir": str(run_dir), "config_hash": digest}
+    owner = Owner.current()
 
-    marker = read_marker(run_dir)
-    if marker is not None and marker["config_hash"] == digest:
-        log.info("Skipping %s: %s holds a completed marker for the same config.", label, run_dir)
-        if status is not None:
-            status.update(job.num, state="skipped", metric=marker.get("metric"), **common)
-        return marker.get("metric")
+    marker = _claim(status, run_dir, job, digest, owner, common)
     if marker is not None:
-        log.info("Rerunning %s: the completed marker in %s is for a different config.", label, run_dir)
+        log.info("Skipping %s: %s holds a completed marker for the same config.", label, run_dir)
+        status.update(job.num, state="skipped", metric=marker.get("metric"), **common)
+        return marker.get("metric")
     clear_marker(run_dir)
 
-    if status is not None:
-        # Start/finish times and the worker's pid show, after the fact, that jobs overlapped.
-        status.update(job.num, state="running", metric=None, started_utc=_now(), finished_utc=None,
-                      pid=os.getpid(), **common)
     try:
-        metric = run(config, run_dir)
-        _injected_failure(job)
+        with _heartbeat(status, job, owner):
+            metric = run(config, run_dir)
+            _injected_failure(job)
     except BaseException as error:
         # Ctrl-C stays an interruption (re-raised as it is); SystemExit(non-zero) from deep
         # inside a mode is a failure like any exception.
         interrupted = not isinstance(error, Exception) and not (
             isinstance(error, SystemExit) and error.code not in (None, 0)
         )
-        if status is not None:
-            status.update(job.num, state="interrupted" if interrupted else "failed",
-                          error=_error_text(error), finished_utc=_now(), **common)
+        status.update(job.num, state="interrupted" if interrupted else "failed",
+                      error=_error_text(error), finished_utc=_now(), **common)
         if not job.multirun or interrupted:
             raise
         raise job_failed(job, run_dir, error, recorded=True) from None
     write_marker(run_dir, digest, metric=metric, overrides=job.overrides)
-    if status is not None:
-        status.update(job.num, state="complete", metric=metric, finished_utc=_now(), **common)
+    status.update(job.num, state="complete", metric=metric, finished_utc=_now(), **common)
     return metric

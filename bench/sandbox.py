@@ -12,11 +12,14 @@ in its `Server-Timing` header (parse, queue, cgroup, spawn, bwrap, confine, file
 drain, fetch, cleanup, respond) and what is left for HTTP and the client.
 
     python bench/sandbox.py [--runs 40] [--concurrency 1 4 8] [--span-runs 30] [--launcher zygote|bwrap]
-                            [--prespawn N] [--interleave]
+                            [--prespawn N] [--interleave] [--before REF]
 
 `--interleave` alternates batches of bare and sandboxed runs within each cell instead of
 running all bare runs first: on a shared, loaded host the load drifts between the two
 halves of a cell, which alone can swing the ratio by 2x.
+`--before REF` adds a third arm: the same requests through a server of commit REF of this
+repository (checked out into a temporary git worktree), so that a change's cost shows as
+"before" and "after" ratios measured in the same run.
 `--launcher` picks how the server starts an isolated run (SandboxSettings.launcher): the
 zygote (default; one process holds the sandbox root, a run costs fresh namespaces only)
 or a bwrap per run. `--prespawn N` (bwrap only) runs the server with N sandboxes per
@@ -42,9 +45,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -138,51 +143,98 @@ async def bench_sandbox(url: str, lang: str, n_runs: int, concurrency: int) -> t
     return await _drive(n_runs, concurrency, one)
 
 
+# Run by the "before" server's process, with that commit's piexp first on sys.path.
+_SERVE_AT_REF = """
+import sys
+from piexp.sandbox import EmbeddedSandbox
+with EmbeddedSandbox(max_concurrency=int(sys.argv[1]), launcher=sys.argv[2], work_dir=sys.argv[3]) as sb:
+    print(sb.url, flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def server_at_ref(ref: str, max_concurrency: int, launcher: str):
+    """The URL of an embedded sandbox server of commit `ref`, from a temporary worktree."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tree = tempfile.mkdtemp(prefix="bench-before-")
+    # A work dir of its own: an older zygote binds its runs' parent without its submounts,
+    # which a user namespace refuses while the current server's run area is mounted there.
+    work_dir = tempfile.mkdtemp(prefix="bench-before-runs-")
+    os.chmod(work_dir, 0o755)
+    subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "-f", tree, ref], check=True,
+                   capture_output=True)
+    proc = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _SERVE_AT_REF, str(max_concurrency), launcher, work_dir], cwd=tree,
+                                env={**os.environ, "PYTHONPATH": tree}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError(f"the server of {ref} did not start (exit {proc.wait()})")
+        yield url
+    finally:
+        if proc is not None:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
 async def main_async(args) -> None:
     console = Console(width=max(150, Console().width))
     table = Table(title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
                         f"launcher={args.launcher}, prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
                         f"load avg {os.getloadavg()[0]:.1f})")
-    for col in ("language", "conc", "bare runs/s", "bare p50 ms", "bare p99 ms", "bare cpu ms/run",
-                "sandbox runs/s", "sandbox p50 ms", "sandbox p99 ms", "sandbox cpu ms/run",
-                "ratio sandbox/bare"):
-        table.add_column(col, justify="right")
-    with EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn, launcher=args.launcher) as sb:
+    arm_names = ["bare", "sandbox", *(["before"] if args.before else [])]
+    table.add_column("language")
+    table.add_column("conc", justify="right")
+    for arm in arm_names:
+        for col in ("runs/s", "p50 ms", "p99 ms", "cpu ms/run"):
+            table.add_column(f"{arm} {col}", justify="right")
+    for arm in arm_names[1:]:
+        table.add_column(f"ratio {arm}/bare", justify="right")
+    with contextlib.ExitStack() as stack:
+        sb = stack.enter_context(EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn,
+                                                 launcher=args.launcher))
+        urls = {"sandbox": sb.url}
+        if args.before:
+            urls["before"] = stack.enter_context(server_at_ref(args.before, max(args.concurrency), args.launcher))
+
+        def batch(arm: str, lang: str, n: int, c: int):
+            return bench_bare(lang, n, c) if arm == "bare" else bench_sandbox(urls[arm], lang, n, c)
+
         for lang in PROGRAMS:
-            # warm-up: page cache, server's runtime resolution
-            await bench_bare(lang, 2, 1)
-            await bench_sandbox(sb.url, lang, 2, 1)
+            for arm in arm_names:  # warm-up: page cache, the servers' runtime resolution
+                await batch(arm, lang, 2, 1)
             for c in args.concurrency:
+                elapsed = {arm: 0.0 for arm in arm_names}
+                cpu = {arm: 0.0 for arm in arm_names}
+                lat: dict[str, list[float]] = {arm: [] for arm in arm_names}
                 if args.interleave:
-                    # Alternate small batches of the two arms (order flipped each round)
-                    # so load drift from other work on the host hits both alike.
-                    bt = st = bcpu = scpu = 0.0
-                    bl, sl = [], []
+                    # Alternate small batches of the arms (order rotated each round) so
+                    # load drift from other work on the host hits them alike.
                     rounds = max(1, args.runs // (2 * c))
-                    for r in range(rounds):
-                        arms = [("bare", bench_bare(lang, 2 * c, c)), ("sandbox", bench_sandbox(sb.url, lang, 2 * c, c))]
-                        if r % 2:
-                            arms.reverse()
-                        for name, coro in arms:
-                            dt, lat, cpu = await _measured(coro)
-                            if name == "bare":
-                                bt, bl, bcpu = bt + dt, bl + lat, bcpu + cpu
-                            else:
-                                st, sl, scpu = st + dt, sl + lat, scpu + cpu
+                    plan = [(r, arm_names[r % len(arm_names):] + arm_names[:r % len(arm_names)], 2 * c)
+                            for r in range(rounds)]
                     n = rounds * 2 * c
                 else:
-                    bt, bl, bcpu = await _measured(bench_bare(lang, args.runs, c))
-                    st, sl, scpu = await _measured(bench_sandbox(sb.url, lang, args.runs, c))
+                    plan = [(0, arm_names, args.runs)]
                     n = args.runs
-                b_rps, s_rps = n / bt, n / st
-                table.add_row(
-                    lang, str(c),
-                    f"{b_rps:.1f}", f"{statistics.median(bl) * 1e3:.1f}", f"{percentile(bl, 0.99) * 1e3:.1f}",
-                    f"{bcpu / n:.1f}",
-                    f"{s_rps:.1f}", f"{statistics.median(sl) * 1e3:.1f}", f"{percentile(sl, 0.99) * 1e3:.1f}",
-                    f"{scpu / n:.1f}",
-                    f"{s_rps / b_rps:.2f}",
-                )
+                for _, order, size in plan:
+                    for arm in order:
+                        dt, ls, cp = await _measured(batch(arm, lang, size, c))
+                        elapsed[arm] += dt
+                        lat[arm] += ls
+                        cpu[arm] += cp
+                rps = {arm: n / elapsed[arm] for arm in arm_names}
+                cells = [lang, str(c)]
+                for arm in arm_names:
+                    cells += [f"{rps[arm]:.1f}", f"{statistics.median(lat[arm]) * 1e3:.1f}",
+                              f"{percentile(lat[arm], 0.99) * 1e3:.1f}", f"{cpu[arm] / n:.1f}"]
+                cells += [f"{rps[arm] / rps['bare']:.2f}" for arm in arm_names[1:]]
+                table.add_row(*cells)
         spans = {lang: await bench_spans(sb.url, lang, args.span_runs) for lang in PROGRAMS} if args.span_runs else {}
         await close_sandbox_clients()
     console.print(table)
@@ -283,6 +335,8 @@ def main() -> None:
     p.add_argument("--launcher", choices=LAUNCHERS, default="zygote", help="how the server starts isolated runs")
     p.add_argument("--prespawn", type=int, default=0, help="server's sandboxes pre-started per language (bwrap only)")
     p.add_argument("--span-runs", type=int, default=30, help="runs per language for the per-step table (0: skip)")
+    p.add_argument("--before", metavar="REF", default=None,
+                   help="also measure a server of this git commit (e.g. main~1), in the same run")
     args = p.parse_args()
     if args.prespawn and args.launcher != "bwrap":
         p.error("--prespawn needs --launcher bwrap (the zygote pre-starts nothing)")

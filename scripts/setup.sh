@@ -13,6 +13,8 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
+# libseccomp compiles the sandbox's syscall filter (loaded with ctypes: no headers needed).
+ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || missing+=(libseccomp2)
 command -v git >/dev/null 2>&1 || missing+=(git)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi

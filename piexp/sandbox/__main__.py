@@ -9,6 +9,7 @@ import os
 import sys
 
 from .isolation import set_parent_death_signal
+from .request_limits import SERVER_LIMIT_SETTINGS
 from .settings import LAUNCHERS, SandboxSettings
 
 
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-cgroups", action="store_true", help="limit memory/processes with rlimits only")
     p.add_argument("--allow-unisolated", action="store_true", help="run without bubblewrap (unsafe)")
     p.add_argument("--die-with-parent", action="store_true", help="exit when the parent process dies")
+    for name in SERVER_LIMIT_SETTINGS:  # caps on clients, see SandboxSettings' comments
+        default = getattr(d, name)
+        p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
     sub.add_parser("build-zygote", help="compile the sandbox's zygote launcher (cached; prints its path)")
     args = parser.parse_args(argv)
     if args.command == "build-zygote":
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir=args.work_dir,
         prespawn=args.prespawn,
         launcher=args.launcher,
+        **{name: getattr(args, name) for name in SERVER_LIMIT_SETTINGS},
     )
     try:
         serve(args.host, args.port, settings, listen_fd=args.listen_fd)

@@ -15,6 +15,7 @@ from dataclasses import fields
 from typing import Optional
 
 from .isolation import set_parent_death_signal
+from .request_limits import SERVER_LIMIT_SETTINGS
 from .settings import SandboxSettings
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ class EmbeddedSandbox:
         if s.prespawn:
             argv += ["--prespawn", str(s.prespawn)]
         argv += ["--launcher", s.launcher]
+        for name in SERVER_LIMIT_SETTINGS:
+            argv += ["--" + name.replace("_", "-"), str(getattr(s, name))]
         if s.allow_unisolated:
             argv.append("--allow-unisolated")
         return argv

@@ -99,14 +99,25 @@ class QueuedBytes:
         self.cap_bytes = cap_bytes
         self.held = 0
 
-    def try_reserve(self, size: int) -> bool:
-        """Reserve `size` bytes; False (nothing reserved) when they do not fit. A single
-        request larger than the whole budget is let through when nothing else is held,
-        so that the body cap, not this one, decides about it."""
+    def reserve(self, size: int) -> Optional["Reservation"]:
+        """Reserve `size` bytes, or None when they do not fit. A single request larger
+        than the whole budget is let through when nothing else is held, so that the
+        body cap, not this one, decides about it."""
         if self.held and self.held + size > self.cap_bytes:
-            return False
+            return None
         self.held += size
-        return True
+        return Reservation(self, size)
 
-    def release(self, size: int) -> None:
-        self.held -= size
+
+class Reservation:
+    """One request's share of `QueuedBytes`, given back (once) when it starts running
+    or is answered, whichever comes first."""
+
+    def __init__(self, budget: QueuedBytes, size: int) -> None:
+        self._budget: Optional[QueuedBytes] = budget
+        self.size = size
+
+    def release(self) -> None:
+        if self._budget is not None:
+            self._budget.held -= self.size
+            self._budget = None

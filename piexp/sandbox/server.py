@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from .connection_limit import RETRY_AFTER_S, ConnectionLimit
 from .protocol import LANGUAGES, RunCodeRequest, RunCodeResponse, sandbox_error
-from .request_limits import QueuedBytes, refusal
+from .request_limits import QueuedBytes, Reservation, refusal
 from .runner import Runner, Timings
 from .settings import SandboxSettings
 
@@ -65,22 +65,22 @@ async def run_code(request: web.Request) -> web.StreamResponse:
     declared = request.content_length
     if declared is not None and declared > body_cap:
         return _too_large(settings)
-    # The body is held from its first byte until the request gets a slot; a chunked one
-    # holds the whole cap until its real size is known.
-    queued = request.app[QUEUED_KEY]
-    held = declared if declared is not None else body_cap
-    if not queued.try_reserve(held):
+    # The body counts against max_queued_request_mb from its first byte until the request
+    # gets a slot; a chunked one (no Content-Length) counts as the whole body cap.
+    reservation = request.app[QUEUED_KEY].reserve(declared if declared is not None else body_cap)
+    if reservation is None:
         return web.json_response(
             {"detail": f"too many request bytes queued (max_queued_request_mb={settings.max_queued_request_mb})"},
             status=503, headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     try:
-        return await _run_code_reserved(request, settings)
+        return await _run_code_reserved(request, settings, reservation)
     finally:
-        queued.release(held)
+        reservation.release()
 
 
-async def _run_code_reserved(request: web.Request, settings: SandboxSettings) -> web.StreamResponse:
+async def _run_code_reserved(request: web.Request, settings: SandboxSettings,
+                             reservation: Reservation) -> web.StreamResponse:
     timings = Timings()
     try:
         async with asyncio.timeout(settings.request_read_timeout_s):
@@ -114,6 +114,7 @@ async def _run_code_reserved(request: web.Request, settings: SandboxSettings) ->
     # bounded by max_queued_request_mb. A client that hangs up cancels this handler
     # (handler_cancellation): queued, it never runs; running, the runner kills its run.
     async with request.app[SEMAPHORE_KEY]:
+        reservation.release()  # running requests are bounded by max_concurrency instead
         timings.mark("queue")
         try:
             resp = await runner.run(req, timings)

@@ -399,19 +399,31 @@ class Runner:
             if isinstance(result, RunCodeResponse):
                 return result
             files: dict[str, str] = {}
+            budget = s.max_fetch_total_mb << 20
+            left_out = []
             for rel in fetch:
                 data = read_file(held.run_dir, rel, s.fetch_file_cap_bytes)
-                if data is not None:
-                    files[rel] = base64.b64encode(data).decode("ascii")
+                if data is None:
+                    continue
+                if len(data) > budget:
+                    left_out.append(rel)
+                    continue
+                budget -= len(data)
+                files[rel] = base64.b64encode(data).decode("ascii")
             ok = result.status == CommandRunStatus.finished and result.return_code == 0
+            note = (f"left out, past max_fetch_total_mb ({s.max_fetch_total_mb} MB of fetched files in all): "
+                    f"{', '.join(left_out)}" if left_out else "")
             return RunCodeResponse(
                 status=RunStatus.success if ok else RunStatus.failed,
+                message=note,
                 run_result=result,
                 files=files,
             )
         finally:
             t.mark("fetch")
-            await self._dispose(held)
+            # Shielded: a second cancellation (server shutdown after the client hung up)
+            # must not stop the kill and removal halfway.
+            await asyncio.shield(self._dispose(held))
             t.mark("cleanup")
 
     def _command_without_cgroup(self, language, runtime, memory_mb):

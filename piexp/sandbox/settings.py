@@ -66,6 +66,20 @@ class SandboxSettings:
     disk_quota_mb: int = 256
     # Per-run cap on files and directories, in /sandbox and in /tmp each.
     inode_quota: int = 20_000
+    # Caps on what a client sends, checked before a request waits for a run slot
+    # (request_limits.py). "Refused": answered with a SandboxError naming the cap.
+    # (run_timeout/compile_timeout above max_run_timeout_s are clamped to it; inf/nan refused.)
+    max_memory_limit_mb: int = 4096  # refused: memory_limit_MB above it, or other than -1/0 (default) or 1..cap
+    max_request_files: int = 256  # refused: more entries than this in `files`, or in `fetch_files`
+    max_request_file_mb: int = 32  # refused: a file of `files` larger than this once decoded
+    max_file_name_bytes: int = 1024  # refused: a name in `files`/`fetch_files` longer than this in UTF-8
+    max_file_name_depth: int = 32  # refused: a name in `files`/`fetch_files` with more path components
+    max_stdin_mb: int = 16  # refused: `stdin` larger than this in UTF-8
+    max_request_body_mb: int = 64  # refused with HTTP 413: a request body larger than this
+    request_read_timeout_s: float = 30.0  # connection closed: headers (or an idle keep-alive) or a body taking longer
+    max_queued_request_mb: int = 256  # refused with HTTP 503 + Retry-After: bodies read or queued for a slot beyond it
+    max_connections: int = 256  # refused: a connection beyond it gets HTTP 503 + Retry-After and is closed at once
+    max_fetch_total_mb: int = 64  # clamped: fetch_files past this total are left out, named in the message
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:

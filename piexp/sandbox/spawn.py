@@ -106,6 +106,17 @@ class SpawnedChild:
         self._transports = []
 
 
+def _discard_started(started) -> None:
+    if started.cancelled() or started.exception() is not None:
+        return
+    popen = started.result()
+    kill_process_group(popen.pid)
+    for pipe in (popen.stdin, popen.stdout, popen.stderr):
+        if pipe is not None:
+            pipe.close()
+    asyncio.get_running_loop().run_in_executor(None, popen.wait)
+
+
 def reap_pid(pid: int) -> int:
     """Wait for child `pid`, reap it, return its exit code (-N when killed by signal N)."""
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
@@ -197,9 +208,16 @@ class Spawner:
         if joined:
             if self._thread is None:
                 self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="piexp-sandbox-spawner")
-            popen = await asyncio.get_running_loop().run_in_executor(
+            started = asyncio.get_running_loop().run_in_executor(
                 self._thread, self._start, argv, options, list(join_tasks), list(home),
             )
+            try:
+                popen = await asyncio.shield(started)
+            except asyncio.CancelledError:
+                # The caller is gone (its client hung up): the child it would have had
+                # is killed and reaped once it exists, its pipes closed.
+                started.add_done_callback(_discard_started)
+                raise
         else:
             popen = self._start(argv, options, (), ())
         try:

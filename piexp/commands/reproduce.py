@@ -107,7 +107,7 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     config = load(overrides)
     differences = config_differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
     if differences:
-        shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
+        shown = _first_differences(differences)
         raise UserError(
             f"Recomposing {run_dir} from its overrides ({' '.join(overrides) or 'none'}) does not give "
             f"the config it ran with; piexp's config defaults changed since. Differences (saved -> "
@@ -146,6 +146,10 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     return overrides, config, report
 
 
+def _first_differences(differences: list[str]) -> str:
+    return "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
+
+
 def verify_rl_record(run_dir: Path, config: Any) -> str:
     """Rebuild the run's tinker-cookbook `rl.train.Config` (no service contacted) and
     compare it with the one it recorded; says what was checked, for reproduces.json."""
@@ -158,7 +162,7 @@ def verify_rl_record(run_dir: Path, config: Any) -> str:
     rebuilt = describe(cookbook_config(config, run_dir, "http://127.0.0.1:0/run_code"))
     differences = config_differences(saved, rebuilt, ignore=RUN_LOCAL_FIELDS)
     if differences:
-        shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
+        shown = _first_differences(differences)
         raise UserError(
             f"The tinker-cookbook rl.train.Config this piexp builds for {run_dir} differs from the one "
             f"the run recorded in {RECORD_NAME} (saved -> now): {shown}. piexp's mapping of the config "

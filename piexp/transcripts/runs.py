@@ -37,7 +37,7 @@ def _episode_lines(path: Path) -> list[dict[str, Any]]:
             continue  # a line cut short by a kill
         if isinstance(data, dict):
             latest[(data.get("task_id"), data.get("language"), data.get("sample"))] = data
-    return list(latest.values())
+    return [latest[key] for key in sorted(latest, key=str)]  # task order, not completion order
 
 
 def _add_source(view: RunView, folder: Path, job: str, source: str, episodes: list[dict[str, Any]],

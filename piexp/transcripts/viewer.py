@@ -56,11 +56,11 @@ def _run_json(view: RunView, name: str) -> dict[str, Any]:
 def _pairs(a: RunView, b: RunView) -> list[dict[str, Any]]:
     """Episodes of `a` and `b` on the same task: (task, sample), plus language when both
     runs hold the same languages (base vs trained) and not when they differ (python vs
-    javascript)."""
+    javascript); check episodes also by policy (a check runs several on each task)."""
     same_languages = {r["language"] for r in a.rows} == {r["language"] for r in b.rows}
 
     def key(row: dict[str, Any]) -> tuple[Any, ...]:
-        return (row["source"], row["policy"], row["task_id"], row["sample"],
+        return (row["source"], row["policy"] if row["source"] == "check" else None, row["task_id"], row["sample"],
                 row["language"] if same_languages else None)
 
     b_by_key = {key(row): row["id"] for row in b.rows}

@@ -85,7 +85,7 @@ def load_run(target: Path) -> RunView:
         raise UserError(f"Cannot show {target}: it is not a folder. Give a run folder (outputs/DATE/TIME) "
                         "or a sweep folder (multirun/DATE/TIME).")
     folders = find_job_folders(target)
-    if not folders and ((target / "check.json").is_file() or (target / "episodes.jsonl").is_file()):
+    if not folders and any((target / name).is_file() for name in ("check.json", "episodes.jsonl", "metrics.jsonl")):
         folders = [target]  # a run folder without its .hydra (copied around, or written by a test)
     view = RunView(root=target)
     for folder in folders:

@@ -47,6 +47,12 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
     result = subprocess.run([sys.executable, "-m", "piexp", "show", str(wrong), "--html", str(compared),
                              "--against", str(oracle)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+    train = tmp_path / "train"  # what a train run leaves: cookbook metrics and per-iteration pages
+    (train / "iteration_000000").mkdir(parents=True)
+    (train / "iteration_000000" / "train.html").write_text("<html><body>iteration 0</body></html>")
+    (train / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "env/all/reward/total": 0.1 * step}) + "\n" for step in range(5)))
+    assert write_run_viewer(train) == train / VIEWER_FILE
     page_text = (wrong / VIEWER_FILE).read_text()
     assert "http://" not in page_text.replace("http://www.w3.org/2000/svg", "")  # nothing to fetch
 
@@ -76,6 +82,14 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
             sides = await page.evaluate("[...document.querySelectorAll('#detail > div')].map(d => d.innerText)")
             assert "wrong" in sides[0] and "oracle" in sides[1]
             await page.screenshot(tmp_path / "compare.png")
+
+            await page.open((train / VIEWER_FILE).as_uri())
+            assert await page.evaluate("document.getElementById('train').hidden") is False
+            points = await page.evaluate("document.querySelector('#reward-curve polyline').getAttribute('points')")
+            assert len(points.split()) == 5
+            assert await page.evaluate("document.querySelector('#pages a').getAttribute('href')") == \
+                "iteration_000000/train.html"
+            await page.screenshot(train / "viewer.png")
             assert page.errors == [], page.errors
 
     asyncio.run(drive())

@@ -305,9 +305,9 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                 # unreadable (and is redone) instead of corrupting the next one.
                 with sink_path.open("a") as sink:
                     sink.write("\n")
-            with sink_path.open("a") as sink, TranscriptWriter(run_dir / EVAL_TRANSCRIPTS, keep=set(
+            with sink_path.open("a") as sink, TranscriptWriter(run_dir / EVAL_TRANSCRIPTS, keep={
                 (config.eval_policy, *key) for key in finished
-            )) as transcripts, Progress(
+            }) as transcripts, Progress(
                 TextColumn(f"eval {config.eval_policy}"), BarColumn(), MofNCompleteColumn(),
                 TimeElapsedColumn(), console=console, transient=True,
             ) as progress:
@@ -340,7 +340,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     results["episodes_failed_to_run"] = len(errors)
     write_results(run_dir, results)
     console.print(_summary_table(results))
-    console.print(f"wrote {run_dir / 'results.json'}, results.md, results.png")
+    console.print(f"wrote {run_dir / 'results.json'}, results.md, results.png, viewer.html")
     if errors:
         raise EvalIncompleteError(
             f"{len(errors)} of {len(jobs)} eval episodes could not be run (first: {errors[0].task_id} "

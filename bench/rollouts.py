@@ -23,7 +23,15 @@ for a free run slot, which is sandbox capacity: at concurrency 8 the server runs
 JSON, loopback HTTP, and at concurrency 8 waiting for the event loop to resume the
 episode); `strict` counts it as harness too: (wall - server - policy) / wall.
 
-so the harness is not the bottleneck; the programs are. Each row is one pass of
+so the harness is not the bottleneck; the programs are.
+
+Transcripts: every pass runs twice, without and with recording (`record` column:
+`run_episode(record_transcript=...)`, and with it each transcript written to a compressed
+TranscriptWriter file as `mode=eval` does), and an episode's wall time here runs from the
+call of run_episode to the transcript written. The last lines give, per concurrency, the
+harness share with recording minus without (target: under 2 points).
+
+Each row is one pass of
 `--episodes` episodes; `--repeat` runs the passes several times in one process (the
 numbers are noisy on a shared machine: compare rows of one run). By default every pass
 runs tasks no earlier pass ran ("new"): their prompts and files are new text to the
@@ -43,6 +51,7 @@ import contextvars
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,6 +68,7 @@ from piexp.policies.rollout import run_episode  # noqa: E402
 from piexp.sandbox import client as sandbox_client_module  # noqa: E402
 from piexp.sandbox.client import close_sandbox_clients  # noqa: E402
 from piexp.sandbox.embedded import EmbeddedSandbox  # noqa: E402
+from piexp.transcripts.store import TranscriptWriter  # noqa: E402
 
 # Per-episode accumulators, set inside each episode's task (tasks copy the context).
 _sandbox_s: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("sandbox_s", default=None)
@@ -112,7 +122,8 @@ class TimedPolicy:
                 box[0] += time.perf_counter() - start
 
 
-async def _bench(concurrency: int, jobs, policy, settings) -> dict[str, float]:  # type: ignore[no-untyped-def]
+async def _bench(concurrency: int, jobs, policy, settings, writer=None) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """One pass; with a `writer`, each episode's transcript is recorded and written."""
     semaphore = asyncio.Semaphore(concurrency)
     rows: list[tuple[float, float, float, float, float]] = []
 
@@ -121,9 +132,13 @@ async def _bench(concurrency: int, jobs, policy, settings) -> dict[str, float]: 
             sandbox_box, policy_box = [0.0, 0.0, 0.0], [0.0]
             _sandbox_s.set(sandbox_box)
             _policy_s.set(policy_box)
-            record = await run_episode(policy, "oracle", task, language, settings)
+            begun = time.perf_counter()
+            record = await run_episode(policy, "oracle", task, language, settings, record_transcript=writer is not None)
+            if writer is not None:
+                writer.write(record.transcript)
+            wall = time.perf_counter() - begun
             assert record.error is None and record.reward == 1.0, (record.error, record.last_run)
-            rows.append((record.wall_s, sandbox_box[0], policy_box[0], sandbox_box[1], sandbox_box[2]))
+            rows.append((wall, sandbox_box[0], policy_box[0], sandbox_box[1], sandbox_box[2]))
 
     start = time.perf_counter()
     await asyncio.gather(*(one(task, language) for task, language in jobs))
@@ -133,6 +148,7 @@ async def _bench(concurrency: int, jobs, policy, settings) -> dict[str, float]: 
     harness = wall - sandbox - policy_time
     return {
         "concurrency": concurrency,
+        "record": writer is not None,
         "episodes": n,
         "episodes_per_s": n / elapsed,
         "median_episode_s": statistics.median(r[0] for r in rows),
@@ -152,7 +168,7 @@ async def _bench(concurrency: int, jobs, policy, settings) -> dict[str, float]: 
 
 
 async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[str]]:
-    passes = 2 * args.repeat
+    passes = 4 * args.repeat  # 2 concurrencies x without / with recording
     slots = 1 if args.reuse_tasks else passes
     # One task per family for the warm-up, then `--tasks` per family for each pass.
     config = load(["mode=check", f"family=[{args.families}]", "lang=[python,javascript]",
@@ -169,7 +185,8 @@ async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, float]], 
 
     _instrument_sandbox()
     results = []
-    with EmbeddedSandbox() as sandbox:
+    with EmbeddedSandbox() as sandbox, tempfile.TemporaryDirectory() as scratch, \
+            TranscriptWriter(Path(scratch) / "transcripts.jsonl.gz") as writer:
         settings = episode_settings(config, sandbox.url)
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
         policy = TimedPolicy(make_policy("oracle", renderer, splits.train))
@@ -178,11 +195,14 @@ async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, float]], 
         slot = 0
         for _ in range(args.repeat):
             for concurrency in (1, 8):
-                first = 1 + args.tasks * (0 if args.reuse_tasks else slot)
-                row = await _bench(concurrency, jobs_for(first, args.tasks, args.episodes), policy, settings)
-                row["tasks"] = "reused" if args.reuse_tasks and slot else "new"
-                results.append(row)
-                slot += 1
+                for record in (False, True):
+                    # Each mode on tasks of its own (new to the memos, unless --reuse-tasks).
+                    first = 1 + args.tasks * (0 if args.reuse_tasks else slot)
+                    row = await _bench(concurrency, jobs_for(first, args.tasks, args.episodes), policy, settings,
+                                       writer if record else None)
+                    row["tasks"] = "reused" if args.reuse_tasks and slot else "new"
+                    results.append(row)
+                    slot += 1
         await close_sandbox_clients()
     return results, _memo_stats(renderer, policy.inner)
 
@@ -213,15 +233,22 @@ def main() -> None:
     print("sandbox = awaiting SandboxClient.run; server = the server's own spans (Server-Timing), queue"
           " included;\nharness = wall - sandbox - policy (the scripted policy stands in for the sampler);"
           " strict = (wall - server - policy) / wall. Target: harness < 10%. Means per episode.")
-    print(f"{'concurrency':>11} {'tasks':>6} {'episodes/s':>10} {'median s':>9} {'wall ms':>8} {'sandbox ms':>10} "
+    print(f"{'concurrency':>11} {'record':>6} {'tasks':>6} {'episodes/s':>10} {'median s':>9} {'wall ms':>8} {'sandbox ms':>10} "
           f"{'(server':>7} {'queue)':>6} {'policy ms':>9} {'harness ms':>10} {'harness':>8} {'strict':>7} "
           f"{'outside sandbox':>16}")
     for row in sorted(results, key=lambda r: r["concurrency"]):  # stable: passes in run order
         flag = "ok" if row["harness_share"] < 0.10 else "ABOVE 10% TARGET"
-        print(f"{row['concurrency']:>11} {row['tasks']:>6} {row['episodes_per_s']:>10.2f} {row['median_episode_s']:>9.3f} "
+        print(f"{row['concurrency']:>11} {'yes' if row['record'] else 'no':>6} {row['tasks']:>6} {row['episodes_per_s']:>10.2f} {row['median_episode_s']:>9.3f} "
               f"{row['wall_ms']:>8.1f} {row['sandbox_ms']:>10.1f} {row['server_ms']:>7.1f} {row['queue_ms']:>6.1f} "
               f"{row['policy_ms']:>9.1f} {row['harness_ms']:>10.1f} {row['harness_share']:>7.1%} "
               f"{row['harness_share_strict']:>7.1%} {row['share_outside_sandbox']:>16.1%}  {flag}")
+    for concurrency in sorted({row["concurrency"] for row in results}):
+        shares = {record: statistics.mean(r["harness_share"] for r in results
+                                          if r["concurrency"] == concurrency and r["record"] == record)
+                  for record in (False, True)}
+        added = 100 * (shares[True] - shares[False])
+        print(f"recording transcripts at concurrency {concurrency}: harness share {shares[False]:.1%} without, "
+              f"{shares[True]:.1%} with: {added:+.2f} points ({'ok' if added < 2 else 'ABOVE 2-POINT TARGET'})")
     for line in memo_lines:
         print(line)
     if args.json:

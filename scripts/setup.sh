@@ -8,7 +8,8 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
 # bubblewrap isolates sandboxed programs (and a C compiler builds the sandbox's zygote,
-# piexp/sandbox/zygote.c); node runs the JavaScript tasks.
+# piexp/sandbox/zygote.c); node runs the JavaScript tasks; Chromium (and its driver)
+# runs the run viewer's browser test (tests/transcripts/test_viewer_browser.py).
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
@@ -16,6 +17,8 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 # libseccomp compiles the sandbox's syscall filter (loaded with ctypes: no headers needed).
 ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || missing+=(libseccomp2)
 command -v git >/dev/null 2>&1 || missing+=(git)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq

@@ -19,7 +19,9 @@ Key metrics, and where they come from:
 * `reward`: eval runs: `overall.reward_shaped` (mean shaped reward); train runs:
   `env/all/reward/total` (mean reward of each training batch, in the run's reward mode).
 
-"final" is the last value (eval: the only one), "best" the highest.
+"final" is the last value (eval: the only one), "best" the highest. Eval runs also get a
+`tool_failures` column: the tool-call failures that occurred, with counts
+(`results.json` `overall.tool_failures`; `piexp.transcripts.failures` says what each is).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class JobSummary:
     bests: dict[str, float | None] = field(default_factory=dict)
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     steps: int | None = None
+    tool_failures: str = ""  # eval runs: failure kinds that occurred, with counts
 
 
 # ---------------------------------------------------------------------------- finding jobs
@@ -145,6 +148,7 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
         for metric, key in EVAL_KEYS.items():
             value = _number(results["overall"].get(key))
             job.finals[metric] = job.bests[metric] = value
+        job.tool_failures = _failure_column(results["overall"])
     rows = _read_metrics_jsonl(folder / "metrics.jsonl")
     if rows:
         for metric, keys in TRAIN_KEYS.items():
@@ -162,6 +166,12 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
         steps = [int(row["step"]) for row in rows if isinstance(row.get("step"), int)]
         job.steps = max(steps) + 1 if steps else len(rows)
     return job
+
+
+def _failure_column(overall: dict[str, Any]) -> str:
+    from piexp.transcripts.failures import failure_digest
+
+    return failure_digest(overall.get("tool_failures"))
 
 
 def varying_overrides(jobs: Sequence[JobSummary]) -> list[list[str]]:
@@ -183,12 +193,14 @@ def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
     header = ["job", "mode", "state", "overrides", "all_overrides", "steps"]
     for metric in KEY_METRICS:
         header += [f"final_{metric}", f"best_{metric}"]
+    header.append("tool_failures")
     rows = []
     for job, varying in zip(jobs, varying_overrides(jobs)):
         row = [job.name, job.mode, job.state, " ".join(varying), " ".join(job.overrides),
                "" if job.steps is None else str(job.steps)]
         for metric in KEY_METRICS:
             row += [_fmt(job.finals.get(metric)), _fmt(job.bests.get(metric))]
+        row.append(job.tool_failures)
         rows.append(row)
     return header, rows
 

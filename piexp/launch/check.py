@@ -12,7 +12,9 @@ parse -> tools -> sandbox -> reward, driven by tinker-cookbook's `do_group_rollo
   `edit` (broken program, fixed with `edit`) binary 1.0, on a sample of each cell.
 
 Any violation raises `CheckFailedError` naming the cell and task; `check.json` in the run
-folder keeps the whole picture (runtimes, per-cell counts, every episode).
+folder keeps the whole picture (runtimes, per-cell counts, tool-call failures, every
+episode), `check_transcripts.jsonl.gz` every episode's conversation and `viewer.html`
+shows them in a browser.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord, run_episode
 from piexp.sandbox.client import close_sandbox_clients, sandbox_client
 from piexp.tasks import Task
+from piexp.transcripts.failures import failure_cells, summarize_failures
+from piexp.transcripts.store import CHECK_TRANSCRIPTS, TranscriptWriter
 
 console = Console(stderr=True)
 
@@ -209,11 +213,20 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             "overlap": splits.overlap_report,
             "cells": cells,
             "violations": violations,
+            "tool_failures": {"overall": summarize_failures(r.failures for r in records),
+                              "cells": failure_cells(records, config.families, requested)},
             "episodes": [r.to_json() for r in records],
             "wall_s": round(time.perf_counter() - started, 3),
         }
         run_dir.mkdir(parents=True, exist_ok=True)
+        with TranscriptWriter(run_dir / CHECK_TRANSCRIPTS) as transcripts:
+            for record in records:
+                if record.transcript is not None:
+                    transcripts.write(record.transcript)
         (run_dir / "check.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        from piexp.transcripts.viewer import write_run_viewer
+
+        write_run_viewer(run_dir)
         console.print(_table(config, cells, runtimes))
         if violations:
             shown = violations[:5]

@@ -3,12 +3,15 @@
 Every episode runs through tinker-cookbook's `do_group_rollout` with the evaluation
 (binary) reward, whatever the policy: a scripted one offline, or `model` (a Tinker
 sampler on the base model or a `tinker://` checkpoint). Results per family x language go
-to `results.json`, `results.md` and `results.png` (pass@1 heatmap) in the run folder.
+to `results.json`, `results.md` and `results.png` (pass@1 heatmap) in the run folder,
+with the tool-call failure metrics (`piexp.transcripts.failures`); every episode's
+transcript goes to `transcripts.jsonl.gz`, and `viewer.html` shows the run in a browser.
 
 Resume: each finished (task, language, sample) episode is appended to `episodes.jsonl`
 as soon as it completes, so an interrupted eval run again on the same folder
 (`hydra.run.dir=<dir>`) skips what is done. Episodes whose rollout raised are not
-recorded (a rerun retries them).
+recorded (a rerun retries them). An episode's transcript is written just before its
+record; a resume keeps exactly the transcripts of the records it keeps.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord, run_episode
 from piexp.sandbox.client import close_sandbox_clients
 from piexp.tasks import Task
+from piexp.transcripts.failures import failure_markdown, summarize_failures
+from piexp.transcripts.store import EVAL_TRANSCRIPTS, TranscriptWriter
 
 console = Console(stderr=True)
 
@@ -152,6 +157,7 @@ def summarize(records: Iterable[EpisodeRecord], k: int) -> dict[str, Any]:
         "metrics": {name: mean([r.metrics.get(name, 0.0) for r in records]) for name in REWARD_METRICS},
         "stop_reasons": dict(sorted(Counter(str(r.stop_reason) for r in records).items())),
         "mean_turns": mean([float(r.turns) for r in records]),
+        "tool_failures": summarize_failures(r.failures for r in records),
     }
 
 
@@ -214,7 +220,10 @@ def results_markdown(results: dict[str, Any]) -> str:
                 + " | ".join(f"{cell['metrics'][name]:.3f}" for name in REWARD_METRICS)
                 + f" | {stops} |"
             )
-    return "\n".join(lines) + "\n"
+    lines += ["", failure_markdown(results["overall"]["tool_failures"], {
+        family: {language: cell["tool_failures"] for language, cell in row.items()} for family, row in cells.items()
+    })]
+    return "\n".join(lines)
 
 
 def plot_heatmap(results: dict[str, Any], path: Path) -> None:
@@ -245,6 +254,9 @@ def write_results(run_dir: Path, results: dict[str, Any]) -> None:
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     (run_dir / "results.md").write_text(results_markdown(results))
     plot_heatmap(results, run_dir / "results.png")
+    from piexp.transcripts.viewer import write_run_viewer
+
+    write_run_viewer(run_dir)
 
 
 # The eval -------------------------------------------------------------------------------
@@ -293,7 +305,9 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                 # unreadable (and is redone) instead of corrupting the next one.
                 with sink_path.open("a") as sink:
                     sink.write("\n")
-            with sink_path.open("a") as sink, Progress(
+            with sink_path.open("a") as sink, TranscriptWriter(run_dir / EVAL_TRANSCRIPTS, keep={
+                (config.eval_policy, *key) for key in finished
+            }) as transcripts, Progress(
                 TextColumn(f"eval {config.eval_policy}"), BarColumn(), MofNCompleteColumn(),
                 TimeElapsedColumn(), console=console, transient=True,
             ) as progress:
@@ -306,6 +320,8 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                         if record.error:
                             errors.append(record)
                             continue
+                        if record.transcript is not None:
+                            transcripts.write({**record.transcript, "task_digest": digests[record.task_id]})
                         sink.write(json.dumps({**record.to_json(), "task_digest": digests[record.task_id]}) + "\n")
                         sink.flush()  # a finished episode survives an interruption right after it
                         finished[record.key] = record
@@ -324,7 +340,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     results["episodes_failed_to_run"] = len(errors)
     write_results(run_dir, results)
     console.print(_summary_table(results))
-    console.print(f"wrote {run_dir / 'results.json'}, results.md, results.png")
+    console.print(f"wrote {run_dir / 'results.json'}, results.md, results.png, viewer.html")
     if errors:
         raise EvalIncompleteError(
             f"{len(errors)} of {len(jobs)} eval episodes could not be run (first: {errors[0].task_id} "

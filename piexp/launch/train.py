@@ -101,6 +101,9 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
             write_rl_record(run_dir, train_config)
             await rl_train.main(train_config)
             write_summary(run_dir)
+            from piexp.transcripts.viewer import write_run_viewer
+
+            write_run_viewer(run_dir)  # the reward curve, and links to the cookbook's per-iteration pages
         finally:
             await close_sandbox_clients()
 

@@ -5,6 +5,9 @@ env gives, the shaped reward the training formula would give, every reward metri
 stop reason. The env grades one way only, so the episode runs as the evaluation env
 (binary: exactly what an eval or a training-time eval sees) and the shaped reward is
 re-graded from the episode's final message history with the same `WorkspaceReward`.
+Each record also counts the episode's tool-call failures (`piexp.transcripts.failures`)
+and, unless asked not to, carries its transcript (`piexp.transcripts.capture`) for the
+caller to store.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from tinker_cookbook.rl.types import Env, EnvGroupBuilder
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
 from piexp.env.reward import REWARD_METRICS, WorkspaceReward, final_answer, tool_payloads
 from piexp.tasks import Task
+from piexp.transcripts.capture import build_transcript
+from piexp.transcripts.failures import count_failures
 
 
 @dataclass
@@ -42,13 +47,18 @@ class EpisodeRecord:
     last_run: dict[str, Any] | None = None  # the last bash result (diagnostics)
     wall_s: float = 0.0
     error: str | None = None  # the rollout raised (nothing was graded)
+    failures: dict[str, int] = field(default_factory=dict)  # tool-call failure counts (FAILURE_KINDS, calls)
+    # The episode's transcript (not part of the record's JSON: stored in its own file).
+    transcript: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.task_id, self.language, self.sample)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["transcript"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EpisodeRecord:
@@ -85,9 +95,11 @@ async def run_episode(
     settings: EpisodeSettings,
     *,
     sample: int = 0,
+    record_transcript: bool = True,
 ) -> EpisodeRecord:
     """One evaluation episode of `policy` on (task, language). Never raises for a failed
-    rollout: the error is recorded, so one bad episode cannot hide the others."""
+    rollout: the error is recorded, so one bad episode cannot hide the others.
+    `record_transcript=False` leaves `record.transcript` None (bench/rollouts.py compares)."""
     record = EpisodeRecord(
         policy=policy_name, task_id=task.task_id, family=task.family, split=task.split,
         language=language, sample=sample,
@@ -112,7 +124,8 @@ async def run_episode(
     record.turns = len(trajectory.transitions)
     record.stop_reason = str(trajectory.stop_reason) if trajectory.stop_reason is not None else None
 
-    history = _history(builder.envs[0]) if builder.envs else []
+    env = builder.envs[0] if builder.envs else None
+    history = _history(env) if env is not None else []
     payloads = tool_payloads(history)
     record.tool_calls = len(payloads)
     record.answer = final_answer(history)
@@ -129,6 +142,13 @@ async def run_episode(
         # Ended before grading (context overflow, parse error): both modes give the
         # same terminal reward.
         record.shaped = total
+    record.failures = count_failures(history, (t.metrics for t in trajectory.transitions), record.stop_reason)
+    if record_transcript:
+        message_env = getattr(env, "message_env", None)
+        prompt_messages = len(getattr(message_env, "initial_messages", None) or [])
+        record.transcript = build_transcript(
+            record, history, prompt_messages, trajectory.transitions, getattr(env, "renderer", None)
+        )
     return record
 
 

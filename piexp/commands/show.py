@@ -1,0 +1,218 @@
+"""`python -m piexp show RUN [N]`: what the model did, in the terminal or the browser.
+
+Without N it lists the episodes of RUN (an eval or check run folder, or a sweep folder:
+every job's), narrowed by `--family`, `--lang`, `--failed`, `--stop-reason`, `--task`,
+`--policy`, `--source`; with N (a row number of that listing) it prints that episode's
+conversation: roles, code with syntax highlighting, tool results summarised (status,
+return code, stdout head), the reward breakdown and the tool-call failures. `--json`
+prints the same as JSON for scripts. `--html` writes the run viewer instead (default
+`RUN/viewer.html`), side by side with `--against OTHER`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from piexp.errors import UserError
+from piexp.transcripts.runs import RunView, load_run
+
+# Lines of a tool's stdout / stderr shown in the terminal (the transcript keeps more).
+STDOUT_HEAD_LINES = 12
+_LEXERS = {"python": "python", "javascript": "javascript", "julia": "julia"}
+_EXTENSIONS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".jl": "julia"}
+
+
+def select(view: RunView, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows the filters keep, in run order."""
+    rows = []
+    for row in view.rows:
+        if args.family and row["family"] not in args.family:
+            continue
+        if args.lang and row["language"] not in args.lang:
+            continue
+        if args.policy and row["policy"] not in args.policy:
+            continue
+        if args.source and row["source"] != args.source:
+            continue
+        if args.failed and row["passed"]:
+            continue
+        if args.stop_reason and str(row["stop_reason"]) not in args.stop_reason:
+            continue
+        if args.task and args.task not in str(row["task_id"]):
+            continue
+        rows.append(row)
+    return rows
+
+
+def _failures(failures: dict[str, int] | None) -> str:
+    return ", ".join(f"{kind} {count}" for kind, count in (failures or {}).items() if count and kind != "calls")
+
+
+def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
+    jobs = len({row["job"] for row in view.rows}) > 1
+    table = Table(title=f"{view.root}: {len(rows)} of {len(view.rows)} episodes", title_justify="left")
+    for name in ("#", *(["job"] if jobs else []), "source", "policy", "task", "family", "lang", "sample",
+                 "reward", "shaped", "stop", "turns", "calls", "failures"):
+        table.add_column(name, justify="right" if name in ("#", "reward", "shaped", "turns", "calls") else "left")
+    for number, row in enumerate(rows):
+        colour = "green" if row["passed"] else "red"
+        table.add_row(str(number), *([row["job"]] if jobs else []), row["source"], str(row["policy"]),
+                      str(row["task_id"]), str(row["family"]), str(row["language"]), str(row["sample"]),
+                      f"[{colour}]{row['reward']:g}[/{colour}]" if row["reward"] is not None else "",
+                      f"{row['shaped']:.3f}" if row["shaped"] is not None else "",
+                      str(row["stop_reason"] or row.get("error") or ""), str(row["turns"]), str(row["tool_calls"]),
+                      _failures(row["failures"]))
+    return table
+
+
+def _code(text: str, language: str | None) -> Syntax | Text:
+    lexer = _LEXERS.get(language or "")
+    return Syntax(text, lexer, word_wrap=True, theme="ansi_dark") if lexer else Text(text)
+
+
+def _head(text: str) -> str:
+    lines = text.splitlines()
+    more = f"\n[... {len(lines) - STDOUT_HEAD_LINES} more lines]" if len(lines) > STDOUT_HEAD_LINES else ""
+    return "\n".join(lines[:STDOUT_HEAD_LINES]) + more
+
+
+def _call(call: dict[str, Any], language: str) -> list[Any]:
+    arguments = call.get("arguments")
+    parts: list[Any] = [Text(f"-> {call.get('name')}", style="bold cyan")]
+    if not isinstance(arguments, dict):
+        parts.append(Text(f"arguments (not JSON): {arguments}", style="red"))
+        return parts
+    path = arguments.get("path")
+    file_language = next((lang for ext, lang in _EXTENSIONS.items() if str(path).endswith(ext)), None)
+    for key, value in arguments.items():
+        if key in ("content", "oldText", "newText") and isinstance(value, str):
+            parts += [Text(f"   {key}:", style="dim"), _code(value, file_language or language)]
+        else:
+            parts.append(Text(f"   {key}: {value if isinstance(value, str) else json.dumps(value)}"))
+    return parts
+
+
+def _result(message: dict[str, Any]) -> list[Any]:
+    result = message.get("result")
+    if not isinstance(result, dict):
+        return [Text(_head(str(message.get("text", ""))))]
+    status = result.get("status") or ("error" if result.get("error") else "?")
+    line = Text(f"{result.get('tool') or message.get('name')}: ", style="bold")
+    line.append(status, style="green" if status == "ok" else "red")
+    for key in ("return_code", "output_correct", "path", "bytes"):
+        if key in result:
+            line.append(f"  {key}={result[key]}")
+    parts: list[Any] = [line]
+    if result.get("error"):
+        parts.append(Text(str(result["error"]), style="red"))
+    for key in ("stdout", "stderr"):
+        if result.get(key):
+            parts.append(Text(f"{key}:\n{_head(str(result[key]))}", style="red" if key == "stderr" else ""))
+    if "content" in result:
+        parts.append(Text(f"content: {len(str(result['content']))} chars\n{_head(str(result['content']))}", style="dim"))
+    return parts
+
+
+def conversation(row: dict[str, Any], transcript: dict[str, Any] | None) -> Group:
+    head = Text(f"{row['source']} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
+                f"sample {row['sample']}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
+                f"stop {row['stop_reason']}; answer {row['answer']}", style="bold")
+    if transcript is None:
+        return Group(head, Text("no transcript was recorded for this episode", style="yellow"))
+    parts: list[Any] = [head]
+    parts.append(Text("reward breakdown: " + ", ".join(f"{k} {v:g}" for k, v in (transcript.get("metrics") or {}).items())))
+    parts.append(Text(f"tool-call failures: {_failures(transcript.get('failures')) or 'none'} "
+                      f"({(transcript.get('failures') or {}).get('calls', 0)} calls)"))
+    turns = transcript.get("turns") or []
+    parts.append(Text("tokens per turn (prompt -> sampled): "
+                      + ", ".join(f"{t['prompt_tokens']}->{t['sampled_tokens']}" for t in turns)
+                      + f"; wall {transcript.get('wall_s')} s", style="dim"))
+    truncated = transcript.get("truncated") or {}
+    if truncated.get("fields"):
+        parts.append(Text(f"truncated: {truncated['fields']} field(s), {truncated['chars_cut']} chars cut", style="yellow"))
+    if transcript.get("omitted"):
+        parts.append(Text(str(transcript["omitted"]), style="yellow"))
+    for message in transcript.get("prompt") or []:
+        if message.get("role") == "user":
+            parts.append(Panel(Text(str(message.get("text", ""))), title="user (prompt)", title_align="left"))
+    for message in transcript.get("conversation") or []:
+        role = message.get("role")
+        body: list[Any] = []
+        if message.get("thinking"):
+            body.append(Text(str(message["thinking"]), style="italic dim"))
+        if role == "tool":
+            body += _result(message)
+        elif message.get("text"):
+            body.append(Text(str(message["text"])))
+        for call in message.get("tool_calls") or []:
+            body += _call(call, row["language"])
+        for bad in message.get("unparsed_tool_calls") or []:
+            body += [Text(f"unparsed tool call: {bad.get('error')}", style="red"), Text(str(bad.get("raw_text")))]
+        title = str(role) + (f" ({message['not_in_history']})" if message.get("not_in_history") else "")
+        style = {"assistant": "green", "tool": "yellow"}.get(str(role), "white")
+        parts.append(Panel(Group(*body), title=title, title_align="left", border_style=style))
+    for turn in turns:
+        if turn.get("logs"):
+            parts.append(Text(f"turn {turn['turn']}: {json.dumps(turn['logs'])}", style="red"))
+    return Group(*parts)
+
+
+def _console() -> Console:
+    # Piped output (scripts, less) gets a wide page instead of rich's 80 columns.
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="piexp show", description=__doc__.split("\n\n")[1].replace("\n", " "))
+    parser.add_argument("run", type=Path, help="an eval or check run folder, or a sweep folder")
+    parser.add_argument("episode", nargs="?", type=int, help="row number in the (filtered) listing: print it")
+    parser.add_argument("--family", action="append", help="only this family (repeatable)")
+    parser.add_argument("--lang", action="append", help="only this language (repeatable)")
+    parser.add_argument("--policy", action="append", help="only this policy (repeatable; check runs have several)")
+    parser.add_argument("--source", choices=("eval", "check"), help="only the eval's or the preflight check's episodes")
+    parser.add_argument("--failed", action="store_true", help="only episodes without binary reward 1")
+    parser.add_argument("--stop-reason", action="append", help="only this stop reason (repeatable)")
+    parser.add_argument("--task", help="only task ids containing this text")
+    parser.add_argument("--json", action="store_true", help="print JSON (the listing, or the transcript)")
+    parser.add_argument("--html", nargs="?", type=Path, const=True, default=None, metavar="PATH",
+                        help="write the run viewer (default RUN/viewer.html) instead")
+    parser.add_argument("--against", type=Path, help="with --html: a second run shown side by side")
+    args = parser.parse_intermixed_args(list(argv))  # RUN N may follow the options
+    if args.against is not None and args.html is None:
+        raise UserError("--against compares two runs in the browser viewer: add --html.")
+    view = load_run(args.run)
+    if args.html is not None:
+        from piexp.transcripts.viewer import VIEWER_FILE, write_viewer
+
+        other = load_run(args.against) if args.against is not None else None
+        target = args.run / VIEWER_FILE if args.html is True else args.html
+        print(f"wrote {write_viewer(target, view, other)}")
+        return 0
+    rows = select(view, args)
+    if args.episode is None:
+        if args.json:
+            print(json.dumps([{"number": n, **row} for n, row in enumerate(rows)], indent=1))
+        else:
+            _console().print(listing(rows, view))
+        return 0
+    if not 0 <= args.episode < len(rows):
+        raise UserError(f"There is no episode {args.episode}: the listing of {args.run} with these filters has "
+                        f"{len(rows)} (numbered from 0). Run the same command without the number to see them.")
+    row = rows[args.episode]
+    transcript = view.transcripts.get(row["id"])
+    if args.json:
+        print(json.dumps({"episode": row, "transcript": transcript}, indent=1))
+    else:
+        _console().print(conversation(row, transcript))
+    return 0

@@ -1,0 +1,97 @@
+"""Read a run back for viewing: the episodes of an eval run (`episodes.jsonl`), a check
+run (`check.json`), both (an eval with its preflight check), or every job of a sweep
+folder, each joined with its transcript; and, for train runs, the cookbook's
+per-iteration HTML pages and the reward curve. `piexp show` and the viewer use this one
+reader."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from piexp.errors import UserError
+from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, read_transcripts, transcript_key
+
+# The episode fields an index row carries (the rest stays in the transcript).
+ROW_FIELDS = ("policy", "task_id", "family", "split", "language", "sample", "reward", "shaped", "stop_reason",
+              "turns", "tool_calls", "answer", "wall_s", "failures", "error")
+
+
+@dataclass
+class RunView:
+    root: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)  # one per episode, with `id`, `job`, `source`
+    transcripts: dict[int, dict[str, Any]] = field(default_factory=dict)  # row id -> transcript
+    train_pages: list[str] = field(default_factory=list)  # cookbook HTML pages, relative to root
+    reward_curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # job -> (step, reward)
+
+
+def _episode_lines(path: Path) -> list[dict[str, Any]]:
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill
+        if isinstance(data, dict):
+            latest[(data.get("task_id"), data.get("language"), data.get("sample"))] = data
+    return [latest[key] for key in sorted(latest, key=str)]  # task order, not completion order
+
+
+def _add_source(view: RunView, folder: Path, job: str, source: str, episodes: list[dict[str, Any]],
+                transcript_file: Path) -> None:
+    by_key = {transcript_key(t): t for t in read_transcripts(transcript_file)}
+    for episode in episodes:
+        row = {name: episode.get(name) for name in ROW_FIELDS}
+        row.update(id=len(view.rows), job=job, source=source, passed=episode.get("reward") == 1.0)
+        transcript = by_key.get(transcript_key(episode))
+        row["has_transcript"] = transcript is not None
+        if transcript is not None:
+            view.transcripts[row["id"]] = transcript
+        view.rows.append(row)
+
+
+def _add_job(view: RunView, folder: Path, job: str) -> None:
+    from piexp.commands.summarize import TRAIN_KEYS, _number, _read_metrics_jsonl
+
+    check = folder / "check.json"
+    if check.is_file():
+        try:
+            episodes = json.loads(check.read_text(encoding="utf-8")).get("episodes") or []
+        except ValueError:
+            episodes = []
+        _add_source(view, folder, job, "check", episodes, folder / CHECK_TRANSCRIPTS)
+    if (folder / "episodes.jsonl").is_file():
+        _add_source(view, folder, job, "eval", _episode_lines(folder / "episodes.jsonl"), folder / EVAL_TRANSCRIPTS)
+    rows = _read_metrics_jsonl(folder / "metrics.jsonl")
+    for key in TRAIN_KEYS["reward"]:
+        curve = [(int(row.get("step", i)), v) for i, row in enumerate(rows) if (v := _number(row.get(key))) is not None]
+        if curve:
+            view.reward_curves[job] = curve
+            break
+    for page in sorted(folder.rglob("*.html")):
+        if page.name != "viewer.html":
+            view.train_pages.append(str(page.relative_to(view.root)))
+
+
+def load_run(target: Path) -> RunView:
+    """Every episode under `target`: a run folder or a sweep folder."""
+    from piexp.commands.summarize import find_job_folders
+
+    target = Path(target)
+    if not target.is_dir():
+        raise UserError(f"Cannot show {target}: it is not a folder. Give a run folder (outputs/DATE/TIME) "
+                        "or a sweep folder (multirun/DATE/TIME).")
+    folders = find_job_folders(target)
+    if not folders and any((target / name).is_file() for name in ("check.json", "episodes.jsonl", "metrics.jsonl")):
+        folders = [target]  # a run folder without its .hydra (copied around, or written by a test)
+    view = RunView(root=target)
+    for folder in folders:
+        _add_job(view, folder, "." if folder == target else str(folder.relative_to(target)))
+    if not view.rows and not view.reward_curves:
+        raise UserError(f"Cannot show {target}: it holds no episodes (no episodes.jsonl or check.json in it or "
+                        "its job folders) and no training metrics. Give the folder of an eval, check or train "
+                        "run, or of a sweep.")
+    return view

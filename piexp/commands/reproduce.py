@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from piexp.config.differences import config_differences, shown
 from piexp.errors import UserError
 
 _REPRODUCES = "reproduces"
@@ -50,30 +51,6 @@ def saved_overrides(run_dir: Path) -> list[str]:
     if not isinstance(overrides, list) or not all(isinstance(item, str) for item in overrides):
         raise UserError(f"{path} is not a list of overrides; the run cannot be recomposed.")
     return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != _REPRODUCES]
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        flat: dict[str, Any] = {}
-        for key, value in data.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat
-    return {prefix.rstrip("."): data}
-
-
-def config_differences(
-    saved: dict[str, Any], recomposed: dict[str, Any], ignore: frozenset[str] = frozenset({_REPRODUCES})
-) -> list[str]:
-    """Dotted keys whose values differ, as `key: saved -> now`; keys in `ignore`, and
-    those below them, are not compared (by default the `reproduces` record itself, which
-    is not part of what is reproduced)."""
-    def kept(key: str) -> bool:
-        return not any(key == name or key.startswith(f"{name}.") for name in ignore)
-
-    a = {k: v for k, v in _flatten(saved).items() if kept(k)}
-    b = {k: v for k, v in _flatten(recomposed).items() if kept(k)}
-    return [f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
-            for key in sorted(set(a) | set(b)) if a.get(key, ...) != b.get(key, ...)]
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -107,11 +84,10 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     config = load(overrides)
     differences = config_differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
     if differences:
-        shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
         raise UserError(
             f"Recomposing {run_dir} from its overrides ({' '.join(overrides) or 'none'}) does not give "
             f"the config it ran with; piexp's config defaults changed since. Differences (saved -> "
-            f"now): {shown}. Use the piexp version the run used (manifest.json: git_commit "
+            f"now): {shown(differences)}. Use the piexp version the run used (manifest.json: git_commit "
             f"{manifest.get('git_commit')}, piexp {(manifest.get('packages') or {}).get('piexp')})."
         )
     rl_record = verify_rl_record(run_dir, config)
@@ -158,10 +134,9 @@ def verify_rl_record(run_dir: Path, config: Any) -> str:
     rebuilt = describe(cookbook_config(config, run_dir, "http://127.0.0.1:0/run_code"))
     differences = config_differences(saved, rebuilt, ignore=RUN_LOCAL_FIELDS)
     if differences:
-        shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
         raise UserError(
             f"The tinker-cookbook rl.train.Config this piexp builds for {run_dir} differs from the one "
-            f"the run recorded in {RECORD_NAME} (saved -> now): {shown}. piexp's mapping of the config "
+            f"the run recorded in {RECORD_NAME} (saved -> now): {shown(differences)}. piexp's mapping of the config "
             f"or the cookbook's defaults changed since; use the versions the run used (manifest.json)."
         )
     return "matches"

@@ -7,7 +7,7 @@ parse -> tools -> sandbox -> reward, driven by tinker-cookbook's `do_group_rollo
   runtime is reported as missing (not as failing tasks) and fails only if it is asked for;
 * every (family, language) cell is solvable: the `oracle` earns binary reward 1.0 on the
   first N tasks of the cell in both splits;
-* a non-solution earns nothing: `null` gets binary 0 and shaped 0 (or the answer weight
+* a non-solution earns nothing: `guess` gets binary 0 and shaped 0 (or the answer weight
   when its guess happens to be right), `crash` and `wrong` binary 0 and shaped < 0.5, and
   `edit` (broken program, fixed with `edit`) binary 1.0, on a sample of each cell.
 
@@ -41,7 +41,7 @@ from piexp.tasks import Task
 
 console = Console(stderr=True)
 
-SAMPLED_POLICIES = ("null", "crash", "wrong", "edit")
+SAMPLED_POLICIES = ("guess", "crash", "wrong", "edit")
 HELLO = "hello from piexp"
 HELLO_PROGRAMS = {
     "python": f'print("{HELLO}")\n',
@@ -138,7 +138,7 @@ def expectation_violation(record: EpisodeRecord, answer_weight: float) -> str | 
     if record.policy in ("oracle", "edit"):
         if binary != 1.0:
             return f"expected binary reward 1.0, got {binary:g}"
-    elif record.policy == "null":
+    elif record.policy == "guess":
         allowed = answer_weight if record.metrics.get("response_answer_correct") else 0.0
         if binary != 0.0 or abs(shaped - allowed) > 1e-9:
             return f"expected binary 0 and shaped {allowed:g}, got binary {binary:g}, shaped {shaped:g}"

@@ -50,7 +50,7 @@ def test_local_run_needs_no_user_key(monkeypatch) -> None:
     from piexp.cli import _prevalidate
 
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    _prevalidate(["service=local", "model=tiny-local"], False, validate_command_line, False)
-    _prevalidate(["service=selfhosted", "service.url=http://127.0.0.1:9"], False, validate_command_line, False)
+    _prevalidate(["service=local", "model=tiny-local"], False, False, False)
+    _prevalidate(["service=selfhosted", "service.url=http://127.0.0.1:9"], False, False, False)
     with pytest.raises(UserError, match="TINKER_API_KEY"):
-        _prevalidate([], False, validate_command_line, False)
+        _prevalidate([], False, False, False)

@@ -166,6 +166,8 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("dir", type=Path, help="the run folder (a single run, or one job of a sweep)")
     parser.add_argument("--check-only", action="store_true", help="verify, do not run")
+    parser.add_argument("--replace", action="store_true",
+                        help="if the new folder holds another run, move it aside (never deleted) instead of refusing")
     parser.add_argument("hydra_overrides", nargs="*", metavar="hydra.KEY=VALUE",
                         help="Hydra settings for the new run, e.g. hydra.run.dir=DIR")
     args = parser.parse_args(list(argv))
@@ -189,11 +191,14 @@ def main(argv: Sequence[str]) -> int:
     new_dir = Path(chosen[-1].split("=", 1)[1]) if chosen else _default_run_dir()
     if not chosen:
         extra.append(f"hydra.run.dir={_quoted(str(new_dir))}")
+    from piexp.cli import _hydra_app, _prevalidate
+
+    # hydra.mode=RUN: a job of a preset sweep (hydra.mode: MULTIRUN) is rerun alone.
+    argv = [*overrides, f"{_REPRODUCES}={_quoted(report['reproduces'])}", "hydra.mode=RUN", *extra]
+    # Checked before reproduces.json is written: a folder holding another run is refused.
+    _prevalidate(argv, False, False, args.replace)
     new_dir.mkdir(parents=True, exist_ok=True)
     (new_dir / "reproduces.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"reproducing into {new_dir}")
 
-    from piexp.cli import _hydra_app
-
-    # hydra.mode=RUN: a job of a preset sweep (hydra.mode: MULTIRUN) is rerun alone.
-    return _hydra_app([*overrides, f"{_REPRODUCES}={_quoted(report['reproduces'])}", "hydra.mode=RUN", *extra])
+    return _hydra_app(argv)

@@ -99,7 +99,7 @@ def _prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, re
     from piexp.config.compose import planned_jobs
     from piexp.launch.run_folder import guard_folders, planned_folders
     from piexp.launch.sandbox import refuse_unreachable_remote
-    from piexp.launch.service import require_api_key
+    from piexp.launch.service import preflight_tinker, require_api_key
 
     jobs = planned_jobs(overrides, multirun=multirun)
     configs = [config for _, config in jobs]
@@ -108,6 +108,12 @@ def _prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, re
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()
+    for config in configs:
+        if config.uses_service and config.service.name == "selfhosted":
+            from piexp.service import placeholder_api_key
+
+            with placeholder_api_key(override=False):  # the probe only needs a key to be set
+                preflight_tinker(config.service.url, config.service.connect_timeout_s, url_key="service.url")
     for url in dict.fromkeys(config.sandbox.url for config in configs if config.sandbox.kind == "remote"):
         refuse_unreachable_remote(str(url))
     sweep_dir, folders = planned_folders(overrides, multirun, len(jobs))

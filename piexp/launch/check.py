@@ -95,6 +95,18 @@ async def probe_runtimes(config: RunConfig, sandbox_url: str) -> dict[str, dict[
     return dict(await asyncio.gather(*(probe(name) for name in config.languages)))
 
 
+def runtime_advice(name: str, info: dict[str, Any], config: RunConfig) -> str:
+    """The fix for a runtime that failed its hello world, from what it died of: a memory
+    limit too low is a memory limit too low, not a runtime to install."""
+    detail = str(info.get("detail") or "")
+    if "memory limit" in detail:
+        return (f"sandbox.memory_limit_mb={config.sandbox.memory_limit_mb} is too low for {name} to start; "
+                "raise it (the default is 1024)")
+    if "time limit" in detail or "timed out" in detail.lower():
+        return f"{name} did not start within limits.sandbox_timeout_s={config.limits.sandbox_timeout_s}; raise it"
+    return f"the run asks for {name} (lang/eval_lang): install it or drop it from the run"
+
+
 def requested_languages(config: RunConfig) -> list[str]:
     """The languages the run's episodes will use (model eval needs only the eval split's)."""
     if config.mode.name == "eval":
@@ -187,7 +199,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             if info["status"] != "ok":
                 violations.append(
                     f"runtime {name} is {info['status']} in the sandbox ({info['detail']}); "
-                    f"the run asks for {name} (lang/eval_lang): install it or drop it from the run"
+                    f"{runtime_advice(name, info, config)}"
                 )
         runnable = [name for name in requested if runtimes.get(name, {}).get("status") == "ok"]
         settings = episode_settings(config, sandbox_url)

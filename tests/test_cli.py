@@ -108,3 +108,14 @@ def test_too_low_memory_limit_is_named_as_the_cause(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "sandbox.memory_limit_mb=1 is too low for python to start; raise it" in text, text[-2000:]
     assert "install it" not in text
+
+
+def test_family_parameters_are_listed_with_range_default_effect_and_examples(tmp_path: Path) -> None:
+    """Issue 15, observation 10: what a family's difficulty parameters do was only in
+    conf/family/*.yaml comments."""
+    result = piexp(tmp_path, "tasks", "family=dates", "--params")
+    assert result.returncode == 0, result.stderr
+    assert "| n_bookings | 1..300 | 80 | data rows in bookings.csv |" in result.stdout
+    assert "## Example at the lowest values: n_bookings=1" in result.stdout
+    assert "## Example at the defaults" in result.stdout and result.stdout.count("answer: ") == 2
+    assert list(tmp_path.iterdir()) == []

@@ -49,16 +49,19 @@ def _subcommand(name: str) -> Callable[[list[str]], int | None]:
 
 
 def _hydra_app(argv: list[str]) -> int:
-    from piexp.config.argv import is_multirun, rewrite_list_overrides, split_hydra_flags
-    from piexp.config.compose import validate_command_line
+    from piexp.config.argv import is_multirun, split_hydra_flags
+    from piexp.launch.run_folder import take_replace_flag
 
-    argv = rewrite_list_overrides(argv)
+    argv, replace = take_replace_flag(argv)
+    rewritten: list[str] = []
+    code = exit_on_user_error(lambda: rewritten.extend(_rewritten(argv)))
+    if code:
+        return code
+    argv = rewritten
     flags, overrides = split_hydra_flags(argv)
     if not _INFO_FLAGS.intersection(flags):
         prints_only = bool({"--cfg", "-c"}.intersection(flags))
-        code = exit_on_user_error(
-            lambda: _prevalidate(overrides, is_multirun(argv), validate_command_line, prints_only)
-        )
+        code = exit_on_user_error(lambda: _prevalidate(overrides, is_multirun(argv), prints_only, replace))
         if code:
             return code
         if prints_only and is_multirun(argv):
@@ -69,6 +72,14 @@ def _hydra_app(argv: list[str]) -> int:
     sys.argv = [sys.argv[0] if sys.argv else "piexp", *argv]
     hydra_entry()
     return 0
+
+
+def _rewritten(argv: list[str]) -> list[str]:
+    from piexp.config.argv import rewrite_list_overrides
+    from piexp.config.suggest import refuse_unknown_subcommand
+
+    refuse_unknown_subcommand(argv, SUBCOMMANDS)
+    return rewrite_list_overrides(argv)
 
 
 def _print_sweep_configs(overrides: Sequence[str]) -> None:
@@ -82,15 +93,38 @@ def _print_sweep_configs(overrides: Sequence[str]) -> None:
         print(OmegaConf.to_yaml(config))
 
 
-def _prevalidate(
-    overrides: Sequence[str], multirun: bool, validate: Callable[..., list], prints_only: bool
-) -> None:
-    from piexp.launch.service import require_api_key
+def _prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> None:
+    """Everything a user can get wrong, checked before Hydra makes a folder: the config of
+    every job, the service key, a remote sandbox that refuses connections, and job
+    folders that hold another run (refused, or moved aside with --replace)."""
+    from piexp.config.compose import planned_jobs
+    from piexp.launch.run_folder import guard_folders, planned_folders
+    from piexp.launch.sandbox import refuse_unreachable_remote
+    from piexp.launch.service import preflight_tinker, require_api_key
 
-    configs = validate(overrides, multirun=multirun)
-    if not prints_only and any(config.uses_service and config.service.name == "tinker" for config in configs):
+    jobs = planned_jobs(overrides, multirun=multirun)
+    configs = [config for _, config in jobs]
+    if prints_only:
+        return
+    if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()
+    for config in configs:
+        if config.uses_service and config.service.name == "selfhosted":
+            from piexp.service import placeholder_api_key
+
+            with placeholder_api_key(override=False):  # the probe only needs a key to be set
+                preflight_tinker(config.service.url, config.service.connect_timeout_s, url_key="service.url")
+    for url in dict.fromkeys(config.sandbox.url for config in configs if config.sandbox.kind == "remote"):
+        refuse_unreachable_remote(str(url))
+    sweep_dir, folders = planned_folders(overrides, multirun, len(jobs))
+    for line in guard_folders(folders, configs, replace=replace):
+        print(f"piexp: {line}", file=sys.stderr)
+    if sweep_dir is not None:
+        from piexp.sweeps import SweepStatus
+
+        # Rows of jobs an earlier, larger sweep left in this folder are not this sweep's.
+        SweepStatus(sweep_dir).keep_only(range(len(jobs)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

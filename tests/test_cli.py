@@ -48,6 +48,20 @@ BAD = [
     (["service=local", "model=tiny-local", "algo.loss_fn=dro"], "service=local (SkyRL 0.4.0's Tinker-compatible "
      "server, JAX backend) cannot honour algo.loss_fn=dro"),
     (["algo=nosuch"], "Unknown algo option nosuch"),
+    # Issue 15, observations 2-6: each refused up front, naming the fix, nothing written.
+    (["-m", "mode=eval", "policy=oracle,null", "family=arith"], "now called `guess`"),
+    (["mode=eval", "policy=oracle", "family.arith.max_depth=9"], "max_depth=9 is outside [1, 6]"),
+    (["mode=eval", "policy=oracle", "sandbox=remote", "sandbox.url=http://127.0.0.1:9/run_code"],
+     "refuses connections"),
+    (["preflight=false"], "Did you mean mode.preflight?"),
+    (["mode=eval", "policy=oracle", "family=arith", "family.dates.n_bookings=10"],
+     "Family dates is not selected (family=arith)"),
+    (["family=arith,graphs"], "Unknown family option graphs (did you mean graph or graph_paths?)"),
+    (["family="], "family= is empty; give one of: all, arith"),
+    (["lang=pyton"], "unknown language pyton in lang (did you mean python?)"),
+    (["sumarize", "outputs"], "Unknown subcommand 'sumarize'. Did you mean summarize?"),
+    (["mode=eval", "policy=oracle", "algo=grpo"], "training option (mode=train) that mode=eval would ignore"),
+    (["mode=check", "policy=wrong"], "policy would be ignored by mode=check"),
 ]
 
 
@@ -82,3 +96,26 @@ def test_tasks_preview(tmp_path: Path) -> None:
     assert result.stdout.count("family=graph_paths") == 2
     assert "Execute it with exactly `node solution.js`" in result.stdout
     assert "split=eval" in result.stdout
+
+
+def test_too_low_memory_limit_is_named_as_the_cause(tmp_path: Path) -> None:
+    """Issue 15, observation 4: a memory limit too low was reported as a broken runtime to
+    install; the check now names the setting to raise."""
+    result = piexp(tmp_path, "mode=check", "family=arith", "lang=python", "sandbox.memory_limit_mb=1",
+                   "mode.oracle_tasks_per_cell=1",
+                   f"hydra.run.dir={tmp_path / 'run'}")
+    text = " ".join(result.stderr.split())
+    assert result.returncode != 0
+    assert "sandbox.memory_limit_mb=1 is too low for python to start; raise it" in text, text[-2000:]
+    assert "install it" not in text
+
+
+def test_family_parameters_are_listed_with_range_default_effect_and_examples(tmp_path: Path) -> None:
+    """Issue 15, observation 10: what a family's difficulty parameters do was only in
+    conf/family/*.yaml comments."""
+    result = piexp(tmp_path, "tasks", "family=dates", "--params")
+    assert result.returncode == 0, result.stderr
+    assert "| n_bookings | 1..300 | 80 | data rows in bookings.csv |" in result.stdout
+    assert "## Example at the lowest values: n_bookings=1" in result.stdout
+    assert "## Example at the defaults" in result.stdout and result.stdout.count("answer: ") == 2
+    assert list(tmp_path.iterdir()) == []

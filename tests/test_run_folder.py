@@ -37,3 +37,81 @@ def test_offline_eval_run_folder_is_complete_and_secret_free(tmp_path: Path) -> 
             content = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
             assert CANARY.encode() not in content, f"secret leaked into {path}"
     assert CANARY not in result.stdout + result.stderr
+
+
+# Issue 15, observation 1: a finished folder was corrupted by a rerun with another config.
+
+SMALL = ["mode=eval", "tasks.train_per_family=1", "tasks.eval_per_family=1", "mode.preflight=false", "lang=python"]
+
+
+def _piexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PIEXP_SWEEP_FAIL_JOBS")}
+    return subprocess.run([sys.executable, "-m", "piexp", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def _assert_refused(result: subprocess.CompletedProcess[str], folder: Path, *keys: str) -> None:
+    text = " ".join(result.stderr.split())
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert f"{folder} already holds a different run" in text, text
+    for key in keys:
+        assert key in text, (key, text)
+    assert "--replace" in text and "new folder" in text
+
+
+def test_a_finished_folder_is_never_overwritten_by_another_config(tmp_path: Path) -> None:
+    run_dir = tmp_path / "R"
+    first = _piexp(tmp_path, *SMALL, "policy=oracle", "family=arith", f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = _snapshot(run_dir)
+    # Another policy and family (the reported case), a check run and a train run: all
+    # refused before a single file changes.
+    for args, keys in (
+        (["mode=eval", "policy=guess", "family=dates"], ("family.arith", "family.dates", "policy")),
+        (["mode=check", "family=arith", "lang=python"], ("mode.name",)),
+        (["service=local", "model=tiny-local", "family=arith"], ("mode.name", "model.name")),
+    ):
+        result = _piexp(tmp_path, *args, f"hydra.run.dir={run_dir}")
+        _assert_refused(result, run_dir, *keys)
+        assert _snapshot(run_dir) == before, f"{args} changed the folder"
+    # The same config resumes (skips: it is complete).
+    same = _piexp(tmp_path, *SMALL, "policy=oracle", "family=arith", f"hydra.run.dir={run_dir}")
+    assert same.returncode == 0 and "Skipping run" in same.stdout + same.stderr, same.stderr[-2000:]
+    before = _snapshot(run_dir)
+    # --replace moves the old folder aside, whole, and runs afresh.
+    replaced = _piexp(tmp_path, *SMALL, "policy=guess", "family=dates", f"hydra.run.dir={run_dir}", "--replace")
+    assert replaced.returncode == 0, replaced.stderr[-2000:]
+    (aside,) = tmp_path.glob("R.replaced-*")
+    assert f"moved {run_dir} aside to {aside}" in replaced.stderr
+    assert {k: v for k, v in _snapshot(aside).items() if not k.startswith(".piexp/")} == {
+        k: v for k, v in before.items() if not k.startswith(".piexp/")}
+    assert "policy: guess" in (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "Eval results: guess" in (run_dir / "results.md").read_text()
+
+
+def test_sweep_jobs_and_reproduce_refuse_a_folder_of_another_run(tmp_path: Path) -> None:
+    sweep = tmp_path / "S"
+    first = _piexp(tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = _snapshot(sweep)
+    changed = _piexp(tmp_path, "-m", *SMALL, "policy=guess", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}")
+    _assert_refused(changed, sweep / "0", "policy: 'oracle' -> 'guess'", "1 more job folder")
+    assert _snapshot(sweep) == before
+    # A smaller sweep into the same folder keeps only its own job in the status table.
+    fewer = _piexp(tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0", f"hydra.sweep.dir={sweep}")
+    assert fewer.returncode == 0, fewer.stderr[-2000:]
+    status = (sweep / "sweep_status.md").read_text()
+    assert set(json.loads((sweep / "sweep_status.json").read_text())["jobs"]) == {"0"}
+    assert "\n| 0 | skipped |" in status and "\n| 1 |" not in status
+    assert "started (UTC)" in status and "ended (UTC)" in status
+    # reproduce into a folder that holds another run: refused, nothing written there.
+    other = sweep / "1"
+    before_other = _snapshot(other)
+    result = _piexp(tmp_path, "reproduce", str(sweep / "0"), f"hydra.run.dir={other}")
+    _assert_refused(result, other, "seed: 1 -> 0")
+    assert _snapshot(other) == before_other and not (other / "reproduces.json").exists()

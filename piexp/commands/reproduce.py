@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from piexp.config.differences import config_differences, shown
 from piexp.errors import UserError
 
 _REPRODUCES = "reproduces"
@@ -50,30 +51,6 @@ def saved_overrides(run_dir: Path) -> list[str]:
     if not isinstance(overrides, list) or not all(isinstance(item, str) for item in overrides):
         raise UserError(f"{path} is not a list of overrides; the run cannot be recomposed.")
     return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != _REPRODUCES]
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        flat: dict[str, Any] = {}
-        for key, value in data.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat
-    return {prefix.rstrip("."): data}
-
-
-def config_differences(
-    saved: dict[str, Any], recomposed: dict[str, Any], ignore: frozenset[str] = frozenset({_REPRODUCES})
-) -> list[str]:
-    """Dotted keys whose values differ, as `key: saved -> now`; keys in `ignore`, and
-    those below them, are not compared (by default the `reproduces` record itself, which
-    is not part of what is reproduced)."""
-    def kept(key: str) -> bool:
-        return not any(key == name or key.startswith(f"{name}.") for name in ignore)
-
-    a = {k: v for k, v in _flatten(saved).items() if kept(k)}
-    b = {k: v for k, v in _flatten(recomposed).items() if kept(k)}
-    return [f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
-            for key in sorted(set(a) | set(b)) if a.get(key, ...) != b.get(key, ...)]
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -107,11 +84,10 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     config = load(overrides)
     differences = config_differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
     if differences:
-        shown = _first_differences(differences)
         raise UserError(
             f"Recomposing {run_dir} from its overrides ({' '.join(overrides) or 'none'}) does not give "
             f"the config it ran with; piexp's config defaults changed since. Differences (saved -> "
-            f"now): {shown}. Use the piexp version the run used (manifest.json: git_commit "
+            f"now): {shown(differences)}. Use the piexp version the run used (manifest.json: git_commit "
             f"{manifest.get('git_commit')}, piexp {(manifest.get('packages') or {}).get('piexp')})."
         )
     rl_record = verify_rl_record(run_dir, config)
@@ -146,10 +122,6 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     return overrides, config, report
 
 
-def _first_differences(differences: list[str]) -> str:
-    return "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
-
-
 def verify_rl_record(run_dir: Path, config: Any) -> str:
     """Rebuild the run's tinker-cookbook `rl.train.Config` (no service contacted) and
     compare it with the one it recorded; says what was checked, for reproduces.json."""
@@ -162,10 +134,9 @@ def verify_rl_record(run_dir: Path, config: Any) -> str:
     rebuilt = describe(cookbook_config(config, run_dir, "http://127.0.0.1:0/run_code"))
     differences = config_differences(saved, rebuilt, ignore=RUN_LOCAL_FIELDS)
     if differences:
-        shown = _first_differences(differences)
         raise UserError(
             f"The tinker-cookbook rl.train.Config this piexp builds for {run_dir} differs from the one "
-            f"the run recorded in {RECORD_NAME} (saved -> now): {shown}. piexp's mapping of the config "
+            f"the run recorded in {RECORD_NAME} (saved -> now): {shown(differences)}. piexp's mapping of the config "
             f"or the cookbook's defaults changed since; use the versions the run used (manifest.json)."
         )
     return "matches"
@@ -195,6 +166,8 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("dir", type=Path, help="the run folder (a single run, or one job of a sweep)")
     parser.add_argument("--check-only", action="store_true", help="verify, do not run")
+    parser.add_argument("--replace", action="store_true",
+                        help="if the new folder holds another run, move it aside (never deleted) instead of refusing")
     parser.add_argument("hydra_overrides", nargs="*", metavar="hydra.KEY=VALUE",
                         help="Hydra settings for the new run, e.g. hydra.run.dir=DIR")
     args = parser.parse_args(list(argv))
@@ -218,11 +191,14 @@ def main(argv: Sequence[str]) -> int:
     new_dir = Path(chosen[-1].split("=", 1)[1]) if chosen else _default_run_dir()
     if not chosen:
         extra.append(f"hydra.run.dir={_quoted(str(new_dir))}")
+    from piexp.cli import _hydra_app, _prevalidate
+
+    # hydra.mode=RUN: a job of a preset sweep (hydra.mode: MULTIRUN) is rerun alone.
+    argv = [*overrides, f"{_REPRODUCES}={_quoted(report['reproduces'])}", "hydra.mode=RUN", *extra]
+    # Checked before reproduces.json is written: a folder holding another run is refused.
+    _prevalidate(argv, False, False, args.replace)
     new_dir.mkdir(parents=True, exist_ok=True)
     (new_dir / "reproduces.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"reproducing into {new_dir}")
 
-    from piexp.cli import _hydra_app
-
-    # hydra.mode=RUN: a job of a preset sweep (hydra.mode: MULTIRUN) is rerun alone.
-    return _hydra_app([*overrides, f"{_REPRODUCES}={_quoted(report['reproduces'])}", "hydra.mode=RUN", *extra])
+    return _hydra_app(argv)

@@ -5,10 +5,10 @@ Why: a sweep leaves one folder per job, each with its own results; comparing the
 opening files one at a time is how mistakes get made. This reads every job folder under
 DIR (any folder holding `.hydra/config.yaml`) and writes, into DIR:
 
-* `summary.csv` and `summary.md`: one row per job with its overrides (those that differ
+* `runs_summary.csv` and `runs_summary.md` (never a run's own `summary.md`): one row per job with its overrides (those that differ
   between the jobs first, so the swept values stand out), its state, and the final and
   best value of each key metric;
-* `summary_<metric>.png` per key metric: reward curves over training steps for train
+* `runs_summary_<metric>.png` per key metric: reward curves over training steps for train
   runs, bars for eval runs (one value per run).
 
 Key metrics, and where they come from:
@@ -40,6 +40,8 @@ import yaml
 from piexp.errors import UserError
 
 KEY_METRICS = ("pass@1", "reward")
+# Stem of the files summarize writes: never a run's own `summary.md` (a train run's verdict).
+OUTPUT_STEM = "runs_summary"
 # metrics.jsonl keys per key metric for train runs (first present wins).
 TRAIN_KEYS: dict[str, tuple[str, ...]] = {
     "pass@1": ("test/env/all/reward/total",),
@@ -47,6 +49,14 @@ TRAIN_KEYS: dict[str, tuple[str, ...]] = {
 }
 # results.json `overall` keys per key metric for eval runs.
 EVAL_KEYS: dict[str, str] = {"pass@1": "pass@1", "reward": "reward_shaped"}
+
+
+def eval_keys(config: Any) -> dict[str, str]:
+    """`results.json` keys per key metric for an eval run: its reward is the reward of the
+    run's own reward mode (reward=binary: the binary reward), as in training."""
+    reward = config.get("reward") if isinstance(config, dict) else None
+    binary = isinstance(reward, dict) and reward.get("mode") == "binary"
+    return {**EVAL_KEYS, "reward": "reward_binary" if binary else EVAL_KEYS["reward"]}
 
 
 @dataclass
@@ -68,7 +78,11 @@ class JobSummary:
 
 def find_job_folders(root: Path) -> list[Path]:
     """Every run folder under `root` (itself included), in natural order (2 before 10)."""
-    folders = {path.parent.parent for path in root.rglob(".hydra/config.yaml")}
+    from piexp.launch.run_folder import REPLACED_MARK
+
+    # Folders moved aside by --replace are not part of what is summarised.
+    folders = {path.parent.parent for path in root.rglob(".hydra/config.yaml")
+               if not any(REPLACED_MARK in part for part in path.relative_to(root).parts)}
     if (root / ".hydra" / "config.yaml").is_file():
         folders.add(root)
 
@@ -102,6 +116,7 @@ def _number(value: Any) -> float | None:
 
 def _sweep_states(root: Path) -> dict[str, str]:
     """Job folder (resolved) -> state, from the sweep status files under root."""
+    from piexp.sweeps import STATUS_SUBDIR
     from piexp.sweeps.status import STATUS_JSON
 
     states: dict[str, str] = {}
@@ -112,6 +127,8 @@ def _sweep_states(root: Path) -> dict[str, str]:
                 states[str(Path(entry["dir"]).resolve())] = str(entry["state"])
                 # Job folders are recorded as Hydra saw them (maybe relative to its cwd).
                 states[str((path.parent / Path(entry["dir"]).name).resolve())] = str(entry["state"])
+                if path.parent.name == STATUS_SUBDIR.name:  # a single run's own table
+                    states[str(path.parent.parent.resolve())] = str(entry["state"])
     return states
 
 
@@ -137,7 +154,7 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
     config = _read_yaml(folder / ".hydra" / "config.yaml") or {}
     mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
     overrides = _read_yaml(folder / ".hydra" / "overrides.yaml") or []
-    name = str(folder.relative_to(root)) if folder != root else "."
+    name = str(folder.relative_to(root)) if folder != root else folder.resolve().name
     state = states.get(str(folder.resolve()))
     if state is None:
         state = "complete" if read_marker(folder) is not None else "incomplete"
@@ -145,7 +162,7 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
 
     results = _read_json(folder / "results.json")
     if isinstance(results, dict) and isinstance(results.get("overall"), dict):
-        for metric, key in EVAL_KEYS.items():
+        for metric, key in eval_keys(config).items():
             value = _number(results["overall"].get(key))
             job.finals[metric] = job.bests[metric] = value
         job.tool_failures = _failure_column(results["overall"])
@@ -219,11 +236,69 @@ def markdown(root: Path, header: list[str], rows: list[list[str]]) -> str:
         return text.replace("|", "\\|") or "-"
 
     lines = [f"# Summary of {root}", "", f"{len(rows)} job(s). pass@1: eval split, binary reward; "
-             "reward: mean shaped reward (eval runs) or training-batch reward (train runs).", "",
+             "reward: mean reward in the run's reward mode (eval runs) or training-batch reward (train runs).", "",
              "| " + " | ".join(header[i] for i in shown) + " |",
              "| " + " | ".join("---" for _ in shown) + " |"]
     for row in rows:
         lines.append("| " + " | ".join(cell(row[i]) for i in shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def states_markdown(jobs: Sequence[JobSummary]) -> str:
+    """The jobs that did not finish, failed and interrupted apart (they need different
+    actions: a failure is read, an interruption is rerun)."""
+    lines = []
+    for state in ("failed", "interrupted", "stale", "running", "incomplete"):
+        names = [job.name for job in jobs if job.state == state]
+        if names:
+            lines.append(f"- {state}: {len(names)} ({', '.join(names)})")
+    return ("\nJobs that did not complete:\n\n" + "\n".join(lines) + "\n") if lines else ""
+
+
+# Two-sided 95% Student t quantiles by degrees of freedom (normal beyond 30).
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23,
+        15: 2.13, 20: 2.09, 30: 2.04}
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and the half-width of its 95% confidence interval (None for one value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    dof = len(values) - 1
+    t = next((q for d, q in sorted(_T95.items()) if dof <= d), 1.96)
+    return mean, t * sd / math.sqrt(len(values))
+
+
+def seed_groups(jobs: Sequence[JobSummary]) -> dict[str, list[JobSummary]]:
+    """Jobs grouped by their varying overrides other than `seed`: the runs of one setting."""
+    groups: dict[str, list[JobSummary]] = {}
+    for job, varying in zip(jobs, varying_overrides(jobs)):
+        key = " ".join(o for o in varying if o.split("=", 1)[0].lstrip("+~") != "seed") or "(all)"
+        groups.setdefault(key, []).append(job)
+    return groups
+
+
+def seed_groups_markdown(jobs: Sequence[JobSummary]) -> str:
+    """Mean over seeds with a 95% confidence interval, when some setting ran with several seeds."""
+    groups = seed_groups(jobs)
+    if all(len(members) < 2 for members in groups.values()):
+        return ""
+    lines = ["", "Over seeds (jobs that differ only by seed; mean ± 95% confidence interval, complete jobs):", "",
+             "| setting | seeds | " + " | ".join(f"final_{m}" for m in KEY_METRICS) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in KEY_METRICS) + " |"]
+    for setting, members in groups.items():
+        cells = []
+        for metric in KEY_METRICS:
+            values = [v for job in members if job.state in ("complete", "skipped")
+                      and (v := job.finals.get(metric)) is not None]
+            if not values:
+                cells.append("-")
+                continue
+            mean, half = mean_ci95(values)
+            cells.append(f"{mean:.3f}" + ("" if half is None else f" ± {half:.3f}"))
+        lines.append(f"| {setting.replace('|', chr(92) + '|')} | {len(members)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -289,11 +364,12 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     states = _sweep_states(root)
     jobs = [summarize_job(folder, root, states) for folder in folders]
     header, rows = table_rows(jobs)
-    written = {"csv": out_dir / "summary.csv", "md": out_dir / "summary.md"}
+    written = {"csv": out_dir / f"{OUTPUT_STEM}.csv", "md": out_dir / f"{OUTPUT_STEM}.md"}
     write_csv(written["csv"], header, rows)
-    written["md"].write_text(markdown(root, header, rows), encoding="utf-8")
+    written["md"].write_text(markdown(root, header, rows) + states_markdown(jobs) + seed_groups_markdown(jobs),
+                             encoding="utf-8")
     for metric in KEY_METRICS:
-        path = out_dir / f"summary_{metric}.png"
+        path = out_dir / f"{OUTPUT_STEM}_{metric}.png"
         if plot_metric(metric, jobs, path):
             written[metric] = path
     return written

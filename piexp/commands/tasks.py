@@ -1,6 +1,6 @@
 """`python -m piexp tasks [overrides] [n=N] [split=train|eval]`: print what the model
 would see for the first N tasks of each selected family, the files (truncated) and
-the answer."""
+the answer; with `--params`, what each difficulty parameter of the selected families does."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from piexp.errors import UserError
 
-USAGE = "usage: python -m piexp tasks [family=...] [lang=...] [n=N] [split=train|eval] [other overrides]"
+USAGE = ("usage: python -m piexp tasks [family=...] [lang=...] [n=N] [split=train|eval] [other overrides]; "
+         "python -m piexp tasks family=NAME --params (each difficulty parameter, its range, default and effect)")
 
 
 def _take(args: list[str], key: str, default: str) -> str:
@@ -29,6 +30,14 @@ def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if any(arg in ("-h", "--help") for arg in args):
         print(USAGE)
+        return 0
+    if "--params" in args:
+        args.remove("--params")
+        from piexp.tasks import FAMILIES
+        from piexp.tasks.params_help import render_params_help
+
+        config = load(rewrite_list_overrides(args))
+        print("\n".join(render_params_help(FAMILIES[name]) for name in config.families), end="")
         return 0
     n_text = _take(args, "n", "1")
     split = _take(args, "split", "train")

@@ -33,19 +33,24 @@ def _bare_comma_list(value: str) -> bool:
     return True
 
 
-def _quote_null_policy(arg: str) -> str:
-    # `policy=null` names the scripted policy that answers without tools; Hydra would
-    # read a bare null as "no value" (which means the model policy).
+def _refuse_null_policy(arg: str) -> None:
+    # Hydra reads a bare null (alone or in a sweep list) as "no value", which means the
+    # model policy: the scripted policy that answers without tools is `guess` instead.
     match = _ASSIGNMENT.match(arg)
-    if match and match["key"] == "policy" and match["value"] == "null":
-        return f"{match['prefix']}policy='null'"
-    return arg
+    if match and match["key"] == "policy":
+        items = [item.strip() for item in match["value"].strip("[]").split(",")]
+        if any(item.lower() == "null" for item in items):
+            from piexp.config.schema import RENAMED_POLICY_HINT
+            from piexp.errors import UserError
+
+            raise UserError(f"{arg}: {RENAMED_POLICY_HINT}")
 
 
 def rewrite_list_overrides(argv: Sequence[str]) -> list[str]:
     """Turn `family=a,b` into `family=[a,b]` (and the same for `lang`, `eval_lang`)
-    unless the command is a multirun; `policy=null` always means the null policy."""
-    argv = [_quote_null_policy(arg) for arg in argv]
+    unless the command is a multirun; `policy=null` is refused (see `_refuse_null_policy`)."""
+    for arg in argv:
+        _refuse_null_policy(arg)
     if is_multirun(argv):
         return list(argv)
     rewritten: list[str] = []

@@ -7,6 +7,7 @@ each job. Hydra's and pydantic's errors become one `UserError` paragraph.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -28,25 +29,39 @@ def group_options(group: str) -> list[str]:
     return sorted(path.stem for path in (config_dir() / group).glob("*.yaml"))
 
 
+_GROUPS = ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode", "languages", "experiment")
+
+
 def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> UserError:
     from hydra.errors import MissingConfigException
 
+    from piexp.config.suggest import unknown_options_hint
+
     text = str(error).strip()
     if isinstance(error, MissingConfigException):
-        group = None
-        for candidate in ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode",
-                          "languages", "experiment"):
-            if f"'{candidate}/" in text or f"'{candidate}'" in text or f" {candidate}=" in text:
-                group = candidate
-                break
-        if group is not None:
-            chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
-            return UserError(
-                f"Unknown {group} option {', '.join(chosen) or '(see above)'}. "
-                f"Valid {group} options: {', '.join(group_options(group))}."
-            )
+        for group in _GROUPS:
+            if f"'{group}/" in text or f"'{group}'" in text or f" {group}=" in text:
+                chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
+                return UserError(unknown_options_hint(group, chosen[-1] if chosen else "", group_options(group)))
     first_line = text.splitlines()[0] if text else type(error).__name__
+    bad_key = re.match(r"Could not override '([^']+)'", first_line)
+    if bad_key:
+        return UserError(f"Unknown key {bad_key[1]!r}: the config has no such option.{_key_hint(bad_key[1], overrides)}")
     return UserError(f"Invalid command-line override: {first_line}")
+
+
+def _key_hint(key: str, overrides: Sequence[str]) -> str:
+    """What an unknown key likely meant, from the keys of the config the command's group
+    choices compose (nothing when even those do not compose)."""
+    from piexp.config.suggest import config_keys, unknown_key_hint
+
+    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in _GROUPS]
+    try:
+        tree = OmegaConf.to_container(compose(choices), resolve=False)
+    except UserError:
+        return ""
+    assert isinstance(tree, dict)
+    return unknown_key_hint(key, config_keys(tree), list(tree.get("family") or {}))
 
 
 def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig:
@@ -62,15 +77,18 @@ def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig
         # Inside a Hydra job: compose in a fresh context and restore Hydra's afterwards.
         saved = GlobalHydra.instance().hydra
         GlobalHydra.instance().clear()
+    failure: Exception | None = None
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             try:
                 return hydra_compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
             except Exception as error:  # Hydra raises several unrelated types here.
-                raise _hydra_error_to_user_error(error, overrides) from error
+                failure = error
     finally:
         if already:
             GlobalHydra.instance().initialize(saved.config_loader)  # type: ignore[union-attr]
+    # Converted outside Hydra's context: finding the fix composes the config again.
+    raise _hydra_error_to_user_error(failure, overrides) from failure
 
 
 def _format_validation_error(error: ValidationError) -> str:
@@ -149,20 +167,26 @@ def declared_sweep(overrides: Sequence[str]) -> tuple[bool, list[str]]:
 def validate_command_line(overrides: Sequence[str], *, multirun: bool) -> list[RunConfig]:
     """Validate every job a command would run, before Hydra creates any folder: the
     command line's sweeps and those a preset declares (the command line wins a key)."""
+    return [config for _, config in planned_jobs(overrides, multirun=multirun)]
+
+
+def planned_jobs(overrides: Sequence[str], *, multirun: bool) -> list[tuple[list[str], RunConfig]]:
+    """Each job a command would run, in Hydra's job order: its overrides and its
+    validated config (a sweep beyond MAX_VALIDATED_SWEEP_JOBS: its first jobs only)."""
     preset_multirun, declared = declared_sweep(overrides)
     if not (multirun or preset_multirun):
-        return [load(overrides)]
+        return [(list(overrides), load(overrides))]
     given = {override.split("=", 1)[0].lstrip("+~") for override in overrides}
     overrides = [d for d in declared if d.split("=", 1)[0] not in given] + list(overrides)
-    configs = []
+    jobs = []
     for index, combo in enumerate(sweep_combinations(overrides)):
         if index >= MAX_VALIDATED_SWEEP_JOBS:
             break
         try:
-            configs.append(load(combo))
+            jobs.append((combo, load(combo)))
         except UserError as error:
             raise UserError(f"Sweep job {' '.join(combo)}: {error}") from None
-    return configs
+    return jobs
 
 
 def saved_run_config(run_dir: Path) -> DictConfig:

@@ -10,8 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, f
 from piexp.config.algo import AlgoSettings
 
 NonNegativeFloat = Annotated[float, Field(ge=0)]
-OFFLINE_POLICIES = ("oracle", "null", "crash", "wrong", "edit")
+OFFLINE_POLICIES = ("oracle", "guess", "crash", "wrong", "edit")
 EVAL_POLICIES = (*OFFLINE_POLICIES, "model")
+# The scripted policy that states a number without using a tool was called `null`, which
+# Hydra reads as "no value" (the model policy) inside sweep lists and presets.
+RENAMED_POLICY_HINT = ("the scripted policy that answers without tools is now called `guess` (policy=guess); "
+                       "`null` is refused because Hydra reads it as no value, which selects the model policy")
 
 
 class _Strict(BaseModel):
@@ -188,21 +192,27 @@ class RunConfig(_Strict):
     def _cross_checks(self) -> RunConfig:
         from piexp.tasks import FAMILIES
 
+        from piexp.config.suggest import did_you_mean_aside
+
         if not self.family:
             raise ValueError(f"no task family selected; choose from: {', '.join(sorted(FAMILIES))}")
         unknown = sorted(set(self.family) - set(FAMILIES))
         if unknown:
             raise ValueError(
-                f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
-                f"valid families: {', '.join(sorted(FAMILIES))}"
+                f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
+                f"{did_you_mean_aside(unknown[0], FAMILIES)}; valid families: {', '.join(sorted(FAMILIES))}"
             )
+        for name, params in self.family.items():
+            # Ranges checked now, not when the run builds its tasks: nothing is written first.
+            FAMILIES[name].make_params(params)
         if not self.lang:
             raise ValueError("lang is empty; give at least one language")
         for key, names in (("lang", self.lang), ("eval_lang", self.eval_lang or [])):
             unknown = [name for name in names if name not in self.languages]
             if unknown:
                 raise ValueError(
-                    f"unknown language {', '.join(unknown)} in {key}; "
+                    f"unknown language {', '.join(unknown)} in {key}"
+                    f"{did_you_mean_aside(unknown[0], self.languages)}; "
                     f"valid languages: {', '.join(self.languages)}"
                 )
         if self.eval_lang is not None and not self.eval_lang:
@@ -216,10 +226,11 @@ class RunConfig(_Strict):
                 )
         if self.model.name == "tiny-local" and self.service.name == "tinker":
             raise ValueError("model=tiny-local is a local model folder; use it with service=local")
-        if self.warm_start.sft_steps and self.mode.name != "train":
-            raise ValueError("warm_start.sft_steps is a training option (mode=train)")
+        self._refuse_what_the_mode_ignores()
         if self.mode.name == "train":
             self._check_algo_fits_training(self.mode)
+        if self.policy == "null":
+            raise ValueError(RENAMED_POLICY_HINT)
         if self.policy is not None and self.policy not in EVAL_POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; valid policies: {', '.join(EVAL_POLICIES)}")
         if self.checkpoint is not None and not self.checkpoint.startswith("tinker://"):
@@ -227,6 +238,27 @@ class RunConfig(_Strict):
         if self.checkpoint is not None and self.eval_policy != "model":
             raise ValueError("checkpoint is only used with policy=model")
         return self
+
+    def _refuse_what_the_mode_ignores(self) -> None:
+        """A setting the selected mode would silently ignore is refused, in every direction:
+        training options outside mode=train, policy options in mode=check (it runs its own
+        scripted policies); eval-only options in mode=train are refused above."""
+        if self.mode.name == "train":
+            return
+        ignored = []
+        if self.warm_start.sft_steps:
+            ignored.append("warm_start.sft_steps")
+        if self.algo != AlgoSettings():
+            changed = [key for key in type(self.algo).model_fields if getattr(self.algo, key) != getattr(AlgoSettings(), key)]
+            ignored.append("algo (" + ", ".join(f"algo.{key}" for key in changed) + ")")
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)} {'is a training option' if len(ignored) == 1 else 'are training options'}"
+                             f" (mode=train) that mode={self.mode.name} would ignore; drop it or use mode=train")
+        if self.mode.name == "check":
+            policy_options = [key for key in ("policy", "k", "checkpoint") if getattr(self, key) is not None]
+            if policy_options:
+                raise ValueError(f"{', '.join(policy_options)} would be ignored by mode=check (it runs the oracle and "
+                                 "the other scripted policies itself); use mode=eval to evaluate a policy")
 
     def _check_algo_fits_training(self, mode: TrainMode) -> None:
         """Batch arithmetic the cookbook asserts mid-run, and what the service can honour."""

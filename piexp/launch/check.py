@@ -7,7 +7,7 @@ parse -> tools -> sandbox -> reward, driven by tinker-cookbook's `do_group_rollo
   runtime is reported as missing (not as failing tasks) and fails only if it is asked for;
 * every (family, language) cell is solvable: the `oracle` earns binary reward 1.0 on the
   first N tasks of the cell in both splits;
-* a non-solution earns nothing: `null` gets binary 0 and shaped 0 (or the answer weight
+* a non-solution earns nothing: `guess` gets binary 0 and shaped 0 (or the answer weight
   when its guess happens to be right), `crash` and `wrong` binary 0 and shaped < 0.5, and
   `edit` (broken program, fixed with `edit`) binary 1.0, on a sample of each cell.
 
@@ -45,7 +45,7 @@ from piexp.transcripts.store import CHECK_TRANSCRIPTS, TranscriptWriter
 
 console = Console(stderr=True)
 
-SAMPLED_POLICIES = ("null", "crash", "wrong", "edit")
+SAMPLED_POLICIES = ("guess", "crash", "wrong", "edit")
 HELLO = "hello from piexp"
 HELLO_PROGRAMS = {
     "python": f'print("{HELLO}")\n',
@@ -99,6 +99,18 @@ async def probe_runtimes(config: RunConfig, sandbox_url: str) -> dict[str, dict[
     return dict(await asyncio.gather(*(probe(name) for name in config.languages)))
 
 
+def runtime_advice(name: str, info: dict[str, Any], config: RunConfig) -> str:
+    """The fix for a runtime that failed its hello world, from what it died of: a memory
+    limit too low is a memory limit too low, not a runtime to install."""
+    detail = str(info.get("detail") or "")
+    if "memory limit" in detail:
+        return (f"sandbox.memory_limit_mb={config.sandbox.memory_limit_mb} is too low for {name} to start; "
+                "raise it (the default is 1024)")
+    if "time limit" in detail or "timed out" in detail.lower():
+        return f"{name} did not start within limits.sandbox_timeout_s={config.limits.sandbox_timeout_s}; raise it"
+    return f"the run asks for {name} (lang/eval_lang): install it or drop it from the run"
+
+
 def requested_languages(config: RunConfig) -> list[str]:
     """The languages the run's episodes will use (model eval needs only the eval split's)."""
     if config.mode.name == "eval":
@@ -142,7 +154,7 @@ def expectation_violation(record: EpisodeRecord, answer_weight: float) -> str | 
     if record.policy in ("oracle", "edit"):
         if binary != 1.0:
             return f"expected binary reward 1.0, got {binary:g}"
-    elif record.policy == "null":
+    elif record.policy == "guess":
         allowed = answer_weight if record.metrics.get("response_answer_correct") else 0.0
         if binary != 0.0 or abs(shaped - allowed) > 1e-9:
             return f"expected binary 0 and shaped {allowed:g}, got binary {binary:g}, shaped {shaped:g}"
@@ -191,7 +203,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             if info["status"] != "ok":
                 violations.append(
                     f"runtime {name} is {info['status']} in the sandbox ({info['detail']}); "
-                    f"the run asks for {name} (lang/eval_lang): install it or drop it from the run"
+                    f"{runtime_advice(name, info, config)}"
                 )
         runnable = [name for name in requested if runtimes.get(name, {}).get("status") == "ok"]
         settings = episode_settings(config, sandbox_url)

@@ -35,6 +35,21 @@ def wait_for_remote(url: str, timeout_s: float) -> None:
     )
 
 
+def refuse_unreachable_remote(url: str) -> None:
+    """Fail at once when nothing listens at a remote sandbox's address (connection
+    refused), before any folder is made; a server that is still starting (it accepts but
+    does not answer yet) is waited for later, in `wait_for_remote`."""
+    try:
+        httpx.get(_ping_url(url), timeout=2.0)
+    except httpx.ConnectError as error:
+        raise UserError(
+            f"The sandbox at {url} refuses connections ({error or 'connection refused'}): nothing listens "
+            f"there. Start it first (python -m piexp.sandbox serve --port N), fix sandbox.url, or use sandbox=embedded."
+        ) from None
+    except httpx.HTTPError:
+        pass  # it accepted: slow answers are waited for, bounded, inside the run
+
+
 @contextlib.contextmanager
 def run_sandbox(settings: SandboxSettings) -> Iterator[str]:
     """Yield the /run_code URL for the run; an embedded server is stopped on exit."""

@@ -86,7 +86,7 @@ def _probe(url: str, timeout_s: float) -> BaseException | int:
         return e
 
 
-def preflight_tinker(base_url: str | None, timeout_s: float = 10.0) -> None:
+def preflight_tinker(base_url: str | None, timeout_s: float = 10.0, *, url_key: str = "service.base_url") -> None:
     """Fail fast, within about ``timeout_s`` seconds, if Tinker cannot be used.
 
     1. ``TINKER_API_KEY`` must be set (see :func:`require_api_key`).
@@ -116,11 +116,18 @@ def preflight_tinker(base_url: str | None, timeout_s: float = 10.0) -> None:
         err = result[0]
         reason = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     raise ServiceUnavailableError(
-        f"The Tinker service at {url} could not be reached within the {timeout_s:g} s bound "
+        f"The {'Tinker' if url_key == 'service.base_url' else 'self-hosted'} service at {url} could not be reached within the {timeout_s:g} s bound "
         f"({reason}). Check the network connection, any proxy settings (HTTPS_PROXY), and "
-        f"the service URL (config `service.base_url` or $TINKER_BASE_URL); raise "
+        f"the service URL ({_url_setting(url_key)}); raise "
         f"`service.connect_timeout_s` if the link is just slow. {_OFFLINE_HINT}"
     )
+
+
+def _url_setting(url_key: str) -> str:
+    """Where the probed URL came from: a self-hosted server's is `service.url` only."""
+    if url_key == "service.base_url":
+        return "config `service.base_url` or $TINKER_BASE_URL"
+    return f"config `{url_key}`"
 
 
 # --------------------------------------------------------------------------- redaction

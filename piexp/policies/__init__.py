@@ -1,6 +1,6 @@
 """Policies that drive workspace episodes through tinker-cookbook's rollout code.
 
-Scripted (offline, no account): `oracle`, `null`, `crash`, `wrong`, `edit`; see
+Scripted (offline, no account): `oracle`, `guess`, `crash`, `wrong`, `edit`; see
 `scripted.py`. `model`: a Tinker sampler; see `model.py`.
 """
 
@@ -10,7 +10,7 @@ from piexp.policies.scripted import (
     POLICIES,
     CrashPolicy,
     EditPolicy,
-    NullPolicy,
+    GuessPolicy,
     OraclePolicy,
     ScriptedPolicy,
     WrongPolicy,
@@ -22,7 +22,7 @@ __all__ = [
     "POLICIES",
     "CrashPolicy",
     "EditPolicy",
-    "NullPolicy",
+    "GuessPolicy",
     "Observation",
     "ObservationError",
     "OraclePolicy",

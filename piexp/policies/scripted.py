@@ -239,10 +239,10 @@ class OraclePolicy(ScriptedPolicy):
         ]
 
 
-class NullPolicy(ScriptedPolicy):
+class GuessPolicy(ScriptedPolicy):
     """Answers a number without using any tool."""
 
-    name = "null"
+    name = "guess"
 
     def plan(self, observation: Observation) -> list[Step]:
         return [Answer(self.answer_guess)]
@@ -307,7 +307,7 @@ class EditPolicy(ScriptedPolicy):
 
 
 POLICIES: dict[str, type[ScriptedPolicy]] = {
-    policy.name: policy for policy in (OraclePolicy, NullPolicy, CrashPolicy, WrongPolicy, EditPolicy)
+    policy.name: policy for policy in (OraclePolicy, GuessPolicy, CrashPolicy, WrongPolicy, EditPolicy)
 }
 
 

@@ -88,7 +88,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
 
         assert service.url is not None
         with placeholder_api_key(override=False):
-            preflight_tinker(service.url, service.connect_timeout_s)
+            preflight_tinker(service.url, service.connect_timeout_s, url_key="service.url")
             if not service.compat_proxy:
                 yield _resolved(config, service.url.rstrip("/"))
                 return

@@ -16,7 +16,7 @@ import fcntl
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from piexp.files import atomic_write_text
 from piexp.sweeps.liveness import STALE_AFTER_S, Owner, judge, utc_now
@@ -30,6 +30,11 @@ _REASONED = {"failed", "interrupted", "stale"}
 
 def _format_metric(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _clock(stamp: Any) -> str:
+    """`2026-01-01 12:00:00` from an ISO time stamp (empty when there is none)."""
+    return str(stamp or "")[:19].replace("T", " ")
 
 
 def _stamp() -> str:
@@ -132,6 +137,20 @@ class SweepStatus:
             self._write(data)
         return True
 
+    def keep_only(self, jobs: Iterable[int | str]) -> None:
+        """Drop the rows of jobs not in `jobs` (left by an earlier, larger sweep in the same
+        folder), so the table and the summaries that read it show only this sweep."""
+        if not self.json_path.is_file():
+            return
+        wanted = {str(job) for job in jobs}
+        with self._locked():
+            data = self.read()
+            gone = [job for job in data["jobs"] if job not in wanted]
+            if gone:
+                for job in gone:
+                    del data["jobs"][job]
+                self._write(data)
+
     def refresh(self) -> dict[str, Any]:
         """Judge every entry and rewrite the files with the result, so they tell the truth
         even when no job is left alive to do it; a read-only folder is only read."""
@@ -163,8 +182,9 @@ class SweepStatus:
             f"seconds; one whose heartbeat is older than {STALE_AFTER_S:.0f} s is not running: "
             "`python -m piexp status DIR` shows it as `stale` or `interrupted`.",
             "",
-            "| job | state | metric | overrides | host:pid | heartbeat (UTC) | updated (UTC) | error or reason |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| job | state | metric | overrides | host:pid | started (UTC) | ended (UTC) | heartbeat (UTC) "
+            "| error or reason |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for entry in jobs:
             error = " ".join(str(entry.get("error") or "").split()).replace("|", "\\|")[:200]
@@ -173,6 +193,7 @@ class SweepStatus:
             beat = str(entry.get("heartbeat_utc") or "")[11:19]
             lines.append(
                 f"| {entry.get('job')} | {entry.get('state', '?')} | {_format_metric(entry.get('metric'))} "
-                f"| {overrides} | {where} | {beat} | {entry.get('updated_utc', '')} | {error} |"
+                f"| {overrides} | {where} | {_clock(entry.get('started_utc'))} | {_clock(entry.get('finished_utc'))} "
+                f"| {beat} | {error} |"
             )
         return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from piexp.config.argv import rewrite_list_overrides
 from piexp.config.compose import group_options, load, sweep_combinations
 from piexp.config.presets import preset_names
 from piexp.config.schema import RunConfig
+from piexp.errors import UserError
 from piexp.tasks import FAMILIES
 
 # Family config files that select other families rather than being one.
@@ -108,9 +109,19 @@ def test_defaults_match_the_reference() -> None:
     assert config.languages["python"].runtimes == ["python", "python3"]
 
 
-def test_policy_null_names_the_null_policy() -> None:
-    argv = rewrite_list_overrides(["mode=eval", "policy=null"])
-    assert argv == ["mode=eval", "policy='null'"]
-    assert load(argv).eval_policy == "null"
+def test_guess_policy_has_one_spelling_and_null_is_refused_with_a_hint() -> None:
+    """Issue 15, observation 2: `policy=oracle,null` in a sweep list silently meant the
+    model policy (YAML null). The policy is now `guess`, alone, in lists and in presets;
+    `null` is refused wherever it is written, naming the new name."""
+    assert load(rewrite_list_overrides(["mode=eval", "policy=guess"])).eval_policy == "guess"
     assert load(["mode=eval"]).eval_policy == "model"
-    assert rewrite_list_overrides(["-m", "policy=null"]) == ["-m", "policy='null'"]
+    for argv in (["mode=eval", "policy=null"], ["-m", "mode=eval", "policy=oracle,null"],
+                 ["-m", "policy=[oracle,NULL]"]):
+        with pytest.raises(UserError, match="now called `guess`"):
+            rewrite_list_overrides(argv)
+    with pytest.raises(UserError, match="now called `guess`"):
+        load(["mode=eval", "policy='null'"])
+    from piexp.config.compose import planned_jobs
+
+    policies = [config.eval_policy for _, config in planned_jobs(["mode=eval", "policy=oracle,guess"], multirun=True)]
+    assert policies == ["oracle", "guess"]

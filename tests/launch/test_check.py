@@ -42,9 +42,9 @@ def test_check_passes_and_writes_check_json(sandbox_url, tmp_path):
             cell = report["cells"][family][language]
             assert cell["status"] == "ok"
             assert cell["policies"]["oracle"] == {"ok": 2, "total": 2}  # 1 per split
-            assert set(cell["policies"]) == {"oracle", "null", "crash", "wrong", "edit"}
+            assert set(cell["policies"]) == {"oracle", "guess", "crash", "wrong", "edit"}
     policies = {episode["policy"] for episode in report["episodes"]}
-    assert policies == {"oracle", "null", "crash", "wrong", "edit"}
+    assert policies == {"oracle", "guess", "crash", "wrong", "edit"}
 
 
 def test_broken_reference_fails_and_names_the_cell(sandbox_url, tmp_path, monkeypatch):

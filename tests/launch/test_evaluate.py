@@ -104,17 +104,8 @@ def test_interrupted_eval_resumes_without_redoing_finished_episodes(sandbox_url,
     assert rerun == []
 
 
-def test_policy_null_on_the_command_line_is_the_null_policy():
-    """Hydra would read a bare `policy=null` as YAML null (the model policy); piexp's
-    command-line rewriting makes it the scripted null policy, quoted or not."""
-    from piexp.config.argv import rewrite_list_overrides
-
-    assert load([*BASE, "policy='null'"]).eval_policy == "null"
-    assert load(rewrite_list_overrides([*BASE, "policy=null"])).eval_policy == "null"
-
-
 def test_resume_refuses_a_folder_of_another_policy(sandbox_url, tmp_path):
-    config = load([*BASE, "policy='null'", "family=[arith]", "lang=[python]"])
+    config = load([*BASE, "policy=guess", "family=[arith]", "lang=[python]"])
     evaluate.run_eval(config, tmp_path, sandbox_url, build_splits(config))
     other = load([*BASE, "policy=crash", "family=[arith]", "lang=[python]"])
     with pytest.raises(UserError, match="different policy"):
@@ -122,7 +113,7 @@ def test_resume_refuses_a_folder_of_another_policy(sandbox_url, tmp_path):
 
 
 def test_truncated_last_line_is_ignored(sandbox_url, tmp_path):
-    config = load([*BASE, "policy='null'", "family=[arith]", "lang=[python]"])
+    config = load([*BASE, "policy=guess", "family=[arith]", "lang=[python]"])
     splits = build_splits(config)
     evaluate.run_eval(config, tmp_path, sandbox_url, splits)
     path = tmp_path / evaluate.EPISODES_FILE

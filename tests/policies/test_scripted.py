@@ -65,7 +65,7 @@ def episode(policy_name, task, language, settings, tasks, **kwargs):
 
 
 @pytest.mark.parametrize("renderer", [INSTRUCT, THINKING], ids=["qwen3_instruct", "qwen3"])
-@pytest.mark.parametrize("policy_name", ["oracle", "null", "crash", "wrong", "edit"])
+@pytest.mark.parametrize("policy_name", ["oracle", "guess", "crash", "wrong", "edit"])
 def test_first_action_parses_back_to_the_intended_message(renderer, policy_name, tasks):
     """The emitted tokens are what the renderer parses back into the same tool calls (or
     text), and end with the renderer's stop token."""
@@ -113,7 +113,7 @@ def test_max_tokens_cuts_the_turn_like_a_sampler(tasks):
     r = get_run_renderer(*INSTRUCT)
     env = build_workspace_env(task=tasks[0], language="python", settings=settings, renderer=r, evaluation=True)
     model_input, stop = run(env.initial_observation())
-    result = run(make_policy("null", r)(model_input, stop, max_tokens=3))
+    result = run(make_policy("guess", r)(model_input, stop, max_tokens=3))
     assert len(result.tokens) == 3 and result.stop_reason == "length"
 
 
@@ -176,7 +176,7 @@ def flags(tool, mutation, execution, output, answer):
 
 EXPECTED = {
     # policy: (metrics, turns)
-    "null": (flags(0, 0, 0, 0, 0), 1),
+    "guess": (flags(0, 0, 0, 0, 0), 1),
     "crash": (flags(1, 1, 0, 0, 0), 3),
     "wrong": (flags(1, 1, 1, 0, 0), 3),
     "edit": (flags(1, 1, 1, 1, 1), 6),
@@ -208,7 +208,7 @@ def test_right_guesses_earn_only_the_answer_weight(sandbox_url, tasks, language)
     weights = RewardWeights()
     settings = settings_for(sandbox_url, weights=weights)
     # The test knows the answer; the policy is only told what to guess.
-    null = episode("null", task, language, settings, tasks, guess=task.answer)
+    null = episode("guess", task, language, settings, tasks, guess=task.answer)
     assert null.metrics == flags(0, 0, 0, 0, 1)
     assert null.shaped == pytest.approx(weights.answer) and null.reward == 0.0
     crash = episode("crash", task, language, settings, tasks, guess=task.answer)

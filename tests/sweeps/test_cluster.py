@@ -195,7 +195,7 @@ def test_summarize_and_reproduce_work_on_the_resumed_sweep(killed_sweep: KilledS
     sweep = killed_sweep.sweep
     summary = run_piexp(tmp_path, "summarize", str(sweep))
     assert summary.returncode == 0, summary.stderr
-    rows = (sweep / "summary.csv").read_text().splitlines()[1:]
+    rows = (sweep / "runs_summary.csv").read_text().splitlines()[1:]
     assert [row.split(",")[0] for row in rows] == ["0", "1", "2"]
     check = run_piexp(tmp_path, "reproduce", str(sweep / "1"), "--check-only")
     assert check.returncode == 0, check.stderr

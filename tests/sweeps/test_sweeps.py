@@ -66,7 +66,7 @@ def test_summary_rows_match_each_jobs_results(reward_sweep: SweepRuns, tmp_path:
     sweep = reward_sweep.sweep_dir
     result = run_piexp(tmp_path, "summarize", str(sweep))
     assert result.returncode == 0, result.stderr
-    with (sweep / "summary.csv").open() as handle:
+    with (sweep / "runs_summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert [row["job"] for row in rows] == ["0", "1", "2"]
     for row, weight in zip(rows, ("0.4", "0.6", "0.8")):
@@ -77,10 +77,10 @@ def test_summary_rows_match_each_jobs_results(reward_sweep: SweepRuns, tmp_path:
         assert float(row["best_pass@1"]) == pytest.approx(overall["pass@1"])
         assert float(row["final_reward"]) == pytest.approx(overall["reward_shaped"])
         assert row["mode"] == "eval"
-    markdown = (sweep / "summary.md").read_text()
+    markdown = (sweep / "runs_summary.md").read_text()
     assert markdown.count("| eval |") == 3 and "reward.weights.output=0.6" in markdown
     for metric in ("pass@1", "reward"):
-        assert (sweep / f"summary_{metric}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (sweep / f"runs_summary_{metric}.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_summary_of_train_runs_uses_metrics_jsonl(tmp_path: Path) -> None:
@@ -97,13 +97,51 @@ def test_summary_of_train_runs_uses_metrics_jsonl(tmp_path: Path) -> None:
         {"step": 2, "env/all/reward/total": 0.5, "test/env/all/reward/total": 0.4},
     ]
     (run / "metrics.jsonl").write_text("\n".join(__import__("json").dumps(x) for x in lines) + "\n{cut")
+    (run / "summary.md").write_text("reward rose\n")  # the run's own verdict
     written = summarize(run)
+    # Issue 15, observation 7: summarize never overwrites a run's own summary.md.
+    assert (run / "summary.md").read_text() == "reward rose\n"
     with written["csv"].open() as handle:
         (row,) = list(csv.DictReader(handle))
-    assert (row["job"], row["mode"], row["overrides"], row["steps"]) == (".", "train", "seed=3", "3")
+    assert (row["job"], row["mode"], row["overrides"], row["steps"]) == ("run", "train", "seed=3", "3")
     assert (float(row["final_reward"]), float(row["best_reward"])) == (0.5, 0.7)
     assert (float(row["final_pass@1"]), float(row["best_pass@1"])) == (0.4, 0.4)
     assert written["reward"].is_file() and written["pass@1"].is_file()
+
+
+def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart(tmp_path: Path) -> None:
+    """Issue 15, observations 6 and 7: in `-m seed=0,1 reward=binary,shaped mode=eval` the
+    binary rows showed the shaped reward; seeds were not averaged; failed jobs hid among
+    incomplete ones; a job of an earlier, larger sweep was included."""
+    import json
+
+    from piexp.commands.summarize import summarize
+
+    sweep = tmp_path / "sweep"
+    jobs = {"0": ("binary", 0, 1.0), "1": ("binary", 1, 0.5), "2": ("shaped", 0, 1.0), "3": ("shaped", 1, 0.0)}
+    for num, (mode, seed, passed) in jobs.items():
+        folder = sweep / num
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "config.yaml").write_text(f"mode:\n  name: eval\nreward:\n  mode: {mode}\n")
+        (folder / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n- reward={mode}\n- mode=eval\n")
+        (folder / "results.json").write_text(json.dumps(
+            {"overall": {"pass@1": passed, "reward_binary": passed, "reward_shaped": 0.3}}))
+    states = {num: {"job": int(num), "state": "complete", "dir": str(sweep / num)} for num in jobs}
+    states["3"]["state"] = "failed"
+    (sweep / "sweep_status.json").write_text(json.dumps({"jobs": states}))
+    moved = sweep / "1.replaced-20260101T000000Z" / ".hydra"  # moved aside by --replace: not summarised
+    moved.mkdir(parents=True)
+    (moved / "config.yaml").write_text("mode:\n  name: eval\n")
+    written = summarize(sweep)
+    with written["csv"].open() as handle:
+        rows = {row["job"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == set(jobs)
+    assert float(rows["0"]["final_reward"]) == 1.0 and float(rows["1"]["final_reward"]) == 0.5  # binary
+    assert float(rows["2"]["final_reward"]) == pytest.approx(0.3)  # shaped
+    markdown = written["md"].read_text()
+    assert "- failed: 1 (3)" in markdown
+    assert "| reward=binary | 2 | 0.750 ± 3.178 |" in markdown  # mean and 95% CI over seeds 0, 1
+    assert "| reward=shaped | 2 | 1.000 |" in markdown  # the failed seed is left out
 
 
 @pytest.mark.parametrize("make", ["missing", "file", "empty"])

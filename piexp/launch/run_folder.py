@@ -1,0 +1,103 @@
+"""Never lose or mix results: before Hydra writes anything, every folder a command
+would run into is checked against the run it already holds.
+
+Hydra writes `.hydra/config.yaml` and `overrides.yaml` into a run folder the moment a
+job starts, so a rerun with another config into a finished folder would overwrite the
+record of what the folder's results are. Here each planned job folder (`hydra.run.dir`,
+or `hydra.sweep.dir`/job number) that holds a piexp run is compared with the job's
+validated config: the same config resumes (as before), another one is refused naming
+the folder, the differing keys and the two ways out, unless `--replace` is given, which
+moves the old folder aside (`<folder>.replaced-<UTC time>`), never deletes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from piexp.config.schema import RunConfig
+from piexp.errors import UserError
+
+# The command-line flag that moves a folder holding another run aside.
+REPLACE_FLAG = "--replace"
+# Suffix of a folder moved aside by --replace (summaries skip such folders).
+REPLACED_MARK = ".replaced-"
+
+
+def take_replace_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """argv without `--replace`, and whether it was there (Hydra does not know the flag)."""
+    return [arg for arg in argv if arg != REPLACE_FLAG], REPLACE_FLAG in argv
+
+
+def planned_folders(overrides: Sequence[str], multirun: bool, count: int) -> tuple[Path | None, list[Path | None]]:
+    """The sweep folder (None for a single run) and the folder of each of `count` jobs,
+    as Hydra will name them (None where a custom `hydra.sweep.subdir` hides it)."""
+    from piexp.config.compose import compose, sweep_combinations
+
+    fixed = next(iter(sweep_combinations(overrides)), list(overrides))
+    cfg = compose(fixed, with_hydra=True)
+    multirun = multirun or str(OmegaConf.select(cfg, "hydra.mode") or "").endswith("MULTIRUN")
+    if not multirun:
+        return None, [Path(str(cfg.hydra.run.dir))]
+    sweep_dir = Path(str(cfg.hydra.sweep.dir))
+    subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")  # type: ignore[union-attr]
+    if subdir != "${hydra.job.num}":
+        return sweep_dir, [None] * count
+    return sweep_dir, [sweep_dir / str(number) for number in range(count)]
+
+
+def _held_run(folder: Path) -> tuple[RunConfig | None, str | None]:
+    """The validated config of the run `folder` holds (None, None when it holds none),
+    or (None, why) when its saved config cannot be read by this piexp."""
+    from piexp.config.compose import saved_run_config, validate
+
+    if not (folder / ".hydra" / "config.yaml").is_file():
+        return None, None
+    try:
+        return validate(saved_run_config(folder)), None
+    except Exception as error:  # a corrupt or older config: still another run's folder
+        return None, " ".join(str(error).split())[:300]
+
+
+def folder_conflict(folder: Path, config: RunConfig) -> str | None:
+    """Why `folder` holds a different run than `config` (None when it holds none or the same)."""
+    from piexp.config.differences import config_differences, shown
+
+    held, unreadable = _held_run(folder)
+    if unreadable is not None:
+        return f"its saved config cannot be read by this piexp ({unreadable})"
+    if held is None:
+        return None
+    differences = config_differences(held.model_dump(mode="json"), config.model_dump(mode="json"),
+                                     ignore=frozenset())
+    return f"differing keys (held -> new): {shown(differences)}" if differences else None
+
+
+def move_aside(folder: Path) -> Path:
+    """Rename `folder` to `<folder>.replaced-<UTC time>` (unique), and return the new path."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target, n = folder.with_name(f"{folder.name}{REPLACED_MARK}{stamp}"), 1
+    while target.exists():
+        target, n = folder.with_name(f"{folder.name}{REPLACED_MARK}{stamp}-{n}"), n + 1
+    folder.rename(target)
+    return target
+
+
+def guard_folders(folders: Sequence[Path | None], configs: Sequence[RunConfig], *, replace: bool) -> list[str]:
+    """Refuse (or with `replace`, move aside) every folder that holds a different run;
+    returns one line per folder moved. Nothing is moved unless every conflict may be."""
+    conflicts = [(folder, why) for folder, config in zip(folders, configs)
+                 if folder is not None and (why := folder_conflict(folder, config)) is not None]
+    if conflicts and not replace:
+        folder, why = conflicts[0]
+        more = f" ({len(conflicts) - 1} more job folder(s) likewise)" if len(conflicts) > 1 else ""
+        raise UserError(
+            f"{folder} already holds a different run{more}; {why}. Its results are kept and nothing was "
+            f"written. Either run into a new folder (another hydra.run.dir=... or hydra.sweep.dir=...), or "
+            f"add {REPLACE_FLAG} to move the old folder aside to {folder.name}{REPLACED_MARK}<time> (never "
+            "deleted) and start afresh. Rerunning with the same config resumes instead."
+        )
+    return [f"moved {folder} aside to {move_aside(folder)} ({why})" for folder, why in conflicts]

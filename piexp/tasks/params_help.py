@@ -1,0 +1,57 @@
+"""`python -m piexp tasks family=NAME --params`: what each difficulty parameter of a
+family does, its range and default, and one example task at the easiest and at the
+default setting. The descriptions are the comments on the family's params dataclass
+(`piexp/tasks/families/NAME.py`), their one home."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+
+from piexp.errors import UserError
+from piexp.tasks.family import Family
+
+# `name: int = 150  # what it changes` in a params dataclass.
+_FIELD_LINE = re.compile(r"^\s*(?P<name>\w+)\s*:\s*[\w\[\], |]+=\s*[^#]+#\s*(?P<doc>.+)$")
+
+
+def param_docs(family: Family) -> dict[str, str]:
+    """Parameter name -> the comment that explains it."""
+    docs: dict[str, str] = {}
+    for line in inspect.getsource(family.params_type).splitlines():
+        match = _FIELD_LINE.match(line)
+        if match:
+            docs[match["name"]] = match["doc"].strip()
+    return docs
+
+
+def _example(family: Family, params: dict[str, int], label: str, max_chars: int) -> str:
+    from piexp.tasks import build_tasks
+
+    try:
+        (task,) = build_tasks(split="train", tasks_per_family=1, seed=0, families=[family.name],
+                              params={family.name: params})
+    except UserError as error:
+        return f"## Example at {label}\n\n(not a valid setting: {error})\n"
+    lines = [f"## Example at {label}: {', '.join(f'{k}={v}' for k, v in params.items()) or 'defaults'}", "",
+             task.instruction, ""]
+    for name, text in sorted(task.files.items()):
+        shown = text if len(text) <= max_chars else text[:max_chars] + f"\n... ({len(text)} characters in all)"
+        lines += [f"--- {name}", shown, ""]
+    lines.append(f"answer: {task.answer}")
+    return "\n".join(lines) + "\n"
+
+
+def render_params_help(family: Family, max_chars: int = 300) -> str:
+    docs = param_docs(family)
+    defaults = dataclasses.asdict(family.defaults)
+    lines = [f"# {family.name}: {family.summary}", "",
+             f"Set with family.{family.name}.NAME=VALUE (integers; values outside the range are refused).", "",
+             "| parameter | range | default | what it changes |", "| --- | --- | --- | --- |"]
+    for name in family.param_names():
+        low, high = family.limits[name]
+        lines.append(f"| {name} | {low}..{high} | {defaults[name]} | {docs.get(name, '')} |")
+    easiest = {name: family.limits[name][0] for name in family.param_names()}
+    examples = [_example(family, easiest, "the lowest values", max_chars), _example(family, {}, "the defaults", max_chars)]
+    return "\n".join(lines) + "\n\n" + "\n".join(examples)

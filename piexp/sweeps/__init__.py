@@ -31,6 +31,7 @@ __all__ = [
     "SweepJobFailed",
     "SweepStatus",
     "config_hash",
+    "job_failed",
     "judge",
     "read_marker",
     "run_tracked",

@@ -9,7 +9,7 @@ namespaces, maps uid 65534 (user namespace), mounts a private tmpfs /tmp (mount
 namespace) and /proc (pid namespace), forks the new namespace's first process and execs
 `/bin/true` — the per-run work a pre-built, long-lived sandbox root has left, since it
 builds the read-only root once instead of per run. (This measurement is why the sandbox
-now has that launcher: piexp/sandbox/zygote.c; bench/sandbox.py prints its floor.)
+now has that launcher: piexp/sandbox/launchers/zygote.c; bench/sandbox.py prints its floor.)
 
     python bench/namespace_cost.py [--runs 300]
 
@@ -104,7 +104,8 @@ def main() -> int:
         print("no C compiler (cc/gcc) on PATH: this probe compiles its helper", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from piexp.sandbox.isolation import build_bwrap_argv, bwrap_path, resolve_runtime
+    from piexp.sandbox.isolation.layout import resolve_runtime
+    from piexp.sandbox.launchers.bwrap import build_bwrap_argv, bwrap_path
 
     bwrap, runtime = bwrap_path(), resolve_runtime("python3")
     with tempfile.TemporaryDirectory(prefix="ns-cost-") as tmp:

@@ -38,7 +38,9 @@ languages. (A warm, pre-isolated *Python* process that unshares and forks per ru
 bench/sandbox_warm_probe.py's approach with an exec, cost 6-7 ms, more than bwrap: a
 CPython parent's fork and copy-on-write faults cost more than the zygote's small C one.)
 Removed along the way: node's V8 heap flag under a memory cgroup (it cost node its code
-cache, ~6 ms a start), the /bin/sh cgroup trampoline (~0.9 ms), six /etc binds (~0.6 ms).
+cache, ~6 ms a start), the /bin/sh cgroup trampoline (~0.9 ms), six /etc binds (~0.6 ms),
+and moving bwrap's held init into its cgroup v1 hierarchies from outside (an RCU grace
+period, ~10 ms a run at concurrency 1; the spawner thread now joins them itself: spawn.py).
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ from rich.table import Table
 from machine_cpu import busy_cpu_ms, command_cost
 from piexp.sandbox import EmbeddedSandbox, close_sandbox_clients, sandbox_client
 from piexp.sandbox.settings import LAUNCHERS
-from piexp.sandbox.isolation import build_bwrap_argv, resolve_runtime, root_layout
-from piexp.sandbox.zygote import Zygote, ZygoteError
+from piexp.sandbox.isolation.layout import resolve_runtime, root_layout
+from piexp.sandbox.launchers.bwrap import build_bwrap_argv
+from piexp.sandbox.launchers.zygote_client import Zygote, ZygoteError
 
 PROGRAMS = {
     "python": ("python3", "main.py", "import sys\nn = int(open('n.txt').read())\nprint(sum(i * i for i in range(n)))\n"),

@@ -8,7 +8,7 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
 # bubblewrap isolates sandboxed programs (and a C compiler builds the sandbox's zygote,
-# piexp/sandbox/zygote.c); node runs the JavaScript tasks; Chromium (and its driver)
+# piexp/sandbox/launchers/zygote.c); node runs the JavaScript tasks; Chromium (and its driver)
 # runs the run viewer's browser test (tests/transcripts/test_viewer_browser.py).
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)

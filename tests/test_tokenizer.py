@@ -21,6 +21,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 from piexp import tokenizer as ptok  # noqa: E402
+from piexp.tokenizer import build as ptok_build  # noqa: E402
+from piexp.tokenizer import proxy as ptok_proxy  # noqa: E402
 
 SPECIAL_IDS = {
     "<|endoftext|>": 151643,
@@ -81,8 +83,8 @@ def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     old = os.environ.get("PIEXP_CACHE_DIR")
     os.environ["PIEXP_CACHE_DIR"] = str(root)
     # The loaded backend is process-wide; start from a clean slate for this root.
-    ptok._backend = None
-    ptok._proxies.clear()
+    ptok_proxy._backend = None
+    ptok_proxy._proxies.clear()
     try:
         yield root
     finally:
@@ -118,7 +120,7 @@ def test_cache_location_honours_env(cache_root: Path, tok: ptok.ThreadSafeTokeni
     assert path == cache_root / "tokenizers" / "qwen3"
     assert (path / "tokenizer.json").is_file()
     marker = json.loads((path / "piexp_tokenizer_build.json").read_text())
-    assert marker["format_version"] == ptok._BUILD_FORMAT_VERSION
+    assert marker["format_version"] == ptok_build._BUILD_FORMAT_VERSION
     # No temp dirs left behind by the atomic build.
     assert [p.name for p in path.parent.iterdir()] == ["qwen3"]
 
@@ -157,7 +159,7 @@ def test_loading_twice_hits_cache(cache_root: Path, tok: ptok.ThreadSafeTokenize
     def boom(*_a, **_k):
         raise AssertionError("rebuilt although the cache was complete")
 
-    monkeypatch.setattr(ptok, "_write_tokenizer_files", boom)
+    monkeypatch.setattr(ptok_build, "_write_tokenizer_files", boom)
     path = ptok.offline_qwen3_tokenizer_dir()
     assert ptok.load_offline_qwen3_tokenizer() is tok
     # A fresh transformers load from the cache dir works offline, too.
@@ -173,7 +175,7 @@ def test_stale_cache_is_rebuilt_atomically(tmp_path: Path, cache_root: Path) -> 
     (target / "piexp_tokenizer_build.json").write_text('{"format_version": -1}')
     (target / "junk").write_text("x")
     out = ptok.build_qwen3_tokenizer_dir(target)
-    assert out == target and ptok._is_complete(target)
+    assert out == target and ptok_build._is_complete(target)
     assert not (target / "junk").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["qwen3"]
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from piexp import tokenizer as ptok
+from piexp.tokenizer import proxy as ptok_proxy
 
 
 class FakeTokenizer:
@@ -117,8 +118,8 @@ def test_encode_budget_bounds_new_tokenizing() -> None:
 
 
 def test_proxies_of_one_backend_share_the_memo(monkeypatch) -> None:
-    monkeypatch.setattr(ptok, "_backend", (FakeTokenizer(), threading.RLock(), ptok.EncodeCache()))
-    monkeypatch.setattr(ptok, "_proxies", {})
+    monkeypatch.setattr(ptok_proxy, "_backend", (FakeTokenizer(), threading.RLock(), ptok.EncodeCache()))
+    monkeypatch.setattr(ptok_proxy, "_proxies", {})
     a, b = ptok.load_offline_qwen3_tokenizer("A"), ptok.load_offline_qwen3_tokenizer("B")
     a.encode("xyz", add_special_tokens=False)
     b.encode("xyz", add_special_tokens=False)

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from .isolation import set_parent_death_signal
+from .isolation.process import set_parent_death_signal
 from .settings import add_settings_flags, settings_from_flags
 
 
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build-zygote", help="compile the sandbox's zygote launcher (cached; prints its path)")
     args = parser.parse_args(argv)
     if args.command == "build-zygote":
-        from .zygote import ZygoteError, zygote_binary
+        from .launchers.zygote_client import ZygoteError, zygote_binary
 
         try:
             print(zygote_binary())

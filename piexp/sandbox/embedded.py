@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import fields
 from typing import Optional
 
-from .isolation import set_parent_death_signal
+from .isolation.process import set_parent_death_signal
 from .settings import SandboxSettings, settings_as_flags
 
 log = logging.getLogger(__name__)

@@ -1,22 +1,12 @@
-"""Starting a sandbox's bwrap, already inside the run's cgroup v1 hierarchies, and handing
-the child to the event loop.
-
-Why a dedicated thread: a thread that joins a cgroup v1 hierarchy by writing "0" to its
-`tasks` file moves only itself and skips the kernel's global cgroup_threadgroup_rwsem
-(moving another process waits for an RCU grace period: ~10 ms a run at concurrency 1),
-and a child started by a thread inherits that thread's cgroups. So one long-lived thread
-joins the run's cgroups, vforks+execs bwrap, and goes back to the server's own cgroups.
-It is not the main thread on purpose: the v1 memory controller charges a process's pages
-to the cgroup of its main thread (the mm owner), so the server's memory is never charged
-to a run. It lives as long as the runner because bwrap's --die-with-parent binds each
-sandbox to the thread that started it. (Before, a /bin/sh trampoline joined the cgroups
-and exec'd bwrap: ~0.9 ms of CPU and latency a run; bench/sandbox.py.)
-
-`SpawnedChild` is the asyncio view of a child of the server: stream readers for
-stdout/stderr, a writer for stdin, and a pidfd-based `wait()`. `Spawner` starts bwrap
-(or the program itself when unisolated) with `subprocess.Popen`; a zygote run's init is
-the server's child too (CLONE_PARENT) and is wrapped the same way (`adopt`).
-"""
+"""Starting the server's children and handing them to the event loop: `Spawner` starts
+bwrap (or an unisolated program) with `subprocess.Popen`, from one long-lived thread
+that first joins the run's cgroup v1 hierarchies (a thread writing "0" to `tasks` moves
+only itself, without the kernel's global rwsem; a child inherits its starting thread's
+cgroups; it is not the main thread, whose cgroup the v1 memory controller charges the
+server's pages to; it lives as long as the runner because bwrap's --die-with-parent
+binds each sandbox to the thread that started it), and `SpawnedChild` is the asyncio
+view of such a child (stream readers, a stdin writer, a pidfd-based `wait`); a zygote
+run's init, the server's child too, is wrapped the same way (`adopt`)."""
 
 from __future__ import annotations
 
@@ -28,7 +18,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 
-from .isolation import kill_process_group, write_control_file
+from .isolation.cgroups import write_control_file
+from .isolation.process import kill_process_group
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +89,17 @@ class SpawnedChild:
         """SIGKILL its process group (and it), unless it is reaped and took its group with it."""
         if self.returncode is None or self.group_outlives_it:
             kill_process_group(self.pid)
+
+    async def kill_and_wait(self) -> None:
+        """SIGKILL the sandbox's process group (bwrap, or a zygote run's init, leads its
+        own session) and reap its leader."""
+        self.kill()
+        if self.returncode is None:
+            try:
+                async with asyncio.timeout(5):
+                    await self.wait()
+            except TimeoutError:  # pragma: no cover
+                log.error("sandbox pid %d did not die after SIGKILL", self.pid)
 
     def close(self) -> None:
         """Close the pipes' transports (a reader cancelled before EOF leaves its own open)."""

@@ -26,9 +26,9 @@ def cgroup_support() -> dict[str, bool]:
     the server runs; the probe's parent dirs are removed again): `memory` (a memory
     cgroup limits runs), `pids` (a pids cgroup counts their processes) and `v1_thread_join`
     (the spawner thread joins v1 cgroups)."""
-    from piexp.sandbox.isolation import CgroupLimiter
+    from piexp.sandbox.isolation import detect_cgroups
 
-    limiter = CgroupLimiter.detect()
+    limiter = detect_cgroups()
     if limiter is None:
         return {"memory": False, "pids": False, "v1_thread_join": False}
     try:
@@ -163,7 +163,7 @@ def work_dir(work_dir_factory) -> str:
 @pytest.fixture(scope="session")
 def zygote_build_error() -> str | None:
     """Why the zygote launcher cannot be built here (a skip reason), or None."""
-    from piexp.sandbox.zygote import ZygoteError, zygote_binary
+    from piexp.sandbox.launchers.zygote_client import ZygoteError, zygote_binary
 
     try:
         zygote_binary()

@@ -48,7 +48,7 @@ def runner(work_dir, request, zygote_build_error):
     if request.param == "zygote" and zygote_build_error:
         pytest.skip(zygote_build_error)
     r = Runner.create(SandboxSettings(work_dir=work_dir, max_processes=64, launcher=request.param))
-    assert (r.zygote is not None) == (request.param == "zygote"), "the zygote did not start (see the log)"
+    assert (r.launcher.name == "zygote") == (request.param == "zygote"), "the zygote did not start (see the log)"
     yield r
     r.close()
 
@@ -72,7 +72,7 @@ def test_the_run_is_inside_its_own_cgroups_from_the_start(runner, v1_thread_join
 
 def test_the_spawner_thread_returns_to_the_servers_cgroups(bwrap_runner, v1_thread_join):
     runner = bwrap_runner
-    assert runner.spawner.joins_cgroups
+    assert runner.host.spawner.joins_cgroups
     before = _cgroups_of(threading.get_native_id())
     _run(runner, "print(1)")
     spawner_threads = [t for t in threading.enumerate() if t.name.startswith("piexp-sandbox-spawner")]
@@ -85,7 +85,7 @@ def test_without_the_thread_join_the_held_init_is_confined_instead(work_dir, v1_
     """home_tasks unknown: the child starts outside the run's cgroups and is moved there
     at --block-fd; the memory limit still kills a bomb and says so."""
     r = Runner.create(SandboxSettings(work_dir=work_dir, max_processes=64, launcher="bwrap"))
-    r.spawner = Spawner(None, r.spawner.user)
+    r.host.spawner = Spawner(None, r.host.spawner.user)
     try:
         resp = _run(r, "print(open('/proc/self/cgroup').read())")
         memory_path = [line.split(":", 2)[2] for line in resp["run_result"]["stdout"].split() if ":memory:" in line][0]
@@ -93,7 +93,7 @@ def test_without_the_thread_join_the_held_init_is_confined_instead(work_dir, v1_
         bomb = _run(r, "a = []\nwhile True:\n    a.append(bytearray(10**7))", memory_limit_MB=128, run_timeout=10)
         assert bomb["run_result"]["return_code"] != 0
         assert "[killed: the run exceeded its memory limit of 128 MB]" in bomb["run_result"]["stderr"]
-        assert [d for d in os.listdir(r.area.path) if d.startswith("run-")] == []
+        assert [d for d in os.listdir(r.host.area.path) if d.startswith("run-")] == []
     finally:
         r.close()
     assert os.listdir(work_dir) == []

@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 
-from piexp.sandbox import isolation
+from piexp.sandbox.isolation.layout import launcher_env, resolve_runtime
+from piexp.sandbox.launchers.bwrap import build_bwrap_argv, bwrap_path
 from piexp.sandbox.syscall_filter import POLICY, SyscallFilterError, filter_bpf, filter_fd, syscall_number
 
 pytestmark = [
@@ -63,13 +64,13 @@ ALLOWED = ("clone_plain", "personality_query", "personality_linux32")
 
 
 def bwrap_run(tmp_path, runtime, command, *, filtered, capable=False, files=()):
-    """Run `command` in a sandbox built by isolation.build_bwrap_argv, with `--seccomp`
+    """Run `command` in a sandbox built by launchers.bwrap.build_bwrap_argv, with `--seccomp`
     when `filtered`; `files` are copied into its run directory first."""
     run_dir = tmp_path / f"run-{'f' if filtered else 'u'}{'c' if capable else ''}"
     run_dir.mkdir()
     for path in files:
         shutil.copy(path, run_dir)
-    argv = isolation.build_bwrap_argv(isolation.bwrap_path(), str(run_dir), command, runtime, 64)
+    argv = build_bwrap_argv(bwrap_path(), str(run_dir), command, runtime, 64)
     if capable:
         argv.remove("--disable-userns")
         argv[argv.index("--uid") + 1] = "0"
@@ -80,7 +81,7 @@ def bwrap_run(tmp_path, runtime, command, *, filtered, capable=False, files=()):
         pass_fds.append(filter_fd())
         argv[argv.index("--"):argv.index("--")] = ["--seccomp", str(pass_fds[0])]
     try:
-        return subprocess.run(argv, capture_output=True, text=True, pass_fds=pass_fds, env=isolation.launcher_env(), timeout=120)
+        return subprocess.run(argv, capture_output=True, text=True, pass_fds=pass_fds, env=launcher_env(), timeout=120)
     finally:
         for fd in pass_fds:
             os.close(fd)
@@ -88,7 +89,7 @@ def bwrap_run(tmp_path, runtime, command, *, filtered, capable=False, files=()):
 
 @pytest.fixture(scope="module")
 def python_runtime():
-    runtime = isolation.resolve_runtime("python3")
+    runtime = resolve_runtime("python3")
     if runtime is None:
         pytest.skip("no python3 on PATH")
     return runtime
@@ -179,7 +180,7 @@ def test_python_program_works_under_the_filter(tmp_path, python_runtime):
 
 
 def test_node_program_works_under_the_filter(tmp_path):
-    node = isolation.resolve_runtime("node")
+    node = resolve_runtime("node")
     if node is None:
         pytest.skip("node is not installed")
     (tmp_path / "program.js").write_text(NODE_PROGRAM)

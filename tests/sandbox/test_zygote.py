@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from piexp.sandbox import EmbeddedSandbox
-from piexp.sandbox.isolation import SANDBOX_ENV, resolve_runtime, root_layout
+from piexp.sandbox.isolation.layout import SANDBOX_ENV, resolve_runtime, root_layout
 from piexp.sandbox.protocol import RunCodeRequest
 from piexp.sandbox.runner import Runner, Timings
 from piexp.sandbox.settings import SandboxSettings
 from piexp.sandbox.spawn import reap_pid
-from piexp.sandbox.zygote import TmpSpec, Zygote, ZygoteRefusal, zygote_binary
+from piexp.sandbox.launchers.zygote_client import TmpSpec, Zygote, ZygoteRefusal, zygote_binary
 
 TMP = TmpSpec("", 1 << 20, 64)
 
@@ -138,14 +138,14 @@ def _run(runner: Runner, code: str) -> dict:
 def test_a_killed_zygote_is_replaced_and_the_run_goes_on(work_dir, compiled):
     runner = Runner.create(SandboxSettings(work_dir=work_dir, launcher="zygote"))
     try:
-        first = runner.zygote
+        first = runner.launcher.zygote
         assert first is not None
         first.proc.kill()
         first.proc.wait()
         resp = _run(runner, "print(6 * 7)")
         assert resp["status"] == "Success" and resp["run_result"]["stdout"] == "42\n", resp
-        assert runner.zygote is not None and runner.zygote is not first
-        assert [d for d in os.listdir(runner.area.path) if d.startswith("run-")] == []
+        assert runner.launcher.zygote is not None and runner.launcher.zygote is not first
+        assert [d for d in os.listdir(runner.host.area.path) if d.startswith("run-")] == []
     finally:
         runner.close()
     assert os.listdir(work_dir) == []
@@ -156,7 +156,7 @@ def test_without_a_c_compiler_runs_start_with_a_bwrap_each(tmp_path, work_dir, m
     monkeypatch.setenv("CC", "/bin/false")
     runner = Runner.create(SandboxSettings(work_dir=work_dir, launcher="zygote"))
     try:
-        assert runner.zygote is None
+        assert runner.launcher.name == "bwrap"
         assert "zygote unavailable" in caplog.text and "bwrap per run" in caplog.text
         resp = _run(runner, "import os; print(os.getuid())")
         assert resp["run_result"]["stdout"] == "65534\n", resp

@@ -1,29 +1,9 @@
-"""The zygote launcher: one long-lived process (zygote.c, compiled once per source version
-into piexp's cache) that holds the sandbox's read-only root and starts every run in fresh
-namespaces inside it, instead of one bwrap per run rebuilding that root.
-
-Why: bwrap builds the root again for every run (a tmpfs, ~15 binds and remounts,
-pivot_root, detaching the host's mount tree); that, not the namespaces, is most of the
-~4.5-6.5 ms of CPU isolation cost a run (bench/namespace_cost.py), and once the CPUs are
-saturated CPU per run is what throughput is. The zygote does it once; a run costs
-~1.5 ms more than a bare spawn (bench/sandbox.py prints both launchers' figures).
-
-What a run gets is what bwrap gave it (tests/sandbox runs the adversarial suite against
-both launchers): new mount, pid, ipc, net, uts and cgroup namespaces, uid/gid 65534 in a
-user namespace (mapped to the unprivileged run user: a server running as root starts
-the zygote as that user) whose own limit forbids nested user namespaces, the syscall
-filter (syscall_filter.py), read-only /proc/sys and its kin, the read-only system
-layout of `isolation.root_layout`, a read-only /dev, a private size-capped /tmp, the run
-directory at /sandbox, the run's own /proc, rlimits, no_new_privs, an empty capability
-bounding set, a new session, the cgroups joined before anything runs, and death with
-the server. Differences, all deliberate: one user namespace is shared by the runs of a
-server (each run still has its own pid, mount, ipc and net namespace, so no run can
-name, signal, trace or reach another's files); /dev has no pts/ptmx, and /dev/shm is
-the run's /tmp.
-
-The zygote's children are the *server's* children (CLONE_PARENT): the runner waits for
-and reaps a run's init like any child it started, with a pidfd.
-"""
+"""The zygote process and its control socket: zygote.c, compiled once per source version
+into piexp's cache, holds the sandbox's read-only root and starts every run in fresh
+namespaces inside it when asked over a SOCK_SEQPACKET socket; `Zygote` starts it, sends
+run requests (with the run's fds) and reads back each run's init pid. The zygote's
+children are the *server's* children (CLONE_PARENT): the server waits for and reaps a
+run's init like any child it started."""
 
 from __future__ import annotations
 
@@ -40,8 +20,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Optional, Sequence
 
-from .isolation import SANDBOX_ENV, kill_process_group, launcher_env
-from .spawn import reap_pid
+from ..isolation.layout import SANDBOX_ENV, launcher_env
+from ..isolation.process import kill_process_group
+from ..spawn import reap_pid
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +104,20 @@ def _fields(values: Sequence[object]) -> bytes:
 
 class Zygote:
     """A started zygote and its control socket. `start` builds the root; `spawn` starts
-    a run and returns its init's pid (a child of this process)."""
+    a run and returns its init's pid (a child of this process).
+
+    What a run gets is what bwrap gives it (tests/sandbox runs the adversarial suite
+    against both launchers): new mount, pid, ipc, net, uts and cgroup namespaces,
+    uid/gid 65534 in a user namespace (mapped to the unprivileged run user: a server
+    running as root starts the zygote as that user) whose own limit forbids nested user
+    namespaces, the syscall filter, read-only /proc/sys and its kin, the read-only
+    system layout of `isolation.layout.root_layout`, a read-only /dev, a private
+    size-capped /tmp, the run directory at /sandbox, the run's own /proc, rlimits,
+    no_new_privs, an empty capability bounding set, a new session, the cgroups joined
+    before anything runs, and death with the server. Differences, all deliberate: one
+    user namespace is shared by the runs of a server (each run still has its own pid,
+    mount, ipc and net namespace, so no run can name, signal, trace or reach another's
+    files); /dev has no pts/ptmx, and /dev/shm is the run's /tmp."""
 
     def __init__(self, proc: subprocess.Popen, control: socket.socket) -> None:
         self.proc = proc

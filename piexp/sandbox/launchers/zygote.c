@@ -6,7 +6,7 @@
  * isolation costs a run (bench/namespace_cost.py). Here that is done once; a run only
  * copies the small sandbox mount table into its own namespaces.
  *
- * Started by the server (piexp/sandbox/zygote.py) with a SOCK_SEQPACKET control socket
+ * Started by the server (piexp/sandbox/launchers/zygote_client.py) with a SOCK_SEQPACKET control socket
  * and the root's layout on the command line:
  *     piexp-zygote CONTROL_FD RUNS_DIR FILTER_FD [B SRC DST | S TARGET PATH | F SRC PATH]...
  * (B: read-only bind, S: symlink, F: a read-only copy of a file; FILTER_FD: a file

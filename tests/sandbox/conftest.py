@@ -129,6 +129,10 @@ class SandboxHandle:
         assert self.ping()
         for m in filter(None, [marker, "_sandbox_main", "piexp-sbx-"]):
             assert wait_no_processes(m) == [], f"leftover processes for {m!r}"
+        # A run's directories go right after its processes (a cancelled run's too).
+        deadline = time.monotonic() + 5
+        while self.run_dirs() and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert self.run_dirs() == [], "leftover run directories"
         assert len(os.listdir(self.work_dir)) == 1, "one run area, the server's"
 

@@ -56,8 +56,31 @@ def test_oracle_eval_writes_results(sandbox_url, tmp_path):
 def test_wrong_policy_eval_scores_zero(sandbox_url, tmp_path):
     config = load([*BASE, "policy=wrong", "family=[arith]", "lang=[python]"])
     assert evaluate.run_eval(config, tmp_path, sandbox_url, build_splits(config)) == 0.0
-    cell = json.loads((tmp_path / "results.json").read_text())["cells"]["arith"]["python"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    cell = results["cells"]["arith"]["python"]
     assert cell["reward_binary"] == 0.0 and cell["reward_shaped"] == pytest.approx(0.3)
+    markdown = (tmp_path / "results.md").read_text()
+    failing = markdown.split("## Failing tasks", 1)[1].split("##", 1)[0]
+    never = sorted(row["task_id"] for row in results["per_task"])
+    assert f"- **arith x python**: never solved: {', '.join(never)}" in failing, failing
+    for column in ("binary", "shaped", *evaluate.REWARD_METRICS):  # every column is explained
+        assert f"- `{column}`: " in markdown, column
+
+
+def test_results_markdown_stays_readable_for_many_samples_and_lists_partly_solved_tasks():
+    """k = 16: pass@1, 2, 4, 8, 16 only; a task solved by 3 of 16 samples is named with its count."""
+    cell = {"tasks": 1, "episodes": 16, **{f"pass@{j}": 0.5 for j in range(1, 17)}, "reward_binary": 0.2,
+            "reward_shaped": 0.5, "metrics": {name: 0.0 for name in evaluate.REWARD_METRICS},
+            "stop_reasons": {"completed": 16}, "tool_failures": evaluate.summarize_failures([])}
+    results = {"policy": "model", "checkpoint": None, "model": "m", "k": 16, "languages": ["python"],
+               "cells": {"arith": {"python": cell}}, "overall": cell,
+               "per_task": [{"task_id": "eval-arith-0-00001", "family": "arith", "language": "python", "n": 16,
+                             "correct": 3}]}
+    markdown = evaluate.results_markdown(results)
+    header = next(line for line in markdown.splitlines() if line.startswith("| family | language | tasks"))
+    assert [c.strip() for c in header.split("|") if c.strip().startswith("pass@")] == [
+        "pass@1", "pass@2", "pass@4", "pass@8", "pass@16"]
+    assert "solved by some samples: eval-arith-0-00001 (3/16)" in markdown
 
 
 class Interrupted(BaseException):

@@ -40,6 +40,7 @@ import yaml
 from piexp.errors import UserError
 
 KEY_METRICS = ("pass@1", "reward")
+_MAX_UPRIGHT_BARS = 8  # beyond this many eval runs the bar plot turns horizontal
 # Stem of the files summarize writes: never a run's own `summary.md` (a train run's verdict).
 OUTPUT_STEM = "runs_summary"
 # metrics.jsonl keys per key metric for train runs (first present wins).
@@ -71,6 +72,7 @@ class JobSummary:
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     steps: int | None = None
     tool_failures: str = ""  # eval runs: failure kinds that occurred, with counts
+    cells: dict[str, float | None] = field(default_factory=dict)  # eval runs: "family x language" -> pass@1
 
 
 # ---------------------------------------------------------------------------- finding jobs
@@ -166,6 +168,10 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
             value = _number(results["overall"].get(key))
             job.finals[metric] = job.bests[metric] = value
         job.tool_failures = _failure_column(results["overall"])
+        for family, row in (results.get("cells") or {}).items():
+            for language, cell in (row or {}).items():
+                if isinstance(cell, dict):
+                    job.cells[f"{family} x {language}"] = _number(cell.get("pass@1"))
     rows = _read_metrics_jsonl(folder / "metrics.jsonl")
     if rows:
         for metric, keys in TRAIN_KEYS.items():
@@ -302,6 +308,19 @@ def seed_groups_markdown(jobs: Sequence[JobSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cells_markdown(jobs: Sequence[JobSummary]) -> str:
+    """pass@1 of every eval job per family x language: one row per job, a column per cell."""
+    names = list(dict.fromkeys(name for job in jobs for name in job.cells))
+    if not names:
+        return ""
+    lines = ["", "## pass@1 by family x language", "", "| job | " + " | ".join(names) + " |",
+             "|---|" + "---|" * len(names)]
+    for job in jobs:
+        if job.cells:
+            lines.append(f"| {job.name} | " + " | ".join(_fmt(job.cells.get(name)) for name in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _label(job: JobSummary, varying: list[str]) -> str:
     return f"{job.name}: {' '.join(varying)}" if varying else job.name
 
@@ -327,6 +346,20 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
         axes.set_xlabel("step")
         axes.legend(fontsize="small", loc="best")
         axes.set_title(f"{metric} over training")
+    elif len(bars) > _MAX_UPRIGHT_BARS:
+        # Many runs: one horizontal bar each, the figure as tall as the labels need.
+        figure.set_size_inches(8, 1.0 + 0.28 * len(bars))
+        labels = [_label(job, varying) for job, varying in bars]
+        values = [job.finals[metric] for job, _ in bars]
+        positions = list(range(len(bars)))[::-1]
+        axes.barh(positions, values, color="tab:blue")
+        for y, value in zip(positions, values):
+            axes.annotate(f"{value:.3f}", (value, y), ha="left", va="center", fontsize="x-small")
+        axes.set_yticks(positions, labels, fontsize="x-small")
+        axes.set_title(f"{metric} per run")
+        axes.set_xlabel(metric)
+        if metric == "pass@1":
+            axes.set_xlim(0, 1.1)
     else:
         labels = [_label(job, varying) for job, varying in bars]
         values = [job.finals[metric] for job, _ in bars]
@@ -338,7 +371,8 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
         axes.set_title(f"{metric} per run")
         if metric == "pass@1":
             axes.set_ylim(0, 1.05)
-    axes.set_ylabel(metric)
+    if not bars or curves or len(bars) <= _MAX_UPRIGHT_BARS:
+        axes.set_ylabel(metric)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -366,8 +400,8 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     header, rows = table_rows(jobs)
     written = {"csv": out_dir / f"{OUTPUT_STEM}.csv", "md": out_dir / f"{OUTPUT_STEM}.md"}
     write_csv(written["csv"], header, rows)
-    written["md"].write_text(markdown(root, header, rows) + states_markdown(jobs) + seed_groups_markdown(jobs),
-                             encoding="utf-8")
+    written["md"].write_text(markdown(root, header, rows) + cells_markdown(jobs) + states_markdown(jobs)
+                             + seed_groups_markdown(jobs), encoding="utf-8")
     for metric in KEY_METRICS:
         path = out_dir / f"{OUTPUT_STEM}_{metric}.png"
         if plot_metric(metric, jobs, path):

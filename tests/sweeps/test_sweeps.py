@@ -125,7 +125,8 @@ def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart
         (folder / ".hydra" / "config.yaml").write_text(f"mode:\n  name: eval\nreward:\n  mode: {mode}\n")
         (folder / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n- reward={mode}\n- mode=eval\n")
         (folder / "results.json").write_text(json.dumps(
-            {"overall": {"pass@1": passed, "reward_binary": passed, "reward_shaped": 0.3}}))
+            {"overall": {"pass@1": passed, "reward_binary": passed, "reward_shaped": 0.3},
+             "cells": {"arith": {"python": {"pass@1": passed}, "javascript": {"pass@1": 1 - passed}}}}))
     states = {num: {"job": int(num), "state": "complete", "dir": str(sweep / num)} for num in jobs}
     states["3"]["state"] = "failed"
     (sweep / "sweep_status.json").write_text(json.dumps({"jobs": states}))
@@ -142,6 +143,29 @@ def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart
     assert "- failed: 1 (3)" in markdown
     assert "| reward=binary | 2 | 0.750 ± 3.178 |" in markdown  # mean and 95% CI over seeds 0, 1
     assert "| reward=shaped | 2 | 1.000 |" in markdown  # the failed seed is left out
+    # pass@1 broken down by family x language, a row per job
+    assert "| job | arith x python | arith x javascript |" in markdown
+    assert "| 1 | 0.5 | 0.5 |" in markdown and "| 3 | 0 | 1 |" in markdown
+
+
+def test_a_bar_plot_of_many_runs_turns_horizontal_with_every_label(tmp_path: Path) -> None:
+    """Issue 15, observation 7: labels stay readable for many runs (one row each)."""
+    import json
+
+    from PIL import Image
+
+    from piexp.commands.summarize import summarize
+
+    sweep = tmp_path / "sweep"
+    for num in range(20):
+        folder = sweep / str(num)
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "config.yaml").write_text("mode:\n  name: eval\n")
+        (folder / ".hydra" / "overrides.yaml").write_text(f"- seed={num}\n- mode=eval\n")
+        (folder / "results.json").write_text(json.dumps({"overall": {"pass@1": num / 20, "reward_shaped": 0.1}}))
+    written = summarize(sweep)
+    width, height = Image.open(written["pass@1"]).size
+    assert height > 1.4 * 540 and width == 960  # 20 rows: taller than the 4.5-inch default
 
 
 @pytest.mark.parametrize("make", ["missing", "file", "empty"])

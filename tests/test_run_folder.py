@@ -37,6 +37,24 @@ def test_offline_eval_run_folder_is_complete_and_secret_free(tmp_path: Path) -> 
             content = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
             assert CANARY.encode() not in content, f"secret leaked into {path}"
     assert CANARY not in result.stdout + result.stderr
+    # Issue 15, observation 8: job.log holds what the console showed (plain text), and
+    # without a terminal the progress is a plain line, not escape codes.
+    log = (run_dir / "job.log").read_text()
+    for shown in ("eval oracle: 8/8 episodes (100%)", "pass@1 (oracle", "results.md, results.png"):
+        assert shown in log and shown in result.stderr, shown
+    assert "\x1b[" not in log + result.stderr
+
+
+def test_progress_without_a_terminal_is_a_plain_line_with_what_is_left(monkeypatch, capsys) -> None:
+    import piexp.console as piexp_console
+
+    monkeypatch.setattr(piexp_console, "PLAIN_PROGRESS_EVERY_S", 0.0)
+    with piexp_console.ProgressReport("eval model", 4) as progress:
+        progress.advance()
+        progress.advance(note="arith x python")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("eval model: 1/4 episodes (25%), 0:00:00 elapsed, ~") and lines[0].endswith(" left")
+    assert lines[1].endswith("(arith x python)") and lines[-1].startswith("eval model: 2/4 episodes (50%)")
 
 
 # Issue 15, observation 1: a finished folder was corrupted by a rerun with another config.

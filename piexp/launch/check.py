@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from piexp.config.schema import RunConfig
+from piexp.console import ProgressReport, say
 from piexp.env.dataset import episode_settings
 from piexp.env.episode import EpisodeSettings, get_run_renderer
 from piexp.errors import UserError
@@ -43,7 +42,6 @@ from piexp.tasks import Task
 from piexp.transcripts.failures import failure_cells, summarize_failures
 from piexp.transcripts.store import CHECK_TRANSCRIPTS, TranscriptWriter
 
-console = Console(stderr=True)
 
 SAMPLED_POLICIES = ("guess", "crash", "wrong", "edit")
 HELLO = "hello from piexp"
@@ -239,7 +237,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
         from piexp.transcripts.viewer import write_run_viewer
 
         write_run_viewer(run_dir)
-        console.print(_table(config, cells, runtimes))
+        say(_table(config, cells, runtimes))
         if violations:
             shown = violations[:5]
             more = f" (and {len(violations) - 5} more)" if len(violations) > 5 else ""
@@ -248,7 +246,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
                 + " | ".join(shown)
                 + f". Details in {run_dir / 'check.json'}."
             )
-        console.print(
+        say(
             f"[green]check passed[/green]: {len(records)} episodes, oracle {oracle_rate:.0%} "
             f"in {report['wall_s']:.1f} s; wrote {run_dir / 'check.json'}"
         )
@@ -269,17 +267,13 @@ async def _run_jobs(
             return await run_episode(policies[job.policy], job.policy, job.task, job.language, settings)
 
     records: list[EpisodeRecord] = []
-    with Progress(
-        TextColumn("check"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"), console=console, transient=True,
-    ) as progress:
-        bar = progress.add_task("episodes", total=len(jobs), last="")
+    with ProgressReport("check", len(jobs)) as progress:
         pending = [asyncio.ensure_future(one(job)) for job in jobs]
         try:
             for finished in asyncio.as_completed(pending):
                 record = await finished
                 records.append(record)
-                progress.update(bar, advance=1, last=f"{record.policy} {record.family} x {record.language}")
+                progress.advance(note=f"{record.policy} {record.family} x {record.language}")
         finally:
             for task in pending:
                 task.cancel()

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from piexp.config.schema import RunConfig
+from piexp.console import ProgressReport, say
 from piexp.env.dataset import episode_settings
 from piexp.env.episode import get_run_renderer
 from piexp.env.reward import REWARD_METRICS
@@ -43,7 +42,6 @@ from piexp.tasks import Task
 from piexp.transcripts.failures import failure_markdown, summarize_failures
 from piexp.transcripts.store import EVAL_TRANSCRIPTS, TranscriptWriter
 
-console = Console(stderr=True)
 
 EPISODES_FILE = "episodes.jsonl"
 STATE_FILE = "eval_state.json"
@@ -339,7 +337,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
             for sample in range(k)]
     todo = [job for job in jobs if job.key not in finished]
     if finished:
-        console.print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} episodes already done in {run_dir}")
+        say(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} episodes already done in {run_dir}")
     errors: list[EpisodeRecord] = []
     started = time.perf_counter()
     try:
@@ -362,16 +360,12 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                     sink.write("\n")
             with sink_path.open("a") as sink, TranscriptWriter(run_dir / EVAL_TRANSCRIPTS, keep={
                 (config.eval_policy, *key) for key in finished
-            }) as transcripts, Progress(
-                TextColumn(f"eval {config.eval_policy}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=console, transient=True,
-            ) as progress:
-                bar = progress.add_task("episodes", total=len(todo))
+            }) as transcripts, ProgressReport(f"eval {config.eval_policy}", len(todo)) as progress:
                 pending = [asyncio.ensure_future(one(job)) for job in todo]
                 try:
                     for done in asyncio.as_completed(pending):
                         record = await done
-                        progress.update(bar, advance=1)
+                        progress.advance()
                         if record.error:
                             errors.append(record)
                             continue
@@ -394,8 +388,8 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     results["episodes_expected"] = len(jobs)
     results["episodes_failed_to_run"] = len(errors)
     write_results(run_dir, results)
-    console.print(_summary_table(results))
-    console.print(f"wrote {run_dir / 'results.json'}, results.md, results.png, viewer.html")
+    say(_summary_table(results))
+    say(f"wrote {run_dir / 'results.json'}, results.md, results.png, viewer.html")
     if errors:
         raise EvalIncompleteError(
             f"{len(errors)} of {len(jobs)} eval episodes could not be run (first: {errors[0].task_id} "

@@ -24,11 +24,13 @@ def run_job(cfg: DictConfig) -> float | None:
 
     from piexp.cli import report_user_error
     from piexp.config.compose import validate
+    from piexp.console import attach_job_log
     from piexp.launch.run import run_mode
     from piexp.sweeps import JobInfo, job_failed, run_tracked
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     job = JobInfo.from_hydra()
+    attach_job_log(run_dir / "job.log")  # what the console shows, as plain text, in the run folder
     try:
         config = validate(cfg)
         return run_tracked(config, run_dir, job, run_mode)

@@ -1,0 +1,107 @@
+"""What piexp shows a person while it works: one stderr console for every command, a
+plain-text copy of everything it says in the run folder's `job.log` (no colour, no live
+updates), and progress that is a live bar on a terminal and a plain line every
+`PLAIN_PROGRESS_EVERY_S` seconds elsewhere (CI, nohup, a sweep job's log), with a count
+and an estimate of the time left."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+console = Console(stderr=True)
+PLAIN_PROGRESS_EVERY_S = 10.0  # a progress line this often without a terminal, and in job.log
+_JOB_LOG_WIDTH = 120
+
+_job_log: Optional[Path] = None
+
+
+def attach_job_log(path: Path) -> None:
+    """Copy what `say` and progress print into `path` (the run's job.log) from now on."""
+    global _job_log
+    _job_log = Path(path)
+
+
+def detach_job_log() -> None:
+    global _job_log
+    _job_log = None
+
+
+def _to_job_log(*objects: Any, **kwargs: Any) -> None:
+    if _job_log is None:
+        return
+    buffer = io.StringIO()
+    Console(file=buffer, width=_JOB_LOG_WIDTH, no_color=True, force_terminal=False,
+            highlight=False).print(*objects, **kwargs)
+    try:
+        with _job_log.open("a", encoding="utf-8") as log:
+            log.write(buffer.getvalue())
+    except OSError:
+        pass  # a log that cannot be written never stops the run
+
+
+def say(*objects: Any, **kwargs: Any) -> None:
+    """Print to the console and into the run's job.log."""
+    console.print(*objects, **kwargs)
+    _to_job_log(*objects, **kwargs)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class ProgressReport:
+    """Progress of `total` items called `label`: a transient rich bar on a terminal;
+    otherwise (and always in job.log) `label: done/total (pct), elapsed, ~left left`
+    every PLAIN_PROGRESS_EVERY_S seconds and once at the end."""
+
+    def __init__(self, label: str, total: int, unit: str = "episodes") -> None:
+        self.label, self.total, self.unit = label, total, unit
+        self.done = 0
+        self.note = ""
+        self._start = self._last_line = time.monotonic()
+        self._bar: Optional[Progress] = None
+        self._task = None
+
+    def __enter__(self) -> "ProgressReport":
+        if console.is_terminal:
+            self._bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
+                                 console=console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.unit, total=self.total, note="")
+        return self
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.done += n
+        self.note = note
+        if self._bar is not None:
+            self._bar.update(self._task, advance=n, note=note)
+        now = time.monotonic()
+        if now - self._last_line >= PLAIN_PROGRESS_EVERY_S:
+            self._last_line = now
+            self._line()
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self._start
+        share = self.done / self.total if self.total else 1.0
+        left = f", ~{_duration(elapsed / self.done * (self.total - self.done))} left" if 0 < self.done < self.total else ""
+        return (f"{self.label}: {self.done}/{self.total} {self.unit} ({share:.0%}), {_duration(elapsed)} elapsed"
+                f"{left}{f' ({self.note})' if self.note else ''}")
+
+    def _line(self) -> None:
+        text = self.line()
+        if self._bar is None:
+            console.print(text, highlight=False)
+        _to_job_log(text)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        self._line()

@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from piexp.config.compose import load  # noqa: E402
 from piexp.env.dataset import episode_settings  # noqa: E402
 from piexp.env.episode import get_run_renderer  # noqa: E402
-from piexp.launch.splits import build_splits  # noqa: E402
+from piexp.env.splits import build_splits  # noqa: E402
 from piexp.policies import make_policy  # noqa: E402
 from piexp.policies.rollout import run_episode  # noqa: E402
 from piexp.sandbox import client as sandbox_client_module  # noqa: E402

@@ -1,12 +1,15 @@
-"""Whole-file writes for files other processes read while they change (markers, status
-tables, manifests): readers, and writers on other nodes of a shared file system, see the
-old file or the new one, never a mix."""
+"""Whole-file writes and line-by-line JSON reads for the files piexp shares between
+processes (markers, status tables, manifests, episode and metrics logs): a reader, or a
+writer on another node of a shared file system, sees the old file or the new one, never
+a mix, and a log cut short by a kill is read up to its last complete line."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write_text(path: Path, text: str) -> Path:
@@ -27,3 +30,22 @@ def atomic_write_text(path: Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, in order; a missing or unreadable file is
+    empty, and lines that are not a whole JSON object (the line being written when a
+    process was killed) are skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    rows: list[dict[str, Any]] = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

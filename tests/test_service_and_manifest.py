@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from piexp import redaction
 from piexp.errors import ServiceUnavailableError
 from piexp.launch import manifest as mf
-from piexp.launch import service
+from piexp.service import tinker_preflight
 
 FAKE_KEY = "tml-FAKE-secret-key-0123456789abcdef"
 
@@ -76,14 +77,14 @@ def test_missing_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, value: st
     else:
         monkeypatch.setenv("TINKER_API_KEY", value)
     with pytest.raises(ServiceUnavailableError) as info:
-        service.preflight_tinker("http://127.0.0.1:9", timeout_s=1)
+        tinker_preflight.preflight_tinker("http://127.0.0.1:9", timeout_s=1)
     msg = str(info.value)
     assert "TINKER_API_KEY" in msg and "export" in msg
     assert "mode=eval policy=oracle" in msg and "mode=check" in msg
     assert "\n" not in msg  # one paragraph
     assert info.value.exit_code == 3
     with pytest.raises(ServiceUnavailableError):
-        service.require_api_key()
+        tinker_preflight.require_api_key()
 
 
 def test_closed_port_fails_fast(api_key: str) -> None:
@@ -91,10 +92,10 @@ def test_closed_port_fails_fast(api_key: str) -> None:
     timeout = 2.0
     start = time.monotonic()
     with pytest.raises(ServiceUnavailableError) as info:
-        service.preflight_tinker(url, timeout_s=timeout)
+        tinker_preflight.preflight_tinker(url, timeout_s=timeout)
     assert time.monotonic() - start < timeout + 2
     msg = str(info.value)
-    assert url + service.HEALTH_PATH in msg and "2 s" in msg
+    assert url + tinker_preflight.HEALTH_PATH in msg and "2 s" in msg
     assert api_key not in msg
 
 
@@ -106,30 +107,30 @@ def test_unanswering_server_is_bounded(api_key: str) -> None:
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
         start = time.monotonic()
         with pytest.raises(ServiceUnavailableError):
-            service.preflight_tinker(url, timeout_s=0.5)
+            tinker_preflight.preflight_tinker(url, timeout_s=0.5)
         assert time.monotonic() - start < 0.5 + 2
 
 
 def test_reachable_server_passes(api_key: str, local_server: str) -> None:
-    service.preflight_tinker(local_server, timeout_s=5)
-    assert _Handler.paths == ["/base" + service.HEALTH_PATH]
+    tinker_preflight.preflight_tinker(local_server, timeout_s=5)
+    assert _Handler.paths == ["/base" + tinker_preflight.HEALTH_PATH]
     # The probe does not send the key anywhere.
     assert all(api_key not in h for h in _Handler.headers_seen)
 
 
 def test_base_url_from_env(api_key: str, local_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINKER_BASE_URL", local_server + "/")
-    service.preflight_tinker(None, timeout_s=5)
-    assert _Handler.paths == ["/base" + service.HEALTH_PATH]
+    tinker_preflight.preflight_tinker(None, timeout_s=5)
+    assert _Handler.paths == ["/base" + tinker_preflight.HEALTH_PATH]
 
 
 def test_default_base_url_matches_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     from tinker.lib.base_url import DEFAULT_BASE_URL
 
     monkeypatch.delenv("TINKER_BASE_URL", raising=False)
-    assert service.DEFAULT_TINKER_BASE_URL == DEFAULT_BASE_URL
-    assert service.resolve_base_url(None) == DEFAULT_BASE_URL
-    assert service.resolve_base_url("http://x/") == "http://x"
+    assert tinker_preflight.DEFAULT_TINKER_BASE_URL == DEFAULT_BASE_URL
+    assert tinker_preflight.resolve_base_url(None) == DEFAULT_BASE_URL
+    assert tinker_preflight.resolve_base_url("http://x/") == "http://x"
 
 
 # --------------------------------------------------------------------------- redaction
@@ -152,20 +153,20 @@ def test_redact_secrets(api_key: str) -> None:
         "copy": api_key,
         "items": [api_key, ("x", api_key)],
     }
-    out = service.redact_secrets(cfg)
-    assert out["api_key"] == out["apiKey"] == service.REDACTED
-    assert out["service"] == {"TINKER_API_KEY": service.REDACTED, "base_url": "http://x", "token": None}
-    assert out["hf_token"] == out["db_password"] == out["client_secret"] == service.REDACTED
+    out = redaction.redact_secrets(cfg)
+    assert out["api_key"] == out["apiKey"] == redaction.REDACTED
+    assert out["service"] == {"TINKER_API_KEY": redaction.REDACTED, "base_url": "http://x", "token": None}
+    assert out["hf_token"] == out["db_password"] == out["client_secret"] == redaction.REDACTED
     assert out["max_tokens"] == 512 and out["tokenizer"] == "Qwen/Qwen3-8B"
     assert out["eos_token"] == "<|im_end|>" and out["sort_keys"] is True and out["use_auth"] is True
-    assert out["note"] == "Bearer <redacted>" and out["copy"] == service.REDACTED
-    assert out["items"] == [service.REDACTED, ["x", service.REDACTED]]
+    assert out["note"] == "Bearer <redacted>" and out["copy"] == redaction.REDACTED
+    assert out["items"] == [redaction.REDACTED, ["x", redaction.REDACTED]]
     assert cfg["api_key"] == "abc"  # input untouched
 
 
 def test_short_api_key_redacted_when_equal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINKER_API_KEY", "k1")
-    assert service.redact_secrets({"a": "k1", "b": "k10"}) == {"a": service.REDACTED, "b": "k10"}
+    assert redaction.redact_secrets({"a": "k1", "b": "k10"}) == {"a": redaction.REDACTED, "b": "k10"}
 
 
 # --------------------------------------------------------------------------- manifest

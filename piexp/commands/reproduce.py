@@ -32,8 +32,13 @@ from typing import Any
 
 import yaml
 
+from piexp.commands.run import main as run_command
+from piexp.commands.run import prevalidate
+from piexp.config.compose import load, saved_run_config, validate
 from piexp.config.differences import config_differences, shown
+from piexp.env.splits import build_splits
 from piexp.errors import UserError
+from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe, read_rl_record
 
 _REPRODUCES = "reproduces"
 
@@ -70,9 +75,6 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
 
 def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     """Recompose and verify the run in `run_dir`; returns (overrides, RunConfig, report)."""
-    from piexp.config.compose import load, saved_run_config, validate
-    from piexp.launch.splits import build_splits
-
     run_dir = run_dir.resolve()
     saved_cfg = saved_run_config(run_dir)
     overrides = saved_overrides(run_dir)
@@ -125,7 +127,7 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
 def verify_rl_record(run_dir: Path, config: Any) -> str:
     """Rebuild the run's tinker-cookbook `rl.train.Config` (no service contacted) and
     compare it with the one it recorded; says what was checked, for reproduces.json."""
-    from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe, read_rl_record
+    # The cookbook's RL stack loads only to verify a train run.
     from piexp.launch.train import cookbook_config
 
     saved = read_rl_record(run_dir)
@@ -191,14 +193,12 @@ def main(argv: Sequence[str]) -> int:
     new_dir = Path(chosen[-1].split("=", 1)[1]) if chosen else _default_run_dir()
     if not chosen:
         extra.append(f"hydra.run.dir={_quoted(str(new_dir))}")
-    from piexp.cli import _hydra_app, _prevalidate
-
     # hydra.mode=RUN: a job of a preset sweep (hydra.mode: MULTIRUN) is rerun alone.
     argv = [*overrides, f"{_REPRODUCES}={_quoted(report['reproduces'])}", "hydra.mode=RUN", *extra]
     # Checked before reproduces.json is written: a folder holding another run is refused.
-    _prevalidate(argv, False, False, args.replace)
+    prevalidate(argv, False, False, args.replace)
     new_dir.mkdir(parents=True, exist_ok=True)
     (new_dir / "reproduces.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"reproducing into {new_dir}")
 
-    return _hydra_app(argv)
+    return run_command(argv)

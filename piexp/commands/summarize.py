@@ -38,16 +38,16 @@ from typing import Any
 import yaml
 
 from piexp.errors import UserError
+from piexp.run_records import TRAIN_KEYS, find_job_folders, finite_number, metric_curve, read_metrics
+from piexp.sweeps import STATUS_SUBDIR
+from piexp.sweeps.marker import read_marker
+from piexp.sweeps.status import STATUS_JSON
+from piexp.transcripts.failures import failure_digest
 
 KEY_METRICS = ("pass@1", "reward")
 _MAX_UPRIGHT_BARS = 8  # beyond this many eval runs the bar plot turns horizontal
 # Stem of the files summarize writes: never a run's own `summary.md` (a train run's verdict).
 OUTPUT_STEM = "runs_summary"
-# metrics.jsonl keys per key metric for train runs (first present wins).
-TRAIN_KEYS: dict[str, tuple[str, ...]] = {
-    "pass@1": ("test/env/all/reward/total",),
-    "reward": ("env/all/reward/total",),
-}
 # results.json `overall` keys per key metric for eval runs.
 EVAL_KEYS: dict[str, str] = {"pass@1": "pass@1", "reward": "reward_shaped"}
 
@@ -75,26 +75,6 @@ class JobSummary:
     cells: dict[str, float | None] = field(default_factory=dict)  # eval runs: "family x language" -> pass@1
 
 
-# ---------------------------------------------------------------------------- finding jobs
-
-
-def find_job_folders(root: Path) -> list[Path]:
-    """Every run folder under `root` (itself included), in natural order (2 before 10)."""
-    from piexp.launch.run_folder import REPLACED_MARK
-
-    # Folders moved aside by --replace are not part of what is summarised.
-    folders = {path.parent.parent for path in root.rglob(".hydra/config.yaml")
-               if not any(REPLACED_MARK in part for part in path.relative_to(root).parts)}
-    if (root / ".hydra" / "config.yaml").is_file():
-        folders.add(root)
-
-    def natural(path: Path) -> list[Any]:
-        parts = path.relative_to(root).parts
-        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts]
-
-    return sorted(folders, key=natural)
-
-
 def _read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -109,18 +89,8 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _sweep_states(root: Path) -> dict[str, str]:
     """Job folder (resolved) -> state, from the sweep status files under root."""
-    from piexp.sweeps import STATUS_SUBDIR
-    from piexp.sweeps.status import STATUS_JSON
-
     states: dict[str, str] = {}
     for path in root.rglob(STATUS_JSON):
         data = _read_json(path) or {}
@@ -134,25 +104,7 @@ def _sweep_states(root: Path) -> dict[str, str]:
     return states
 
 
-def _read_metrics_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return rows
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a crash
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummary:
-    from piexp.sweeps.marker import read_marker
-
     config = _read_yaml(folder / ".hydra" / "config.yaml") or {}
     mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
     overrides = _read_yaml(folder / ".hydra" / "overrides.yaml") or []
@@ -165,35 +117,27 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
     results = _read_json(folder / "results.json")
     if isinstance(results, dict) and isinstance(results.get("overall"), dict):
         for metric, key in eval_keys(config).items():
-            value = _number(results["overall"].get(key))
+            value = finite_number(results["overall"].get(key))
             job.finals[metric] = job.bests[metric] = value
         job.tool_failures = _failure_column(results["overall"])
         for family, row in (results.get("cells") or {}).items():
             for language, cell in (row or {}).items():
                 if isinstance(cell, dict):
-                    job.cells[f"{family} x {language}"] = _number(cell.get("pass@1"))
-    rows = _read_metrics_jsonl(folder / "metrics.jsonl")
+                    job.cells[f"{family} x {language}"] = finite_number(cell.get("pass@1"))
+    rows = read_metrics(folder)
     if rows:
-        for metric, keys in TRAIN_KEYS.items():
-            for key in keys:
-                curve = [
-                    (int(row.get("step", index)), value)
-                    for index, row in enumerate(rows)
-                    if (value := _number(row.get(key))) is not None
-                ]
-                if curve:
-                    job.curves[metric] = curve
-                    job.finals[metric] = curve[-1][1]
-                    job.bests[metric] = max(value for _, value in curve)
-                    break
+        for metric in TRAIN_KEYS:
+            curve = metric_curve(rows, metric)
+            if curve:
+                job.curves[metric] = curve
+                job.finals[metric] = curve[-1][1]
+                job.bests[metric] = max(value for _, value in curve)
         steps = [int(row["step"]) for row in rows if isinstance(row.get("step"), int)]
         job.steps = max(steps) + 1 if steps else len(rows)
     return job
 
 
 def _failure_column(overall: dict[str, Any]) -> str:
-    from piexp.transcripts.failures import failure_digest
-
     return failure_digest(overall.get("tool_failures"))
 
 

@@ -86,7 +86,7 @@ def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig
                 failure = error
     finally:
         if already:
-            GlobalHydra.instance().initialize(saved.config_loader)  # type: ignore[union-attr]
+            GlobalHydra.instance().initialize(saved.config_loader)  # type: ignore[union-attr,arg-type]
     # Converted outside Hydra's context: finding the fix composes the config again.
     raise _hydra_error_to_user_error(failure, overrides) from failure
 
@@ -145,7 +145,7 @@ def sweep_combinations(overrides: Sequence[str]) -> Iterator[list[str]]:
             key = override.get_key_element()
             choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
         else:
-            choices.append([override.input_line])
+            choices.append([str(override.input_line)])
     yield from (list(combo) for combo in itertools.product(*choices))
 
 
@@ -158,7 +158,7 @@ def declared_sweep(overrides: Sequence[str]) -> tuple[bool, list[str]]:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception as error:
         raise _hydra_error_to_user_error(error, overrides) from error
-    cfg = compose([o.input_line for o in parsed if not o.is_sweep_override()], with_hydra=True)
+    cfg = compose([str(o.input_line) for o in parsed if not o.is_sweep_override()], with_hydra=True)
     mode = str(OmegaConf.select(cfg, "hydra.mode") or "")
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
     return mode.endswith("MULTIRUN"), [f"{key}={value}" for key, value in params.items()]

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from piexp.config.algo import AlgoSettings
+from piexp.config.capabilities import refuse_unsupported_algo
 
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 OFFLINE_POLICIES = ("oracle", "guess", "crash", "wrong", "edit")
@@ -274,9 +275,7 @@ class RunConfig(_Strict):
         if floor is not None and floor > mode.group_size:
             raise ValueError(f"algo.rollout_error_tolerance.min_successful ({floor}) exceeds mode.group_size "
                              f"({mode.group_size})")
-        from piexp.service.capabilities import refuse_unsupported_algo
-
-        refuse_unsupported_algo(self)
+        refuse_unsupported_algo(self.service.name, algo, self.model.name)
 
     @property
     def families(self) -> list[str]:

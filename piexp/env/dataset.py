@@ -11,6 +11,8 @@ from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilde
 from piexp.config.schema import RunConfig
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
 from piexp.env.rollout_policy import rollout_config
+from piexp.env.splits import build_splits
+from piexp.sandbox.url import ensure_loopback_url
 from piexp.tasks import Task
 
 
@@ -90,9 +92,6 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         return rollout_config(config.model.name, config.limits, config.algo)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        from piexp.launch.splits import build_splits
-        from piexp.sandbox.url import ensure_loopback_url
-
         ensure_loopback_url(self.sandbox_url)
         config = RunConfig.model_validate_json(self.config_json)
         splits = build_splits(config)

@@ -34,7 +34,7 @@ from piexp.console import ProgressReport, say
 from piexp.env.dataset import episode_settings
 from piexp.env.episode import EpisodeSettings, get_run_renderer
 from piexp.errors import UserError
-from piexp.launch.splits import RunSplits
+from piexp.env.splits import RunSplits
 from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord, run_episode
 from piexp.sandbox.client import close_sandbox_clients, sandbox_client

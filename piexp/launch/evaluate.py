@@ -34,7 +34,8 @@ from piexp.env.dataset import episode_settings
 from piexp.env.episode import get_run_renderer
 from piexp.env.reward import REWARD_METRICS
 from piexp.errors import UserError
-from piexp.launch.splits import RunSplits
+from piexp.files import read_jsonl
+from piexp.env.splits import RunSplits
 from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord, run_episode
 from piexp.sandbox.client import close_sandbox_clients
@@ -113,11 +114,7 @@ def load_finished(run_dir: Path, config: RunConfig, digests: dict[str, str]) -> 
     path = run_dir / EPISODES_FILE
     if not path.exists():
         return finished
-    for line in path.read_text().splitlines():
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for data in read_jsonl(path):
         if digests.get(data.get("task_id")) != data.get("task_digest"):
             continue
         record = EpisodeRecord.from_json(data)

@@ -12,22 +12,19 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from piexp.config.compose import validate
 from piexp.config.paths import config_dir
 from piexp.config.presets import register_presets
-from piexp.errors import UserError
+from piexp.console import attach_job_log
+from piexp.errors import UserError, report_user_error
+from piexp.launch.run import run_mode
+from piexp.sweeps import JobInfo, job_failed, run_tracked
 
 
 def run_job(cfg: DictConfig) -> float | None:
-    from hydra.core.hydra_config import HydraConfig
-
-    from piexp.cli import report_user_error
-    from piexp.config.compose import validate
-    from piexp.console import attach_job_log
-    from piexp.launch.run import run_mode
-    from piexp.sweeps import JobInfo, job_failed, run_tracked
-
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     job = JobInfo.from_hydra()
     attach_job_log(run_dir / "job.log")  # what the console shows, as plain text, in the run folder

@@ -7,7 +7,7 @@ train/eval overlap report).  ``manifest.json`` records that in every run folder.
 
 It is written atomically (`piexp.files.atomic_write_text`) so a crash never leaves a truncated
 manifest that looks valid, with sorted keys so manifests diff cleanly, and through
-:func:`piexp.launch.service.redact_secrets` so no API key ends up in a run folder.
+:func:`piexp.redaction.redact_secrets` so no API key ends up in a run folder.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from piexp.files import atomic_write_text
-from piexp.launch.service import redact_secrets
+from piexp.redaction import redact_secrets
 
 __all__ = ["MANIFEST_NAME", "TRACKED_PACKAGES", "build_manifest", "git_state", "package_versions", "write_manifest"]
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from piexp.config.schema import RunConfig
+from piexp.env.splits import build_splits
 from piexp.launch.manifest import build_manifest, write_manifest
-from piexp.launch.splits import build_splits
+from piexp.launch.sandbox import run_sandbox
+from piexp.service import open_service
+
 
 def run_mode(config: RunConfig, run_dir: Path) -> float | None:
     if config.uses_service:
         # Tinker: preflight; local: start (and at exit stop) a SkyRL server; selfhosted:
         # preflight + compatibility proxy. Yields the config with URL and model resolved.
-        from piexp.service import open_service
-
         with open_service(config, run_dir) as resolved:
             return _run_mode(resolved, run_dir)
     return _run_mode(config, run_dir)
@@ -32,8 +33,8 @@ def _run_mode(config: RunConfig, run_dir: Path) -> float | None:
                    "train_languages": config.train_languages, "eval_languages": config.eval_languages},
         ),
     )
-    from piexp.launch.sandbox import run_sandbox
-
+    # Each mode's module is imported only when that mode runs: together they pull in the
+    # tinker-cookbook RL stack, matplotlib and the model policies.
     with run_sandbox(config.sandbox) as sandbox_url:
         if config.mode.name == "check":
             from piexp.launch.check import run_check

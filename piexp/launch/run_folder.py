@@ -20,11 +20,10 @@ from omegaconf import OmegaConf
 
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
+from piexp.run_records import REPLACED_MARK
 
 # The command-line flag that moves a folder holding another run aside.
 REPLACE_FLAG = "--replace"
-# Suffix of a folder moved aside by --replace (summaries skip such folders).
-REPLACED_MARK = ".replaced-"
 
 
 def take_replace_flag(argv: Sequence[str]) -> tuple[list[str], bool]:

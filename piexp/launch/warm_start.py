@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from piexp.config.schema import RunConfig
+from piexp.run_records import metric_curve, read_metrics
 
 console = Console(stderr=True)
 
@@ -59,7 +60,7 @@ async def oracle_trajectories(config: RunConfig, sandbox_url: str) -> tuple[list
 
     from piexp.env.dataset import episode_settings
     from piexp.env.episode import WorkspaceGroupBuilder, get_run_renderer
-    from piexp.launch.splits import build_splits
+    from piexp.env.splits import build_splits
     from piexp.policies import make_policy
 
     splits = build_splits(config)
@@ -140,26 +141,6 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
 
 # --------------------------------------------------------------------------- summary
 
-REWARD_KEYS = ("env/all/reward/total", "env/all/reward/total/mean")
-
-
-def _reward_series(run_dir: Path) -> list[tuple[int, float]]:
-    series: list[tuple[int, float]] = []
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return series
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        for key in REWARD_KEYS:
-            if key in row and "step" in row:
-                series.append((int(row["step"]), float(row[key])))
-                break
-    return series
-
-
 def write_summary(run_dir: Path) -> str:
     """`summary.md`: warm start (if any) and the RL reward per iteration, with whether
     reward rose (last iteration vs first)."""
@@ -176,7 +157,7 @@ def write_summary(run_dir: Path) -> str:
             f"- saved state: `{record['state_path']}`",
             "",
         ]
-    series = _reward_series(run_dir)
+    series = metric_curve(read_metrics(run_dir), "reward")
     lines += ["## RL reward per iteration", ""]
     if series:
         lines += ["| iteration | mean reward |", "| --- | --- |"]

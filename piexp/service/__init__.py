@@ -75,7 +75,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     """Make the configured service usable for this run and yield the resolved config."""
     service = config.service
     if service.name == "tinker":
-        from piexp.launch.service import preflight_tinker
+        from piexp.service.tinker_preflight import preflight_tinker
 
         preflight_tinker(service.base_url, service.connect_timeout_s)
         yield config
@@ -84,7 +84,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     from piexp.service.compat import SampleIdProxy, check_versions
 
     if service.name == "selfhosted":
-        from piexp.launch.service import preflight_tinker
+        from piexp.service.tinker_preflight import preflight_tinker
 
         assert service.url is not None
         with placeholder_api_key(override=False):

@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Create piexp's SkyRL server venv (idempotent).")
     parser.add_argument("--force", action="store_true", help="rebuild even if a complete venv exists")
     args = parser.parse_args(argv)
-    from piexp.cli import exit_on_user_error
+    from piexp.errors import exit_on_user_error
 
     def run() -> None:
         venv = ensure_server_venv(force=args.force)

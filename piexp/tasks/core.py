@@ -64,6 +64,8 @@ class FrozenMap(Mapping):
     """
 
     __slots__ = ("_data", "_hash")
+    _data: dict[str, Any]
+    _hash: int | None  # computed on first use
 
     def __init__(self, data: Mapping[str, Any] | None = None) -> None:
         object.__setattr__(self, "_data", dict(data or {}))
@@ -82,9 +84,11 @@ class FrozenMap(Mapping):
         raise AttributeError("FrozenMap is immutable")
 
     def __hash__(self) -> int:
-        if self._hash is None:
-            object.__setattr__(self, "_hash", hash(canonical_json(_thaw(self))))
-        return self._hash
+        cached = self._hash
+        if cached is None:
+            cached = hash(canonical_json(_thaw(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Mapping):

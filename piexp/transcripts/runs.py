@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from piexp.errors import UserError
+from piexp.files import read_jsonl
+from piexp.run_records import find_job_folders, metric_curve, read_metrics
 from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, read_transcripts, transcript_key
 
 # The episode fields an index row carries (the rest stays in the transcript).
@@ -30,13 +32,8 @@ class RunView:
 
 def _episode_lines(path: Path) -> list[dict[str, Any]]:
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a kill
-        if isinstance(data, dict):
-            latest[(data.get("task_id"), data.get("language"), data.get("sample"))] = data
+    for data in read_jsonl(path):
+        latest[(data.get("task_id"), data.get("language"), data.get("sample"))] = data
     return [latest[key] for key in sorted(latest, key=str)]  # task order, not completion order
 
 
@@ -54,8 +51,6 @@ def _add_source(view: RunView, folder: Path, job: str, source: str, episodes: li
 
 
 def _add_job(view: RunView, folder: Path, job: str) -> None:
-    from piexp.commands.summarize import TRAIN_KEYS, _number, _read_metrics_jsonl
-
     check = folder / "check.json"
     if check.is_file():
         try:
@@ -65,12 +60,9 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
         _add_source(view, folder, job, "check", episodes, folder / CHECK_TRANSCRIPTS)
     if (folder / "episodes.jsonl").is_file():
         _add_source(view, folder, job, "eval", _episode_lines(folder / "episodes.jsonl"), folder / EVAL_TRANSCRIPTS)
-    rows = _read_metrics_jsonl(folder / "metrics.jsonl")
-    for key in TRAIN_KEYS["reward"]:
-        curve = [(int(row.get("step", i)), v) for i, row in enumerate(rows) if (v := _number(row.get(key))) is not None]
-        if curve:
-            view.reward_curves[job] = curve
-            break
+    curve = metric_curve(read_metrics(folder), "reward")
+    if curve:
+        view.reward_curves[job] = curve
     for page in sorted(folder.rglob("*.html")):
         if page.name != "viewer.html":
             view.train_pages.append(str(page.relative_to(view.root)))
@@ -78,8 +70,6 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
 
 def load_run(target: Path) -> RunView:
     """Every episode under `target`: a run folder or a sweep folder."""
-    from piexp.commands.summarize import find_job_folders
-
     target = Path(target)
     if not target.is_dir():
         raise UserError(f"Cannot show {target}: it is not a folder. Give a run folder (outputs/DATE/TIME) "

@@ -13,7 +13,7 @@ from piexp.config.compose import load
 from piexp.env.dataset import RepeatingDataset, WorkspaceDatasetBuilder, episode_settings, group_builders
 from piexp.env.episode import WorkspaceGroupBuilder
 from piexp.errors import UserError
-from piexp.launch.splits import build_splits
+from piexp.env.splits import build_splits
 
 URL = "http://127.0.0.1:8080/run_code"
 

@@ -12,7 +12,7 @@ import pytest
 import piexp.tasks
 from piexp.config.compose import load
 from piexp.launch.check import CheckFailedError, run_check
-from piexp.launch.splits import RunSplits, build_splits
+from piexp.env.splits import RunSplits, build_splits
 
 BASE = [
     "mode=check",

@@ -11,7 +11,7 @@ import pytest
 import piexp.launch.evaluate as evaluate
 from piexp.config.compose import load
 from piexp.errors import UserError
-from piexp.launch.splits import build_splits
+from piexp.env.splits import build_splits
 
 BASE = ["mode=eval", "family=[arith,dates]", "lang=[python,javascript]",
         "tasks.train_per_family=1", "tasks.eval_per_family=2"]

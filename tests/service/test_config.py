@@ -47,15 +47,15 @@ def test_refused(overrides: list[str], needle: str) -> None:
 
 
 def test_local_run_needs_no_user_key(monkeypatch) -> None:
-    from piexp.cli import _prevalidate
+    from piexp.commands.run import prevalidate
 
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    _prevalidate(["service=local", "model=tiny-local"], False, False, False)
+    prevalidate(["service=local", "model=tiny-local"], False, False, False)
     # A self-hosted server is probed before any folder is made: nothing listens on port 9,
     # and the advice names its real key (service.url), not Tinker's.
     with pytest.raises(UserError) as refused:
-        _prevalidate(["service=selfhosted", "service.url=http://127.0.0.1:9", "service.connect_timeout_s=3"],
+        prevalidate(["service=selfhosted", "service.url=http://127.0.0.1:9", "service.connect_timeout_s=3"],
                      False, False, False)
     assert "config `service.url`" in str(refused.value) and "TINKER_BASE_URL" not in str(refused.value)
     with pytest.raises(UserError, match="TINKER_API_KEY"):
-        _prevalidate([], False, False, False)
+        prevalidate([], False, False, False)

@@ -20,7 +20,7 @@ from piexp.config.compose import load
 from piexp.env.dataset import episode_settings
 from piexp.env.episode import get_run_renderer
 from piexp.launch import evaluate
-from piexp.launch.splits import build_splits
+from piexp.env.splits import build_splits
 from piexp.policies.rollout import run_episode
 from piexp.policies.scripted import render_assistant_tokens
 from piexp.transcripts import capture

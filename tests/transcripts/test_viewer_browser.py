@@ -17,7 +17,7 @@ from headless_chromium import Chromium, chromium_path
 
 from piexp.config.compose import load
 from piexp.launch import evaluate
-from piexp.launch.splits import build_splits
+from piexp.env.splits import build_splits
 from piexp.transcripts.store import EVAL_TRANSCRIPTS, TranscriptWriter, read_transcripts
 from piexp.transcripts.viewer import VIEWER_FILE, write_run_viewer
 

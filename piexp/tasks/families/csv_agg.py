@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from piexp.tasks.families._common import query_file
 from piexp.tasks.family import Family, check_exact
@@ -40,7 +41,7 @@ def generate(rng: random.Random, p: CsvAggParams):
     products = rng.sample(PRODUCTS, p.n_products)
     columns = list(COLUMNS)
     rng.shuffle(columns)
-    rows = []
+    rows: list[dict[str, Any]] = []
     base = rng.randint(1000, 90000)
     for i in range(p.n_rows):
         rows.append({

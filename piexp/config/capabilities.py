@@ -23,12 +23,7 @@ Tinker and a self-hosted server are not second-guessed: they answer for themselv
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from piexp.config.algo import DEFAULT_ROLLING_TTL_SECONDS, DEFAULT_TTL_SECONDS
-
-if TYPE_CHECKING:
-    from piexp.config.schema import RunConfig
+from piexp.config.algo import DEFAULT_ROLLING_TTL_SECONDS, DEFAULT_TTL_SECONDS, AlgoSettings
 
 __all__ = ["LOCAL_LOSS_FNS", "refuse_unsupported_algo"]
 
@@ -37,8 +32,7 @@ LOCAL_LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 _LOCAL = "service=local (SkyRL 0.4.0's Tinker-compatible server, JAX backend)"
 
 
-def _local_problems(config: RunConfig) -> list[str]:
-    algo = config.algo
+def _local_problems(algo: AlgoSettings, model_name: str) -> list[str]:
     problems = []
     if algo.loss_fn not in LOCAL_LOSS_FNS:
         problems.append(f"algo.loss_fn={algo.loss_fn} (it implements only {', '.join(LOCAL_LOSS_FNS)})")
@@ -46,9 +40,9 @@ def _local_problems(config: RunConfig) -> list[str]:
         problems.append("algo.loss_fn_config with importance_sampling (its API refuses any loss_fn_config key there)")
     if algo.kl_penalty_coef > 0:
         reference = algo.kl_reference_config
-        if reference.base_model not in (None, config.model.name):
+        if reference.base_model not in (None, model_name):
             problems.append(f"algo.kl_reference_config.base_model={reference.base_model} (the server serves "
-                            f"only the trained base model, {config.model.name})")
+                            f"only the trained base model, {model_name})")
         if reference.load_checkpoint_path is not None:
             problems.append("algo.kl_reference_config.load_checkpoint_path (the SDK then sends base_model and "
                             "model_path together, and the server accepts exactly one)")
@@ -60,12 +54,13 @@ def _local_problems(config: RunConfig) -> list[str]:
     return problems
 
 
-def refuse_unsupported_algo(config: RunConfig) -> None:
+def refuse_unsupported_algo(service_name: str, algo: AlgoSettings, model_name: str) -> None:
     """Raise ValueError (one sentence per option) if the service cannot honour the run's
-    `algo` options; called from `RunConfig` validation for mode=train."""
-    if config.service.name != "local":
+    `algo` options (training `model_name`); called from `RunConfig` validation for
+    mode=train."""
+    if service_name != "local":
         return
-    problems = _local_problems(config)
+    problems = _local_problems(algo, model_name)
     if problems:
         raise ValueError(
             f"{_LOCAL} cannot honour {'; '.join(problems)}. Remove {'this option' if len(problems) == 1 else 'these options'} "

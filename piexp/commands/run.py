@@ -1,0 +1,87 @@
+"""A run or a sweep: `python -m piexp [overrides...]` without a subcommand, handed to
+Hydra (`-m` sweeps, `--cfg job`, `--help`) after every command line is validated, so a
+bad value prints one paragraph, exits 2 and writes nothing (`piexp reproduce` goes
+through the same checks)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from piexp.commands import SUBCOMMANDS
+from piexp.config.argv import is_multirun, rewrite_list_overrides, split_hydra_flags
+from piexp.config.compose import compose, planned_jobs, sweep_combinations
+from piexp.config.suggest import refuse_unknown_subcommand
+from piexp.errors import exit_on_user_error
+from piexp.launch.run_folder import guard_folders, planned_folders, take_replace_flag
+from piexp.launch.sandbox import refuse_unreachable_remote
+from piexp.service import placeholder_api_key
+from piexp.service.tinker_preflight import preflight_tinker, require_api_key
+from piexp.sweeps import SweepStatus
+
+# Flags that only print (help, version, completion): nothing to validate.
+_INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version", "--shell-completion", "-sc"}
+
+
+def main(argv: list[str]) -> int:
+    """Validate the command line, then run it as a Hydra app; returns the exit code."""
+    argv, replace = take_replace_flag(argv)
+    rewritten: list[str] = []
+    code = exit_on_user_error(lambda: rewritten.extend(_rewritten(argv)))
+    if code:
+        return code
+    argv = rewritten
+    flags, overrides = split_hydra_flags(argv)
+    if not _INFO_FLAGS.intersection(flags):
+        prints_only = bool({"--cfg", "-c"}.intersection(flags))
+        code = exit_on_user_error(lambda: prevalidate(overrides, is_multirun(argv), prints_only, replace))
+        if code:
+            return code
+        if prints_only and is_multirun(argv):
+            # Hydra refuses --cfg with -m; show each job's config instead.
+            return exit_on_user_error(lambda: _print_sweep_configs(overrides))
+    # Hydra itself (its app, launchers and plugins) loads only for a run that goes ahead.
+    from piexp.launch.job import hydra_entry
+
+    sys.argv = [sys.argv[0] if sys.argv else "piexp", *argv]
+    hydra_entry()
+    return 0
+
+
+def _rewritten(argv: list[str]) -> list[str]:
+    refuse_unknown_subcommand(argv, SUBCOMMANDS)
+    return rewrite_list_overrides(argv)
+
+
+def _print_sweep_configs(overrides: Sequence[str]) -> None:
+    from omegaconf import OmegaConf
+
+    for number, combo in enumerate(sweep_combinations(overrides)):
+        config = compose(combo)
+        print(f"# sweep job {number}: {' '.join(combo)}")
+        print(OmegaConf.to_yaml(config))
+
+
+def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> None:
+    """Everything a user can get wrong, checked before Hydra makes a folder: the config of
+    every job, the service key, a remote sandbox that refuses connections, and job
+    folders that hold another run (refused, or moved aside with --replace)."""
+    jobs = planned_jobs(overrides, multirun=multirun)
+    configs = [config for _, config in jobs]
+    if prints_only:
+        return
+    if any(config.uses_service and config.service.name == "tinker" for config in configs):
+        # Only the key's presence here: reachability is probed inside the job, bounded.
+        require_api_key()
+    for config in configs:
+        if config.uses_service and config.service.name == "selfhosted":
+            with placeholder_api_key(override=False):  # the probe only needs a key to be set
+                preflight_tinker(config.service.url, config.service.connect_timeout_s, url_key="service.url")
+    for url in dict.fromkeys(config.sandbox.url for config in configs if config.sandbox.kind == "remote"):
+        refuse_unreachable_remote(str(url))
+    sweep_dir, folders = planned_folders(overrides, multirun, len(jobs))
+    for line in guard_folders(folders, configs, replace=replace):
+        print(f"piexp: {line}", file=sys.stderr)
+    if sweep_dir is not None:
+        # Rows of jobs an earlier, larger sweep left in this folder are not this sweep's.
+        SweepStatus(sweep_dir).keep_only(range(len(jobs)))

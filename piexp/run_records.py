@@ -1,0 +1,62 @@
+"""Reading finished or running run folders back (`piexp summarize`, `piexp show`, a
+train run's `summary.md`): which folders under a run or sweep folder are jobs, and the
+per-step metrics tinker-cookbook logs to a train run's `metrics.jsonl`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from piexp.files import read_jsonl
+
+# Suffix of a folder moved aside by --replace (summaries skip such folders).
+REPLACED_MARK = ".replaced-"
+# The per-step metrics log tinker-cookbook writes into a train run's folder.
+METRICS_FILE = "metrics.jsonl"
+# metrics.jsonl keys per key metric of a train run (first present wins): `pass@1` is the
+# periodic eval on the eval split (binary reward, one sample per task), `reward` the mean
+# reward of each training batch (the older cookbook logged it with a `/mean` suffix).
+TRAIN_KEYS: dict[str, tuple[str, ...]] = {
+    "pass@1": ("test/env/all/reward/total",),
+    "reward": ("env/all/reward/total", "env/all/reward/total/mean"),
+}
+
+
+def find_job_folders(root: Path) -> list[Path]:
+    """Every run folder under `root` (itself included), in natural order (2 before 10)."""
+    # Folders moved aside by --replace are not part of what is summarised.
+    folders = {path.parent.parent for path in root.rglob(".hydra/config.yaml")
+               if not any(REPLACED_MARK in part for part in path.relative_to(root).parts)}
+    if (root / ".hydra" / "config.yaml").is_file():
+        folders.add(root)
+
+    def natural(path: Path) -> list[Any]:
+        parts = path.relative_to(root).parts
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts]
+
+    return sorted(folders, key=natural)
+
+
+def finite_number(value: Any) -> float | None:
+    """`value` as a float if it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def read_metrics(folder: Path) -> list[dict[str, Any]]:
+    """The rows of a run folder's metrics.jsonl (none for a run that is not a train run)."""
+    return read_jsonl(Path(folder) / METRICS_FILE)
+
+
+def metric_curve(rows: list[dict[str, Any]], metric: str) -> list[tuple[int, float]]:
+    """(step, value) of a key metric (`TRAIN_KEYS`) over the rows, from the first of its
+    keys that has any value; a row without `step` counts by its position."""
+    for key in TRAIN_KEYS[metric]:
+        curve = [(int(row.get("step", index)), value)
+                 for index, row in enumerate(rows) if (value := finite_number(row.get(key))) is not None]
+        if curve:
+            return curve
+    return []

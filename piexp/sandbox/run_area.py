@@ -74,6 +74,22 @@ def _mount_points_under(path: str) -> list[str]:
     return sorted(points, key=lambda p: p.count("/"), reverse=True)
 
 
+# Capabilities (bit, name) a root server needs to start runs as the run user and hand
+# their files to it.
+_SWITCH_CAPABILITIES = ((0, "CAP_CHOWN"), (6, "CAP_SETGID"), (7, "CAP_SETUID"))
+
+
+def _effective_capabilities() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 @dataclass(frozen=True)
 class RunUser:
     """The host uid and gid every run executes as. `switched`: the server runs as root
@@ -91,6 +107,13 @@ class RunUser:
             raise RuntimeError(
                 f"sandbox run_uid/run_gid must name an unprivileged host user (> 0), got {run_uid}/{run_gid}: "
                 "runs must never be host root"
+            )
+        missing = [name for bit, name in _SWITCH_CAPABILITIES if not _effective_capabilities() >> bit & 1]
+        if missing:
+            raise RuntimeError(
+                f"the sandbox server runs as root without {', '.join(missing)}, so it cannot hand runs to the "
+                f"unprivileged run user (uid {run_uid}) and would run them as host root: run the server as an "
+                "unprivileged user instead, or give it these capabilities"
             )
         return cls(run_uid, run_gid, True)
 
@@ -173,9 +196,16 @@ class RunArea:
             if area.mounts:
                 # A mount point of its own, in a peer group of its own: the runs' tmpfs
                 # mounts below it propagate into the zygote's namespace (a slave of it).
-                _mount(path, path, None, MS_BIND)
-                _mount(None, path, None, MS_PRIVATE)
-                _mount(None, path, None, MS_SHARED)
+                try:
+                    _mount(path, path, None, MS_BIND)
+                except PermissionError:
+                    # Root without CAP_SYS_ADMIN (a container's default): no mounts.
+                    area.mounts = False
+                    log.warning("the sandbox server may not mount (no CAP_SYS_ADMIN): run directories get no "
+                                "byte or file quota; /tmp keeps the launcher's size cap")
+                else:
+                    _mount(None, path, None, MS_PRIVATE)
+                    _mount(None, path, None, MS_SHARED)
         except BaseException:
             area.close()
             raise
@@ -186,6 +216,12 @@ class RunArea:
         inside the area (root only) that the launchers bind in its place."""
         if not self.user.switched or self.user.can_reach(prefix):
             return prefix
+        if not self.mounts:
+            raise RuntimeError(
+                f"the runtime {prefix} lies under a directory the run user (uid {self.user.uid}) cannot enter, "
+                "and this server may not mount (no CAP_SYS_ADMIN) to show it a read-only view: install the "
+                "runtime under /usr or another world-readable prefix, or let the server mount"
+            )
         if prefix not in self._views:
             view = os.path.join(self.path, _LAYOUT_DIR, str(len(self._views)))
             os.makedirs(view, 0o755)

@@ -110,6 +110,9 @@ class Runner:
             # from a read-only view of it in the run area.
             runtimes = {lang: rt and dataclasses.replace(rt, bind_source=rt.bind_prefix and area.view_of(rt.bind_prefix))
                         for lang, rt in runtimes.items()}
+        except RuntimeError:
+            area.close()
+            raise
         except OSError as exc:
             area.close()
             raise RuntimeError(f"could not make the runtimes reachable for the run user (uid {user.uid}): {exc}") from exc

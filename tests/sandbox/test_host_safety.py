@@ -291,3 +291,73 @@ def test_a_run_that_fills_its_file_quota_is_cleaned_up_without_stalling_others(s
     assert float(done["spans"]["cleanup"]) < 500, done["spans"]
     assert max(pings) < 1.0, max(pings)
     sandbox.assert_clean()
+
+
+def _serve_with_capabilities_dropped(dropped: str, work_dir: str, log_path: str):
+    """The server as root minus `dropped` capabilities (capsh drops them from the
+    bounding set before the exec), as in a container that withholds them."""
+    import shutil
+    import subprocess
+    import sys
+
+    from piexp.sandbox.embedded import bound_listening_socket
+
+    if shutil.which("capsh") is None:
+        pytest.skip("capsh (libcap2-bin) is not installed")
+    sock = bound_listening_socket()
+    command = (f"exec {sys.executable} -m piexp.sandbox serve --listen-fd {sock.fileno()} "
+               f"--work-dir {work_dir} --die-with-parent")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(["capsh", f"--drop={dropped}", "--", "-c", command], pass_fds=(sock.fileno(),),
+                                stdout=log, stderr=log, start_new_session=True)
+    port = sock.getsockname()[1]
+    sock.close()
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@as_root
+def test_a_root_server_that_may_not_mount_goes_without_quotas_or_says_what_to_do(work_dir_factory, tmp_path):
+    """Root without CAP_SYS_ADMIN (a container's default): no per-run tmpfs, a warning
+    saying so, and runs still start as the run user; unless a runtime lies where the run
+    user cannot enter (this machine's pyenv under 0700 /root): then the server refuses
+    to start and says what to do."""
+    import httpx
+
+    from piexp.sandbox.isolation.layout import resolve_runtime
+
+    work_dir = work_dir_factory("nomount")
+    proc, url = _serve_with_capabilities_dropped("cap_sys_admin", work_dir, str(tmp_path / "log"))
+    python = resolve_runtime("python3")
+    if python is not None and python.bind_prefix and not RUN_USER.can_reach(python.bind_prefix):
+        assert proc.wait(timeout=60) == 2
+        log = (tmp_path / "log").read_text()
+        assert "may not mount (no CAP_SYS_ADMIN)" in log and f"the runtime {python.bind_prefix} lies under" in log
+        assert "Traceback" not in log and os.listdir(work_dir) == [], log
+        return
+    try:
+        with httpx.Client(trust_env=False, timeout=60) as http:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if http.get(url + "/v1/ping").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "log").read_text()
+                time.sleep(0.1)
+            r = http.post(url + "/run_code", json={"code": "import os\nprint(os.getuid())", "language": "python"})
+            assert r.json()["run_result"]["stdout"] == "65534\n", r.text
+    finally:
+        proc.kill()
+        proc.wait()
+    log = (tmp_path / "log").read_text()
+    assert "may not mount (no CAP_SYS_ADMIN)" in log and f"run uid/gid={RUN_USER.uid}" in log, log
+
+
+@as_root
+def test_a_root_server_that_cannot_switch_users_refuses_to_start(work_dir_factory, tmp_path):
+    """Without CAP_SETUID the runs would be host root: the server says so and exits 2."""
+    proc, _ = _serve_with_capabilities_dropped("cap_setuid", work_dir_factory("nosetuid"), str(tmp_path / "log"))
+    assert proc.wait(timeout=60) == 2
+    log = (tmp_path / "log").read_text()
+    assert "without CAP_SETUID" in log and "would run them as host root" in log and "Traceback" not in log, log

@@ -30,6 +30,7 @@ class _Refused(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         body = f"the sandbox server is at its limit of {self.limit} connections (max_connections)\n"
+        assert isinstance(transport, asyncio.WriteTransport)  # a TCP connection's
         transport.write(_REFUSAL.format(length=len(body), body=body).encode())
         transport.close()
 

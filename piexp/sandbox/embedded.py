@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import fields
-from typing import Optional
+from typing import IO, Optional
 
 from .isolation.process import set_parent_death_signal
 from .settings import SandboxSettings, settings_as_flags
@@ -80,7 +80,7 @@ class EmbeddedSandbox:
         self.env = env
         self.log_path = log_path
         self.proc: Optional[subprocess.Popen] = None
-        self._log_file = None
+        self._log_file: Optional[IO[bytes]] = None
         self._socket: Optional[socket.socket] = None
 
     @property
@@ -92,6 +92,7 @@ class EmbeddedSandbox:
         return f"{self.base_url}/run_code"
 
     def _argv(self) -> list[str]:
+        assert self._socket is not None, "start() binds the socket first"
         argv = [
             sys.executable, "-m", "piexp.sandbox", "serve",
             "--listen-fd", str(self._socket.fileno()),
@@ -128,6 +129,7 @@ class EmbeddedSandbox:
         return self
 
     def _wait_ready(self) -> None:
+        assert self.proc is not None, "start() starts the server first"
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             code = self.proc.poll()

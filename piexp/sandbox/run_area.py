@@ -271,7 +271,7 @@ class RunArea:
 
     def quota_hits(self, run: RunDirs) -> list[str]:
         """The caps this run reached, as phrases for its stderr (empty when none)."""
-        hits = []
+        hits: list[str] = []
         if not run.mounted:
             return hits
         for d, where, size in ((run.work, "/sandbox", self.disk_quota_bytes), (run.tmp, "/tmp", self.tmp_bytes)):
@@ -321,7 +321,7 @@ class RunArea:
 def reap_stale_areas(base: str) -> list[str]:
     """Remove the areas under `base` whose server is gone (their lock is free): the run
     directories of a killed server, with their mounts. Returns the removed paths."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(base)
     except OSError:

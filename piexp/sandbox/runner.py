@@ -247,6 +247,7 @@ class Runner:
         except StartFailed as failed:
             return failed.result
         proc = launch.proc
+        assert proc is not None and launch.run is not None  # started, not yet released
         t.mark("start")
         start = time.monotonic()
         out_task = asyncio.ensure_future(_drain(proc.stdout, cap))

@@ -10,7 +10,8 @@ import signal
 import socket
 import sys
 import warnings
-from typing import Optional
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -29,7 +30,7 @@ SETTINGS_KEY = web.AppKey("settings", SandboxSettings)
 QUEUED_KEY = web.AppKey("queued_bytes", QueuedBytes)
 
 
-def _unprocessable(detail: list[dict]) -> web.Response:
+def _unprocessable(detail: Sequence[Any]) -> web.Response:
     # FastAPI's 422 body shape, which is what SandboxFusion answers.
     return web.json_response({"detail": detail}, status=422)
 
@@ -199,6 +200,7 @@ async def _serve(app: web.Application, settings: SandboxSettings, host: str, por
     )
     await runner.setup()
     try:
+        assert runner.server is not None  # made by setup()
         factory = ConnectionLimit(runner.server, settings.max_connections)
         if sock is not None:
             listener = await loop.create_server(factory, sock=sock)

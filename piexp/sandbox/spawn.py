@@ -62,15 +62,16 @@ class SpawnedChild:
             return self.returncode
         loop = asyncio.get_running_loop()
         if self._exited is None:
-            self._exited = loop.create_future()
+            exited = self._exited = loop.create_future()
             try:
                 self._pidfd = os.pidfd_open(self.pid)
             except (AttributeError, OSError):  # pragma: no cover - kernels before 5.3
                 fut = loop.run_in_executor(None, self._reap_now)
-                fut.add_done_callback(lambda f: self._exited.done() or self._exited.set_result(None))
+                fut.add_done_callback(lambda f: None if exited.done() else exited.set_result(None))
             else:
                 loop.add_reader(self._pidfd, self._on_exit)
         await asyncio.shield(self._exited)
+        assert self.returncode is not None  # set by the reaping before _exited completes
         return self.returncode
 
     def _reap_now(self) -> None:
@@ -82,7 +83,7 @@ class SpawnedChild:
         os.close(self._pidfd)
         self._pidfd = -1
         self._reap_now()  # the pidfd is readable: the child is a zombie, this reaps it
-        if not self._exited.done():
+        if self._exited is not None and not self._exited.done():
             self._exited.set_result(None)
 
     def kill(self) -> None:
@@ -129,7 +130,7 @@ async def adopt(pid: int, reap: Callable[[], int], stdout, stderr, stdin=None, *
     """Wrap a started child: `stdout`/`stderr` (and `stdin`) are its pipes' other ends,
     as file objects."""
     loop = asyncio.get_running_loop()
-    transports = []
+    transports: list[asyncio.BaseTransport] = []
 
     async def reader(pipe) -> asyncio.StreamReader:
         stream = asyncio.StreamReader(limit=_PIPE_LIMIT, loop=loop)
@@ -142,11 +143,11 @@ async def adopt(pid: int, reap: Callable[[], int], stdout, stderr, stdin=None, *
         err = await reader(stderr)
         writer = None
         if stdin is not None:
-            transport, protocol = await loop.connect_write_pipe(
+            write_transport, protocol = await loop.connect_write_pipe(
                 lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), stdin,
             )
-            transports.append(transport)
-            writer = asyncio.StreamWriter(transport, protocol, None, loop)
+            transports.append(write_transport)
+            writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
     except BaseException:
         for transport in transports:
             transport.close()
@@ -207,7 +208,7 @@ class Spawner:
             options.update(user=self.user[0], group=self.user[1], extra_groups=[])
         home = self.home_tasks
         joined = bool(join_tasks) and home is not None
-        if joined:
+        if joined and home is not None:
             if self._thread is None:
                 self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="piexp-sandbox-spawner")
             started = asyncio.get_running_loop().run_in_executor(

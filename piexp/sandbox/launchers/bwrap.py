@@ -216,7 +216,8 @@ class BwrapLaunch(Launch):
             os.close(self.pidfd)
             self.pidfd = None
             try:
-                os.waitpid(self.child, os.WNOHANG)
+                if self.child is not None:
+                    os.waitpid(self.child, os.WNOHANG)
             except ChildProcessError:
                 pass  # not reparented to us (not a subreaper): init reaps it
 
@@ -237,9 +238,10 @@ class BwrapLauncher(Launcher):
     def _new_launch(self, **fields) -> BwrapLaunch:
         return BwrapLaunch(**fields, limits_settable=self.host.spawner.user is None)
 
-    async def _hold(self, launch: BwrapLaunch, runtime: Runtime, t: Timings) -> None:
+    async def _hold(self, launch: Launch, runtime: Runtime, t: Timings) -> None:
         """Start bwrap and wait until its init is held at --block-fd, then confine the
         init (cgroups, rlimits). No program file exists yet."""
+        assert isinstance(launch, BwrapLaunch) and launch.run is not None  # made by _new_launch, not released
         host, s, cgroups = self.host, self.host.settings, self.host.cgroups
         spawner = host.spawner
         limits = launch.limits
@@ -255,9 +257,9 @@ class BwrapLauncher(Launcher):
                 self.bwrap, launch.run.work, launch.command, runtime, s.tmpfs_size_mb, tmp_dir=launch.run.tmp,
                 info_fd=info_w, block_fd=block_r, seccomp_fd=seccomp_fd, etc_copies=etc_copies,
             )
-            attach_later = cgroups.joined_dirs(launch.cgroup_dirs) if launch.cgroup_dirs else []
-            join_now = []
-            if attach_later and cgroups.joins_per_thread:  # a v2 join would move the whole server
+            attach_later = cgroups.joined_dirs(launch.cgroup_dirs) if cgroups and launch.cgroup_dirs else []
+            join_now: list[str] = []
+            if cgroups and attach_later and cgroups.joins_per_thread:  # a v2 join would move the whole server
                 join_now = cgroups.self_join_files(launch.cgroup_dirs)
             try:
                 launch.proc = await spawner.spawn(
@@ -338,6 +340,7 @@ class BwrapLauncher(Launcher):
                                         Timings())
             if isinstance(launch, RunCodeResponse):
                 return
+            assert isinstance(launch, BwrapLaunch)
             if self._closed or not launch.ready or not launch.pooled:
                 await self.dispose(launch)
                 return

@@ -23,6 +23,7 @@ class UnisolatedLaunch(Launch):
     spawner: Optional[Spawner] = None  # the server's, which starts the program
 
     async def start(self, limits: Limits, timeout: float) -> None:
+        assert self.spawner is not None  # set by the launcher that made this launch
         try:
             self.proc = await self.spawner.spawn(
                 self.command, env={**launcher_env(), "HOME": self.run_dir}, cwd=self.run_dir,

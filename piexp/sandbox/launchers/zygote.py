@@ -37,6 +37,7 @@ class ZygoteLaunch(Launch):
     status_r: Optional[int] = None  # the run's status pipe: why its init gave up, if it did
 
     async def start(self, limits: Limits, timeout: float) -> None:
+        assert self.launcher is not None  # set by the launcher that made this launch
         try:
             self.proc = await self.launcher.spawn_run(self, limits, timeout)
         except OSError as exc:  # ZygoteError included
@@ -109,6 +110,8 @@ class ZygoteLauncher(Launcher):
 
     async def _spawn(self, launch: ZygoteLaunch, limits: Limits, timeout: float) -> SpawnedChild:
         """Its init joins the run's cgroups, sets up its namespaces and starts the program."""
+        assert self.zygote is not None and launch.run is not None  # a started zygote; a prepared run
+        run = launch.run
         opened: list[int] = []
         ours: list = []
         try:
@@ -132,7 +135,7 @@ class ZygoteLauncher(Launcher):
             # The init's own alarm is a backstop behind the server's timer (if the server
             # is gone, PR_SET_PDEATHSIG already took the run down).
             pid = await self.zygote.spawn(
-                launch.run.name, launch.command, SANDBOX_ENV, rlimit_pairs(limits), _tmp_spec(self.host, launch.run),
+                run.name, launch.command, SANDBOX_ENV, rlimit_pairs(limits), _tmp_spec(self.host, run),
                 math.ceil(timeout) + 10, [in_r, out_w, err_w, status_w, *joins],
             )
         except BaseException:
@@ -179,6 +182,7 @@ def _open_cgroup_joins(host: Host, cgroup_dirs: list[str]) -> list[int]:
     cgroups (and the shared cpu one): opened here, with the server's permissions."""
     if not cgroup_dirs:
         return []
+    assert host.cgroups is not None  # run cgroups exist only where a limiter made them
     fds: list[int] = []
     try:
         for path in host.cgroups.self_join_files(cgroup_dirs):
@@ -232,6 +236,6 @@ def _check(host: Host, zygote: Zygote) -> None:
     finally:
         for fd in opened:
             os.close(fd)
-        if cgroup_dirs:
+        if cgroup_dirs and host.cgroups is not None:
             host.cgroups.remove(cgroup_dirs)
         host.area.release(run)

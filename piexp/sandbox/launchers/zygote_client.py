@@ -140,12 +140,11 @@ class Zygote:
         argv = [binary, str(theirs.fileno()), os.path.realpath(runs_dir), str(filter_fd)]
         for row in layout:
             argv.extend(row)
-        identity = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
         try:
             proc = subprocess.Popen(
                 argv, pass_fds=(theirs.fileno(), *([filter_fd] if filter_fd >= 0 else [])), env=launcher_env(),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                **identity,
+                user=user[0] if user else None, group=user[1] if user else None, extra_groups=[] if user else None,
             )
         except OSError as exc:
             ours.close()
@@ -162,6 +161,7 @@ class Zygote:
             proc.kill()
             _, err = proc.communicate()
             raise ZygoteError(f"the sandbox zygote did not start: {err.decode(errors='replace').strip() or 'no answer'}")
+        assert proc.stderr is not None  # stderr=PIPE
         proc.stderr.close()  # it only ever writes there while setting up
         ours.setblocking(False)
         return cls(proc, ours)
@@ -199,14 +199,15 @@ class Zygote:
         loop = asyncio.get_running_loop()
         if self._lock is None:
             self._lock = asyncio.Lock()
-        await self._lock.acquire()
+        lock = self._lock
+        await lock.acquire()
         try:
             self.request(run_name, argv, env, rlimits, tmp, wall_s, fds)
         except BaseException:
-            self._lock.release()
+            lock.release()
             raise
         answer = loop.create_task(loop.sock_recv(self._control, _REPLY_LIMIT))
-        answer.add_done_callback(lambda _: self._lock.release())
+        answer.add_done_callback(lambda _: lock.release())
         try:
             reply = await asyncio.shield(answer)
         except asyncio.CancelledError:

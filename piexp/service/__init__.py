@@ -70,6 +70,18 @@ def _model_name(config: RunConfig) -> str:
     return config.model.name
 
 
+def _state_dir(config: RunConfig, run_dir: Path) -> Path:
+    """The local server's state (database, checkpoints): the run's own, or, when an eval
+    names a training run folder as `checkpoint=`, that run's (where its checkpoints are)."""
+    if config.checkpoint:
+        from piexp.launch.checkpoint_source import resolve_checkpoint
+
+        source = resolve_checkpoint(config.checkpoint).run_dir
+        if source is not None:
+            return source / "local_service"
+    return run_dir / "local_service"
+
+
 @contextlib.contextmanager
 def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     """Make the configured service usable for this run and yield the resolved config."""
@@ -106,7 +118,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     server = LocalServer(
         python=venv_python(venv),
         base_model=model_name,
-        state_dir=run_dir / "local_service",
+        state_dir=_state_dir(config, run_dir),
         max_lora_rank=max(config.model.lora_rank, 8),
         start_timeout_s=service.start_timeout_s,
     )

@@ -125,6 +125,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     with console.status("starting the local SkyRL server"):
         server.start()
     watchdog = _Watchdog(server)
+    interrupted = False
     try:
         console.print(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
         with placeholder_api_key(override=True), SampleIdProxy(server.url) as proxy:
@@ -133,11 +134,14 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
                 yield _resolved(config, proxy.url, model_name)
             except KeyboardInterrupt:
                 if watchdog.died is None:
+                    interrupted = True
                     raise
                 raise ServiceUnavailableError(watchdog.died) from None
     finally:
         watchdog.stop()
-        server.stop()
+        # Ctrl-C: no graceful shutdown (its open long-polls would hold it for the whole
+        # grace period); what the server saved is already on disk.
+        server.stop(grace_s=1.0 if interrupted else 10.0)
 
 
 class _Watchdog:

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "summarize": "piexp.commands.summarize:main",
     "reproduce": "piexp.commands.reproduce:main",
     "status": "piexp.commands.status:main",
+    "compare": "piexp.commands.compare:main",
 }
 _INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version", "--shell-completion", "-sc"}
 

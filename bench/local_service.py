@@ -2,7 +2,7 @@
 step and per RL iteration with tokens trained per second, the floor (the same model's
 bare forward+backward on the same sequences, in one process, no HTTP), peak memory.
 Model tiny-local, arith/Python Pi workspace, CPU; the README's example run
-(`warm_start.sft_steps=2`, default family and limits) plus 2 RL iterations.
+(`warm_start.sft_steps=2`, default family) plus 2 short RL iterations (TRAIN).
 
 * set-up: creating the SkyRL server venv (measured now if it does not exist, else the
   time recorded in its stamp when it was created) and building the tiny model;
@@ -38,10 +38,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-# The README's example (default family and limits) with 2 RL iterations.
+# The README's example (default family: its warm start is the README's), then 2 RL
+# iterations of 4 groups x 4 with 4 turns of at most 512 tokens (the oracle's longest
+# action is ~450 tokens; at the default 2,048 an untrained model's turns all run to it).
 TRAIN = [
     "service=local", "model=tiny-local", "family=arith", "lang=python", "warm_start.sft_steps=2",
-    "mode.max_steps=2", "mode.save_every=0", "mode.eval_every=0", "mode.preflight=false",
+    "mode.max_steps=2", "mode.groups_per_batch=4", "limits.max_turns=4", "limits.max_generation_tokens=512",
+    "mode.save_every=0", "mode.eval_every=0", "mode.preflight=false",
 ]  # fmt: skip
 
 #: Run in the server venv: skyrl's backend with piexp's speed-ups, forward_backward twice

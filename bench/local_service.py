@@ -18,9 +18,24 @@ Model tiny-local, arith/Python Pi workspace, CPU; the README's example run
   and the server (API server + engine), sampled every 0.5 s during that run.
 
 Measured 2026-12-01 on the shared 2-core machine while other engineers' runs kept the
-load average at 4-7 (so every time here is inflated, by up to ~2-3x):
-README example before the speed-ups: 437 s per SFT step (issue 13), 14 GB. See the
-report at the end of `python bench/local_service.py` for this machine's figures.
+load average at about 5 (every time here is inflated by that, perhaps 2x):
+
+| figure | before (issue 13) | now |
+| --- | --- | --- |
+| SFT step, README example (32 sequences, 101,945 tokens) | 437 s | 133 s (769 tokens/s; step 0 with compilation 145 s) |
+| floor: same sequences, bare backend in one process | | 145 s (703 tokens/s) |
+| RL iteration (4 groups x 4, turns <= 512 tokens) | | 66-72 s (sampling 44-45 s, training 22-27 s) |
+| whole bench run (server start, 2 SFT steps, 2 RL iterations) | | 437 s |
+| peak RSS, client + server | 14 GB | 4.9 GB |
+| server start (median of 3) / venv creation | | 2.5 s / 49 s, 1,346 MB |
+
+The floor runs skyrl's backend with piexp's speed-ups, so it measures what the server
+adds (nothing measurable: ratio 0.91), not what the model math could cost at best. Where
+the time of a step goes now (profiled on one 6,144-token sequence): causal attention
+(quadratic; a 2-layer model with 4 heads of 16 dims spends it in exp over the score
+matrix), then the vocabulary-wide log-softmax at the loss positions. The warm start's
+8 oracle episodes make 32 sequences because the `qwen3` renderer does not keep earlier
+turns as a prefix (each turn is its own sequence with the whole history).
 """
 
 from __future__ import annotations
@@ -219,9 +234,8 @@ def main() -> int:
         for row in metrics:
             if "time/total" not in row:
                 continue
-            parts = ", ".join(f"{key.removeprefix('time/')} {value:.0f} s" for key, value in sorted(row.items())
-                              if key.startswith("time/") and key != "time/total" and isinstance(value, float)
-                              and value >= 1.0)  # fmt: skip
+            parts = ", ".join(f"{key.removeprefix('time/')} {row[key]:.0f} s"
+                              for key in ("time/sampling", "time/train_step") if key in row)  # fmt: skip
             rows.append((f"RL iteration {row.get('step', '?')}", f"{row['time/total']:.1f} s ({parts})"))
         rows.append(("peak RSS, client + server", f"{peak[0] / 1024:.0f} MB"))
 

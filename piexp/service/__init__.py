@@ -125,7 +125,6 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     with console.status("starting the local SkyRL server"):
         server.start()
     watchdog = _Watchdog(server)
-    interrupted = False
     try:
         console.print(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
         with placeholder_api_key(override=True), SampleIdProxy(server.url) as proxy:
@@ -134,14 +133,16 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
                 yield _resolved(config, proxy.url, model_name)
             except KeyboardInterrupt:
                 if watchdog.died is None:
-                    interrupted = True
+                    # Ctrl-C: stop the server at once, before the proxy (whose open
+                    # long-polls to a live server would hold its shutdown for 10 s), with
+                    # no graceful shutdown; what the server saved is already on disk.
+                    watchdog.stop()
+                    server.stop(grace_s=1.0)
                     raise
                 raise ServiceUnavailableError(watchdog.died) from None
     finally:
         watchdog.stop()
-        # Ctrl-C: no graceful shutdown (its open long-polls would hold it for the whole
-        # grace period); what the server saved is already on disk.
-        server.stop(grace_s=1.0 if interrupted else 10.0)
+        server.stop()
 
 
 class _Watchdog:

@@ -26,8 +26,15 @@ async def build_model_policy(config: RunConfig, service_client: Any | None = Non
     if config.checkpoint:
         from piexp.launch.checkpoint_source import resolve_checkpoint
 
-        model_path = resolve_checkpoint(config.checkpoint).sampler_path
-        pending = service_client.create_sampling_client(model_path=model_path)
+        source = resolve_checkpoint(config.checkpoint)
+        if source.run_dir is not None and source.state_path and config.service.name == "local":
+            # A fresh SkyRL server samples only from models it holds: load the run's final
+            # weights into a new one (same server state) and sample from those.
+            pending_training = service_client.create_training_client_from_state(source.state_path)
+            training = await pending_training if inspect.isawaitable(pending_training) else pending_training
+            pending = training.save_weights_and_get_sampling_client()
+        else:
+            pending = service_client.create_sampling_client(model_path=source.sampler_path)
     else:
         pending = service_client.create_sampling_client(base_model=config.model.name)
     # tinker returns a future of the client (awaitable); older clients return it directly.

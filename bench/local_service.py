@@ -34,8 +34,10 @@ adds (nothing measurable: ratio 0.91), not what the model math could cost at bes
 the time of a step goes now (profiled on one 6,144-token sequence): causal attention
 (quadratic; a 2-layer model with 4 heads of 16 dims spends it in exp over the score
 matrix), then the vocabulary-wide log-softmax at the loss positions. The warm start's
-8 oracle episodes make 32 sequences because the `qwen3` renderer does not keep earlier
-turns as a prefix (each turn is its own sequence with the whole history).
+8 oracle episodes make 32 sequences: tinker-cookbook's `trajectory_to_data` starts a new
+sequence whenever a turn's observation does not extend the previous one token for token,
+so here each turn is a sequence carrying the whole history again (not yet investigated:
+merging them would cut the tokens trained about 2-4x).
 """
 
 from __future__ import annotations

@@ -1,13 +1,43 @@
-"""service=local figures: set-up time, server start time, seconds per RL iteration
-(group size 4 x 4 groups, tiny-local model, arith/Python Pi workspace, CPU), peak memory.
+"""service=local figures: set-up time, server start time, seconds per supervised (SFT)
+step and per RL iteration with tokens trained per second, the floor (the same model's
+bare forward+backward on the same sequences, in one process, no HTTP), peak memory.
+Model tiny-local, arith/Python Pi workspace, CPU; the README's example run
+(`warm_start.sft_steps=2`, default family) plus 2 short RL iterations (TRAIN).
 
 * set-up: creating the SkyRL server venv (measured now if it does not exist, else the
   time recorded in its stamp when it was created) and building the tiny model;
 * server start: launch to first healthy answer, median of 3 cold starts;
-* RL iteration: `time/total` of each iteration in metrics.jsonl of a real 3-iteration
-  run (no warm start), first iteration (JAX compilation) reported apart;
+* SFT step: `seconds` of each step in the run's warm_start.json (step 0 includes JAX
+  compilation), with tokens trained per second (all tokens of all sequences);
+* RL iteration: `time/total` of each iteration in metrics.jsonl (the first includes
+  compilation), with the sampling and training parts where the cookbook logs them;
+* floor: the oracle warm-start sequences of the same run (same tasks, same seed),
+  through skyrl's backend in one server-venv process with piexp's speed-ups, second
+  call (compiled), no server, no HTTP;
 * peak memory: the highest sum of resident set sizes of the client (the piexp process)
   and the server (API server + engine), sampled every 0.5 s during that run.
+
+Measured 2026-12-01 on the shared 2-core machine while other engineers' runs kept the
+load average at about 5 (every time here is inflated by that, perhaps 2x):
+
+| figure | before (issue 13) | now |
+| --- | --- | --- |
+| SFT step, README example (32 sequences, 101,945 tokens) | 437 s | 133 s (769 tokens/s; step 0 with compilation 145 s) |
+| floor: same sequences, bare backend in one process | | 145 s (703 tokens/s) |
+| RL iteration (4 groups x 4, turns <= 512 tokens) | | 66-72 s (sampling 44-45 s, training 22-27 s) |
+| whole bench run (server start, 2 SFT steps, 2 RL iterations) | | 437 s |
+| peak RSS, client + server | 14 GB | 4.9 GB |
+| server start (median of 3) / venv creation | | 2.5 s / 49 s, 1,346 MB |
+
+The floor runs skyrl's backend with piexp's speed-ups, so it measures what the server
+adds (nothing measurable: ratio 0.91), not what the model math could cost at best. Where
+the time of a step goes now (profiled on one 6,144-token sequence): causal attention
+(quadratic; a 2-layer model with 4 heads of 16 dims spends it in exp over the score
+matrix), then the vocabulary-wide log-softmax at the loss positions. The warm start's
+8 oracle episodes make 32 sequences: tinker-cookbook's `trajectory_to_data` starts a new
+sequence whenever a turn's observation does not extend the previous one token for token,
+so here each turn is a sequence carrying the whole history again (not yet investigated:
+merging them would cut the tokens trained about 2-4x).
 """
 
 from __future__ import annotations
@@ -25,13 +55,45 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+# The README's example (default family: its warm start is the README's), then 2 RL
+# iterations of 4 groups x 4 with 4 turns of at most 512 tokens (the oracle's longest
+# action is ~450 tokens; at the default 2,048 an untrained model's turns all run to it).
 TRAIN = [
-    "service=local", "model=tiny-local", "family=arith", "lang=python",
-    "tasks.train_per_family=16", "tasks.eval_per_family=2",
-    "mode.group_size=4", "mode.groups_per_batch=4", "mode.max_steps=3",
+    "service=local", "model=tiny-local", "family=arith", "lang=python", "warm_start.sft_steps=2",
+    "mode.max_steps=2", "mode.groups_per_batch=4", "limits.max_turns=4", "limits.max_generation_tokens=512",
     "mode.save_every=0", "mode.eval_every=0", "mode.preflight=false",
-    "limits.max_turns=4", "limits.max_generation_tokens=512",
 ]  # fmt: skip
+
+#: Run in the server venv: skyrl's backend with piexp's speed-ups, forward_backward twice
+#: on the given sequences (cross_entropy), the second call timed.
+FLOOR = r"""
+import importlib.util, json, sys, time
+spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
+launcher = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(launcher)
+launcher._import_without_torch()
+launcher._cpu_training_speedups()
+from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
+from skyrl.tinker import types
+config = json.loads(sys.argv[3])
+backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(**config), 0)
+backend.create_model("m", types.LoraConfig(rank=8, alpha=32.0, seed=0))
+data = json.load(open(sys.argv[4]))
+n = len(data)
+batch = types.PreparedModelPassBatch(
+    all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=d["tokens"])]) for d in data],
+    all_targets=[d["targets"] for d in data], all_token_weights=[d["weights"] for d in data],
+    all_sampling_logprobs=[[0.0] * len(d["tokens"]) for d in data],
+    all_advantages=[[0.0] * len(d["tokens"]) for d in data], all_values=[[] for _ in data],
+    all_returns=[[] for _ in data], all_model_ids=["m"] * n, all_loss_fns=["cross_entropy"] * n,
+    all_loss_fn_configs=[None] * n, request_batch_slices=[("r", "m", 0, n)])
+times = []
+for _ in range(2):
+    started = time.perf_counter()
+    backend.forward_backward(batch)
+    times.append(time.perf_counter() - started)
+print("FLOOR " + json.dumps(times))
+"""
 
 
 def _rss_kb(pid: int) -> int:
@@ -60,9 +122,59 @@ def _tree_rss_kb(root_pid: int, marker: str) -> int:
     return total
 
 
+def _oracle_sequences(path: Path) -> int:
+    """The warm start's SFT sequences for TRAIN (same tasks, seed and renderer), as JSON
+    at ``path``; returns their token count."""
+    import asyncio
+
+    from piexp.config.argv import rewrite_list_overrides
+    from piexp.config.compose import load
+    from piexp.launch.sandbox import run_sandbox
+    from piexp.launch.warm_start import _sft_datums, oracle_trajectories
+    from piexp.service import _model_name, _resolved
+
+    config = load(rewrite_list_overrides(TRAIN))
+    config = _resolved(config, "", _model_name(config))
+    with run_sandbox(config.sandbox) as sandbox_url:
+        trajectories, _ = asyncio.run(oracle_trajectories(config, sandbox_url))
+    data = [
+        {"tokens": datum.model_input.to_ints(), "targets": datum.loss_fn_inputs["target_tokens"].tolist(),
+         "weights": datum.loss_fn_inputs["weights"].tolist()}
+        for datum in _sft_datums(trajectories)
+    ]  # fmt: skip
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return sum(len(d["tokens"]) for d in data)
+
+
+def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
+    """FLOOR's compiled forward+backward time on ``sequences``, with the server's own
+    backend settings."""
+    import dataclasses
+
+    from piexp.service.compat import write_launcher
+    from piexp.service.local_server import LocalServer
+    from piexp.service.local_venv import venv_python
+
+    defaults = {f.name: f.default for f in dataclasses.fields(LocalServer)}
+    config = {key: defaults[key] for key in ("max_lora_adapters", "train_micro_batch_size", "loss_chunk_size")}
+    config["max_lora_rank"] = 8
+    launcher = write_launcher(sequences.parent)
+    result = subprocess.run(
+        [str(venv_python(venv)), "-c", FLOOR, str(launcher), str(model), json.dumps(config), str(sequences)],
+        capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    line = next(line for line in result.stdout.splitlines() if line.startswith("FLOOR "))
+    return float(json.loads(line.removeprefix("FLOOR "))[-1])
+
+
 def main() -> int:
     from piexp.service.local_server import LocalServer
-    from piexp.service.local_venv import STAMP, ensure_server_venv, server_venv_dir, venv_python
+    from piexp.service.local_venv import (
+        STAMP,
+        ensure_server_venv,
+        server_venv_dir,
+        venv_python,
+    )
     from piexp.service.tiny_model import ensure_tiny_model
 
     console = Console()
@@ -115,14 +227,29 @@ def main() -> int:
             console.print(stderr[-4000:])
             return 1
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        times = [row["time/total"] for row in metrics if "time/total" in row]
-        rows.append(("RL run wall time (3 iterations, incl. server start)", f"{wall:.1f} s"))
-        rows.append(("RL iteration 0 (includes JAX compilation)", f"{times[0]:.1f} s"))
-        if len(times) > 1:
-            rows.append(("RL iteration, later (mean)", f"{statistics.mean(times[1:]):.1f} s"))
+        warm = json.loads((run_dir / "warm_start.json").read_text())
+        rows.append(("run wall time (server start, check off, 2 SFT steps, 2 RL iterations)", f"{wall:.1f} s"))
+        rows.append(("SFT sequences x tokens (all)", f"{warm['datums']} sequences, {warm['tokens']} tokens"))
+        for step in warm["steps"]:
+            label = "SFT step 0 (includes JAX compilation)" if step["step"] == 0 else f"SFT step {step['step']}"
+            rows.append((label, f"{step['seconds']:.1f} s ({step['tokens_per_s']:.0f} tokens/s)"))
+        for row in metrics:
+            if "time/total" not in row:
+                continue
+            parts = ", ".join(f"{key.removeprefix('time/')} {row[key]:.0f} s"
+                              for key in ("time/sampling", "time/train_step") if key in row)  # fmt: skip
+            rows.append((f"RL iteration {row.get('step', '?')}", f"{row['time/total']:.1f} s ({parts})"))
         rows.append(("peak RSS, client + server", f"{peak[0] / 1024:.0f} MB"))
 
-    table = Table(title="service=local (SkyRL 0.4.0, JAX on CPU, tiny-local, group size 4 x 4 groups)")
+        sequences = Path(tmp) / "sequences.json"
+        tokens = _oracle_sequences(sequences)
+        floor = _floor_seconds(venv, model, sequences)
+        rows.append(("floor: bare forward+backward, same sequences (compiled)",
+                     f"{floor:.1f} s ({tokens / floor:.0f} tokens/s)"))  # fmt: skip
+        last = warm["steps"][-1]["seconds"]
+        rows.append(("last SFT step / floor (target <= 3)", f"{last / floor:.2f}"))
+
+    table = Table(title="service=local (SkyRL 0.4.0, JAX on CPU, tiny-local, README example + 2 RL iterations)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for name, value in rows:

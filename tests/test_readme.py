@@ -14,8 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
-# Commands that need a finished run folder; tests/sweeps runs them on real folders.
-NEEDS_RUN_FOLDER = ("summarize", "reproduce", "status", "show")
+# Commands that need a finished run folder; tests/sweeps, tests/transcripts and
+# tests/launch run them on real folders.
+NEEDS_RUN_FOLDER = ("summarize", "reproduce", "status", "show", "compare")
 # Offline commands that the test runs for real (they need no account and finish fast).
 RUN_FOR_REAL = ("mode=check", "policy=oracle", "tasks ")
 
@@ -50,6 +51,8 @@ def test_readme_example(line: str, tmp_path: Path) -> None:
     subcommand = argv[3] if len(argv) > 3 else ""
     if subcommand in NEEDS_RUN_FOLDER:
         pytest.skip(f"`{subcommand}` needs a finished run folder; tests/sweeps runs it on real ones")
+    if any(arg.startswith("checkpoint=") and "://" not in arg for arg in argv):
+        pytest.skip("checkpoint=<run folder> needs a finished training run; tests/test_checkpoint_source.py")
     real = any(marker in line + " " for marker in RUN_FOR_REAL) and "-m" not in argv
     if not real and subcommand != "tasks" and "--help" not in argv and "--cfg" not in argv:
         argv = [*argv, "--cfg", "job"]

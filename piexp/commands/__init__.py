@@ -10,4 +10,5 @@ SUBCOMMANDS: dict[str, str] = {
     "reproduce": "piexp.commands.reproduce:main",
     "status": "piexp.commands.status:main",
     "show": "piexp.commands.show:main",
+    "compare": "piexp.commands.compare:main",
 }

@@ -171,7 +171,7 @@ class RunConfig(_Strict):
     tasks: TaskCounts = TaskCounts()
     policy: str | None = None
     k: PositiveInt | None = None
-    checkpoint: str | None = None
+    checkpoint: str | None = None  # eval: a tinker:// sampler path or a training run folder
     # The run folder this run reproduces (set by `piexp reproduce`); a record, not a setting.
     reproduces: str | None = None
     reward: RewardSettings = RewardSettings()
@@ -234,8 +234,10 @@ class RunConfig(_Strict):
             raise ValueError(RENAMED_POLICY_HINT)
         if self.policy is not None and self.policy not in EVAL_POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; valid policies: {', '.join(EVAL_POLICIES)}")
-        if self.checkpoint is not None and not self.checkpoint.startswith("tinker://"):
-            raise ValueError(f"checkpoint must be a tinker:// path, got {self.checkpoint!r}")
+        if self.checkpoint is not None:
+            from piexp.checkpoint_source import resolve_checkpoint
+
+            resolve_checkpoint(self.checkpoint)  # a tinker:// path, or a run folder with one
         if self.checkpoint is not None and self.eval_policy != "model":
             raise ValueError("checkpoint is only used with policy=model")
         return self

@@ -36,6 +36,15 @@ def run_job(cfg: DictConfig) -> float | None:
             raise job_failed(job, run_dir, error) from None
         report_user_error(error)
         sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        if job.multirun:
+            raise
+        # Ctrl-C: the servers and sandboxes were stopped on the way out; one line, no
+        # traceback, and how to go on (train resumes from its checkpoints, eval from its
+        # finished episodes, in the same folder).
+        print(f"piexp: interrupted; nothing is left running. Resume with the same command and "
+              f"hydra.run.dir={run_dir}", file=sys.stderr)  # fmt: skip
+        sys.exit(130)
 
 
 def hydra_entry() -> None:

@@ -86,8 +86,20 @@ def cookbook_config(
     )
 
 
+class _NoTrajectoryDumps:
+    """Drops the cookbook's per-iteration token dumps of two trajectory groups (hundreds
+    of lines on the terminal); the same rollouts are in each iteration's train.html."""
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).lstrip().startswith("====== Trajectory Group")
+
+
 def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
+    import logging
+
     from tinker_cookbook.rl import train as rl_train
+
+    logging.getLogger(rl_train.__name__).addFilter(_NoTrajectoryDumps())
 
     from piexp.launch.rl_record import write_rl_record
     from piexp.sandbox.client import close_sandbox_clients

@@ -51,6 +51,46 @@ def _sft_datums(trajectories: list[Any]) -> list[Any]:
     return datums
 
 
+def _progress() -> Any:
+    """Counts, elapsed time and ETA of the SFT steps (a step can take minutes on a CPU)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[nll]}"),
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+    )  # fmt: skip
+
+
+async def _sft_step(training_client: Any, datums: list[Any], learning_rate: float, step: int, tokens: int) -> dict[str, Any]:
+    """One cross-entropy step on all `datums`: its mean NLL per weighted token, the
+    optimizer's metrics, its wall time and tokens trained per second."""
+    import tinker
+
+    started = time.monotonic()
+    backward = training_client.forward_backward(datums, "cross_entropy")
+    optim = training_client.optim_step(tinker.AdamParams(learning_rate=learning_rate))
+    result = await backward.result_async()
+    optim_result = await optim.result_async()
+    seconds = time.monotonic() - started
+    weights = sum(sum(d.loss_fn_inputs["weights"].tolist()) for d in datums)
+    loss_sum = float(result.metrics.get("loss:sum", float("nan")))
+    if loss_sum != loss_sum:  # no loss metric: compute the mean NLL from the logprobs
+        total = 0.0
+        for datum, output in zip(datums, result.loss_fn_outputs, strict=True):
+            logprobs = output["logprobs"].tolist()
+            total += -sum(lp * w for lp, w in zip(logprobs, datum.loss_fn_inputs["weights"].tolist(), strict=True))
+        loss_sum = total
+    return {"step": step, "nll": loss_sum / max(weights, 1.0), "seconds": round(seconds, 2),
+            "tokens_per_s": round(tokens / max(seconds, 1e-9), 1), **(optim_result.metrics or {})}  # fmt: skip
+
+
 async def oracle_trajectories(config: RunConfig, sandbox_url: str) -> tuple[list[Any], list[float]]:
     """Oracle episodes (trajectories, rewards) on the first `warm_start.tasks` train tasks,
     cycling through the run's train languages."""
@@ -108,22 +148,18 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
     )
     learning_rate = settings.learning_rate or config.model.learning_rate
     steps: list[dict[str, Any]] = []
-    for step in range(settings.sft_steps):
-        backward = training_client.forward_backward(datums, "cross_entropy")
-        optim = training_client.optim_step(tinker.AdamParams(learning_rate=learning_rate))
-        result = await backward.result_async()
-        optim_result = await optim.result_async()
-        weights = sum(sum(d.loss_fn_inputs["weights"].tolist()) for d in datums)
-        loss_sum = float(result.metrics.get("loss:sum", float("nan")))
-        if loss_sum != loss_sum:  # no loss metric: compute the mean NLL from the logprobs
-            total = 0.0
-            for datum, output in zip(datums, result.loss_fn_outputs, strict=True):
-                logprobs = output["logprobs"].tolist()
-                total += -sum(lp * w for lp, w in zip(logprobs, datum.loss_fn_inputs["weights"].tolist(), strict=True))
-            loss_sum = total
-        entry = {"step": step, "nll": loss_sum / max(weights, 1.0), **(optim_result.metrics or {})}
-        steps.append(entry)
-        console.print(f"warm start: SFT step {step + 1}/{settings.sft_steps} nll={entry['nll']:.4f}")
+    tokens = sum(datum.model_input.length for datum in datums)
+    progress = _progress()
+    bar = progress.add_task(
+        f"warm start: SFT on {len(datums)} sequences, {tokens} tokens", total=settings.sft_steps, nll=""
+    )
+    progress.start()
+    try:
+        for step in range(settings.sft_steps):
+            steps.append(await _sft_step(training_client, datums, learning_rate, step, tokens))
+            progress.update(bar, advance=1, nll=f"nll {steps[-1]['nll']:.4f}")
+    finally:
+        progress.stop()
     saved = await (await training_client.save_state_async("warm_start")).result_async()
     record = {
         "state_path": saved.path,
@@ -131,6 +167,7 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
         "policy": settings.policy,
         "episodes": len(trajectories),
         "datums": len(datums),
+        "tokens": tokens,
         "oracle_mean_reward": sum(rewards) / len(rewards),
         "steps": steps,
         "wall_s": round(time.monotonic() - started, 1),

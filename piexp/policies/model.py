@@ -1,6 +1,6 @@
-"""The `model` policy: a Tinker sampler (base model or a `tinker://` checkpoint) as the
-cookbook's `TinkerTokenCompleter`, so model evaluation uses the same rollout code as the
-scripted policies. Needs a Tinker account; offline tests cover it only by a recorded
+"""The `model` policy: a Tinker sampler (base model, a `tinker://` checkpoint, or a
+training run folder's final one) as the cookbook's `TinkerTokenCompleter`, so model
+evaluation uses the same rollout code as the scripted policies. Needs a Tinker account; offline tests cover it only by a recorded
 contract (which client calls are made, with which arguments)."""
 
 from __future__ import annotations
@@ -24,7 +24,17 @@ async def build_model_policy(config: RunConfig, service_client: Any | None = Non
 
         service_client = tinker.ServiceClient(base_url=config.service.base_url)
     if config.checkpoint:
-        pending = service_client.create_sampling_client(model_path=config.checkpoint)
+        from piexp.checkpoint_source import resolve_checkpoint
+
+        source = resolve_checkpoint(config.checkpoint)
+        if source.run_dir is not None and source.state_path and config.service.name == "local":
+            # A fresh SkyRL server samples only from models it holds: load the run's final
+            # weights into a new one (same server state) and sample from those.
+            pending_training = service_client.create_training_client_from_state(source.state_path)
+            training = await pending_training if inspect.isawaitable(pending_training) else pending_training
+            pending = training.save_weights_and_get_sampling_client()
+        else:
+            pending = service_client.create_sampling_client(model_path=source.sampler_path)
     else:
         pending = service_client.create_sampling_client(base_model=config.model.name)
     # tinker returns a future of the client (awaitable); older clients return it directly.

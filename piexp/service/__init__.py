@@ -70,6 +70,18 @@ def _model_name(config: RunConfig) -> str:
     return config.model.name
 
 
+def _state_dir(config: RunConfig, run_dir: Path) -> Path:
+    """The local server's state (database, checkpoints): the run's own, or, when an eval
+    names a training run folder as `checkpoint=`, that run's (where its checkpoints are)."""
+    if config.checkpoint:
+        from piexp.checkpoint_source import resolve_checkpoint
+
+        source = resolve_checkpoint(config.checkpoint).run_dir
+        if source is not None:
+            return source / "local_service"
+    return run_dir / "local_service"
+
+
 @contextlib.contextmanager
 def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     """Make the configured service usable for this run and yield the resolved config."""
@@ -106,7 +118,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     server = LocalServer(
         python=venv_python(venv),
         base_model=model_name,
-        state_dir=run_dir / "local_service",
+        state_dir=_state_dir(config, run_dir),
         max_lora_rank=max(config.model.lora_rank, 8),
         start_timeout_s=service.start_timeout_s,
     )
@@ -121,6 +133,11 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
                 yield _resolved(config, proxy.url, model_name)
             except KeyboardInterrupt:
                 if watchdog.died is None:
+                    # Ctrl-C: stop the server at once, before the proxy (whose open
+                    # long-polls to a live server would hold its shutdown for 10 s), with
+                    # no graceful shutdown; what the server saved is already on disk.
+                    watchdog.stop()
+                    server.stop(grace_s=1.0)
                     raise
                 raise ServiceUnavailableError(watchdog.died) from None
     finally:

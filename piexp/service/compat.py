@@ -26,6 +26,15 @@ Server side (code run by the server venv's own interpreter, see :data:`LAUNCHER_
    (``PR_SET_PDEATHSIG``), so killing piexp (even with SIGKILL) takes the API server and
    its engine with it.
 
+6. **CPU speed** (engine only, ``_cpu_training_speedups``): on a CPU a training step was
+   almost all vocabulary-wide log-softmax at positions without a loss, the transpose of
+   ``jax.lax.ragged_dot`` in the LoRA layers, and the masked half of causal attention.
+   The launcher (a) marks the positions a ``forward_backward`` does not need and skips
+   log-prob chunks without any, (b) computes LoRA with plain matmuls, (c) computes
+   causal attention in query blocks that see only the keys up to their end. Log-probs
+   at loss positions, losses and gradients are unchanged
+   (``tests/service/test_compat_speedups.py``); figures in ``bench/local_service.py``.
+
 Client side (:class:`SampleIdProxy`, in piexp's process):
 
 4. **``sample_sequence_ids``.** The tinker SDK 0.38 asserts that every ``/api/v1/asample``
@@ -436,6 +445,143 @@ def _import_without_torch():
                 sys.modules[name] = module
 
 
+def _cpu_training_speedups():
+    # Item 6: on a CPU nearly all of a training step is the vocabulary-wide log-softmax
+    # (151,936 exponentials per position), which skyrl computes at every position of every
+    # padded sequence although only positions with a loss contribute. A forward_backward
+    # now marks the positions it does not need (target -1) and the chunked log-prob
+    # computation skips chunks with none needed; the gradients are unchanged (see
+    # tests/service/test_compat_speedups.py).
+    import jax
+    import jax.numpy as jnp
+    from skyrl.backends import jax as jax_backend
+    from skyrl.tinker.types import LOSS_TYPES
+    from skyrl.tx.utils.logits_processor import LogitsProcessorMixin
+
+    # Losses whose every term is multiplied by the advantage: a position with advantage 0
+    # (an observation token) has no gradient; sampled tokens keep their log-probs (they
+    # carry a nonzero sampling log-prob) for the client's KL metrics.
+    advantage_losses = jnp.asarray(
+        [LOSS_TYPES[name] for name in ("importance_sampling", "ppo", "cispo") if name in LOSS_TYPES], jnp.int32
+    )
+
+    @jax.jit
+    def needed_targets(target_ids, attention_mask, loss_mask, advantages, sampling_logprobs, loss_fn_types):
+        by_advantage = jnp.isin(loss_fn_types, advantage_losses)[:, None]
+        carries = (advantages != 0) | (sampling_logprobs != 0)
+        needed = (loss_mask != 0) & (attention_mask != 0) & (~by_advantage | carries)
+        return jnp.where(needed, target_ids, -1)
+
+    original_create = jax_backend.JaxBackendImpl._create_loss_and_grad_fn
+
+    def create_loss_and_grad_fn(self):
+        original_create(self)
+        fused = self._forward_backward_and_accumulate
+
+        def forward_backward_needed_only(accumulated, lora, non_lora, input_ids, attention_mask, adapter_indices,
+                                         target_ids, loss_mask, loss_fn_types, sampling_logprobs, advantages,
+                                         loss_fn_config):
+            targets = needed_targets(target_ids, attention_mask, loss_mask, advantages, sampling_logprobs,
+                                     loss_fn_types)
+            return fused(accumulated, lora, non_lora, input_ids, attention_mask, adapter_indices, targets,
+                         loss_mask, loss_fn_types, sampling_logprobs, advantages, loss_fn_config)
+
+        self._forward_backward_and_accumulate = forward_backward_needed_only
+
+    def chunked_logprobs(self, hidden_states, target_ids, chunk_size, adapter_indices):
+        # skyrl's _compute_chunked_logprobs, except: a target < 0 means "not needed" (its
+        # log-prob is 0) and a chunk without any needed target computes no logits.
+        batch, length, hidden = hidden_states.shape
+        total = batch * length
+        lm_head = self.get_lm_head()
+        if adapter_indices is None:
+            adapters = jnp.zeros(total, dtype=jnp.int32)
+        else:
+            adapters = jnp.repeat(adapter_indices, length)
+        chunks = -(-total // chunk_size)
+        pad = chunks * chunk_size - total
+        flat_hidden = jnp.pad(hidden_states.reshape(-1, hidden), ((0, pad), (0, 0)))
+        flat_targets = jnp.pad(target_ids.reshape(-1), (0, pad), constant_values=-1)
+        adapters = jnp.pad(adapters, (0, pad))
+
+        def computed(args):
+            chunk_hidden, chunk_targets, chunk_adapters = args
+            logits = lm_head(chunk_hidden, chunk_adapters)
+            logprobs = LogitsProcessorMixin.logits_to_logprobs(logits, jnp.maximum(chunk_targets, 0))
+            return jnp.where(chunk_targets >= 0, logprobs, jnp.zeros_like(logprobs))
+
+        chunked = (flat_hidden.reshape(chunks, chunk_size, hidden), flat_targets.reshape(chunks, chunk_size),
+                   adapters.reshape(chunks, chunk_size))
+        shape = jax.eval_shape(computed, jax.tree.map(lambda x: x[0], chunked))
+
+        def skipped(args):
+            return jnp.zeros(shape.shape, shape.dtype)
+
+        def one_chunk(args):
+            return jax.lax.cond(jnp.any(args[1] >= 0), computed, skipped, args)
+
+        # Always recomputed in the backward pass: otherwise the scan keeps every chunk's
+        # [chunk, vocabulary] softmax for it (3.7 GB for one 6,144-token sequence).
+        one_chunk = jax.checkpoint(one_chunk, policy=None)
+        return jax.lax.map(one_chunk, chunked).reshape(-1)[:total].reshape(batch, length)
+
+
+    # jax.lax.ragged_dot, which skyrl's LoRA routes every token through, has a slow,
+    # memory-hungry transpose on CPU (for the 151,936-wide unembedding LoRA: 2.2 s and
+    # 3.3 GB per 1,024 tokens against 0.7 s for the base matmul's). The same LoRA as
+    # plain matmuls: x @ A[a] @ B[a] when all tokens share adapter a (a training
+    # micro-batch always does), else a one-hot mix over the adapter slots.
+    from skyrl.tx.layers.lora import LoRALinear
+
+    def apply_lora_with_matmuls(self, x, base_output, adapter_indices):
+        if self.max_lora_adapters == 0 or adapter_indices is None:
+            return base_output
+        flat = x.reshape(-1, *x.shape[base_output.ndim - 1:])
+        per_token = jnp.repeat(adapter_indices, flat.shape[0] // adapter_indices.shape[0])
+        lora_a, lora_b = self.lora_A[...], self.lora_B[...]
+
+        def one_adapter(tokens):
+            return (tokens @ lora_a[per_token[0]]) @ lora_b[per_token[0]]
+
+        def mixed_adapters(tokens):
+            low_rank = jnp.einsum("ti,air->tar", tokens, lora_a)
+            low_rank = low_rank * jax.nn.one_hot(per_token, lora_a.shape[0], dtype=low_rank.dtype)[:, :, None]
+            return jnp.einsum("tar,aro->to", low_rank, lora_b)
+
+        lora_output = jax.lax.cond(jnp.all(per_token == per_token[0]), one_adapter, mixed_adapters, flat)
+        scaling = self.lora_scaling[...][per_token].reshape(base_output.shape[:-1] + (1,))
+        return base_output + lora_output.reshape(base_output.shape) * scaling
+
+    LoRALinear.apply_lora = apply_lora_with_matmuls
+
+    # Causal attention on CPU: skyrl falls back to jax.nn.dot_product_attention over the
+    # full [T, T] score matrix, masking the upper half after computing it; at T = 6,144
+    # that is the largest cost left in a step. Query blocks that only see the keys up to
+    # their own end compute half of it (same values, to float rounding).
+    import skyrl.tx.models.qwen3 as qwen3_module
+    from skyrl.tx.layers import attention as attention_module
+
+    original_attention = attention_module.dot_product_attention
+    query_block = 512
+
+    def causal_attention_in_blocks(q, k, v, attention_mask, is_causal, head_dim):
+        length = q.shape[1]
+        if jax.default_backend() != "cpu" or not is_causal or k.shape[1] != length or length <= query_block:
+            return original_attention(q, k, v, attention_mask, is_causal, head_dim)
+        outputs = []
+        for start in range(0, length, query_block):
+            end = min(start + query_block, length)
+            causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]
+            mask = attention_mask[:, None, None, :end].astype(bool) & causal[None, None]
+            outputs.append(jax.nn.dot_product_attention(
+                q[:, start:end], k[:, :end], v[:, :end], scale=1.0 / head_dim**0.5, mask=mask))
+        return jnp.concatenate(outputs, axis=1)
+
+    qwen3_module.dot_product_attention = causal_attention_in_blocks
+    jax_backend.JaxBackendImpl._create_loss_and_grad_fn = create_loss_and_grad_fn
+    LogitsProcessorMixin._compute_chunked_logprobs = chunked_logprobs
+
+
 def _engine():
     import runpy
 
@@ -482,6 +628,7 @@ if __name__ == "__main__":
     os.environ["PIEXP_SERVER_PARENT_PID"] = str(os.getpid())  # the engine's parent is us
     _import_without_torch()
     if role == "engine":
+        _cpu_training_speedups()
         _engine()
     elif role == "api":
         _api()

@@ -71,7 +71,9 @@ class LocalServer:
     # logits block is 2.5 GB per sequence in float32, which a whole batch on a CPU
     # machine's memory cannot hold.
     train_micro_batch_size: int = 1
-    loss_chunk_size: int = 1024
+    # Positions per log-softmax chunk: chunks without a loss position are skipped
+    # (compat.py, item 6), so smaller chunks skip more of the prompt and observations.
+    loss_chunk_size: int = 128
     gradient_checkpointing: bool = False
     start_timeout_s: float = 180.0
     host: str = "127.0.0.1"

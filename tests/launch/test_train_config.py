@@ -30,3 +30,20 @@ def test_cookbook_config_mirrors_the_run_config(tmp_path: Path) -> None:
     assert len(train) == 5 and len(train.get_batch(0)) == 2
     assert all(group.group_size == 3 for group in train.get_batch(0))
     assert evaluation is not None and all(group.evaluation for group in evaluation.get_batch(0))
+
+
+def test_trajectory_dumps_stay_off_the_terminal() -> None:
+    """The cookbook logs two trajectory groups' tokens every iteration; piexp's filter
+    drops exactly those records (the header is checked against the pinned cookbook)."""
+    import inspect
+    import logging
+
+    from tinker_cookbook.rl import train as rl_train
+
+    from piexp.launch.train import _NoTrajectoryDumps
+
+    assert 'bprint("\\n====== Trajectory Group ======")' in inspect.getsource(rl_train.print_group)
+    dump = logging.LogRecord(rl_train.__name__, logging.INFO, "", 0, "\n====== Trajectory Group ======\n...", None, None)
+    other = logging.LogRecord(rl_train.__name__, logging.INFO, "", 0, "Will train on 2 batches", None, None)
+    assert not _NoTrajectoryDumps().filter(dump)
+    assert _NoTrajectoryDumps().filter(other)

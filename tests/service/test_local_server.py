@@ -86,3 +86,47 @@ def test_killed_parent_takes_the_server_along(server_venv: Path, tiny_model: Pat
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     assert _wait_gone(pids) == [], "server processes outlived their parent"
+
+
+def _server_pids(state_dir: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"piexp_skyrl_launcher" in cmdline and str(state_dir).encode() in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_ctrl_c_mid_training_stops_in_seconds_with_one_line(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) during the warm start's first step: exit 130 within seconds, one
+    line saying how to resume, no traceback, no server process left."""
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "piexp", "service=local", "model=tiny-local", "family=arith", "lang=python",
+         "warm_start.sft_steps=1", "warm_start.tasks=1", "mode.preflight=false", "mode.max_steps=1",
+         "limits.max_turns=4", "limits.max_generation_tokens=512", f"hydra.run.dir={run_dir}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's foreground job
+    )  # fmt: skip
+    log = run_dir / "local_service" / "server.log"
+    deadline = time.monotonic() + 300
+    while not (log.is_file() and "JIT compiling for train" in log.read_text(errors="replace")):
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first SFT step"
+        time.sleep(0.5)
+    servers = _server_pids(run_dir / "local_service")
+    assert servers
+    interrupted = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-3000:]
+    assert time.monotonic() - interrupted < 15
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"piexp: interrupted; nothing is left running. Resume with the same command and hydra.run.dir={run_dir}"
+    )
+    assert _wait_gone(servers, timeout_s=5) == []

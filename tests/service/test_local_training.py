@@ -1,7 +1,8 @@
 """End to end on `service=local model=tiny-local`: a real Pi workspace run (arith,
 Python) trains RL iterations through the local SkyRL server after an oracle warm start,
 the optimizer steps, checkpoints are saved, a rerun on the same folder resumes from them,
-and no server process is left behind. No account, no network (once the server venv
+and no server process is left behind; `checkpoint=<run folder>` then evaluates the
+trained model on a fresh server. No account, no network (once the server venv
 exists). About 4-6 minutes on 2 CPU cores."""
 
 from __future__ import annotations
@@ -89,4 +90,20 @@ def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_mo
     steps = [row["step"] for row in _rows(run_dir / "metrics.jsonl")]
     assert steps == [0, 1, 2], f"the rerun did not continue from the checkpoint: steps {steps}"
     assert max(row["batch"] for row in _rows(run_dir / "checkpoints.jsonl")) == 3
+    assert _server_processes(run_dir) == []
+
+    # The trained run's final checkpoint, evaluated from its run folder by a fresh server
+    # on that run's state: every episode runs (none fails to load the model).
+    eval_dir = tmp_path / "eval"
+    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", "mode=eval", "policy=model", "service=local", "model=tiny-local",
+         "family=arith", "lang=python", "tasks.eval_per_family=2", "mode.preflight=false", "limits.max_turns=2",
+         "limits.max_generation_tokens=64", f"checkpoint={run_dir}", f"hydra.run.dir={eval_dir}"],
+        capture_output=True, text=True, env=env, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    results = json.loads((eval_dir / "results.json").read_text())
+    assert results["checkpoint"] == str(run_dir) and results["overall"]["episodes"] == 2
+    assert "Loaded training checkpoint" in (run_dir / "local_service" / "server.log").read_text()
     assert _server_processes(run_dir) == []

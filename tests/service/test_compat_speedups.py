@@ -1,0 +1,87 @@
+"""The CPU speed-ups of the local server (compat.py, launcher item 6) change no number
+that matters: in skyrl's own JAX backend, on the tiny model, one forward_backward with
+and one without them give the same log-probs at every position with a loss, the same
+loss and the same gradient (norm, after an optimizer step), for supervised
+(cross_entropy, weights on a few spans) and RL (importance_sampling, advantages on a few
+spans) batches of two sequences of different lengths (so padding, skipped chunks and
+several attention blocks are all exercised)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHECK = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
+launcher = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(launcher)
+launcher._import_without_torch()
+if sys.argv[3] == "patched":
+    launcher._cpu_training_speedups()
+import numpy as np
+from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
+from skyrl.tinker import types
+
+backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=3, max_lora_rank=8,
+                         train_micro_batch_size=1, loss_chunk_size=128), 0)
+backend.create_model("m", types.LoraConfig(rank=8, alpha=32.0, seed=0))
+rng = np.random.default_rng(0)
+lengths = (1300, 700)
+out = {}
+for loss in ("cross_entropy", "importance_sampling"):
+    ids = [[int(t) for t in rng.integers(0, 150000, n)] for n in lengths]
+    spans = [[1.0 if (i % 400) >= 350 else 0.0 for i in range(n)] for n in lengths]
+    if loss == "cross_entropy":
+        weights, advantages, sampled = spans, [[0.0] * n for n in lengths], [[0.0] * n for n in lengths]
+    else:
+        weights = [[1.0] * n for n in lengths]
+        advantages = [[0.7 * s for s in span] for span in spans]
+        sampled = [[-11.9 * s for s in span] for span in spans]
+    batch = types.PreparedModelPassBatch(
+        all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=s)]) for s in ids],
+        all_targets=ids, all_token_weights=weights, all_sampling_logprobs=sampled, all_advantages=advantages,
+        all_values=[[] for _ in ids], all_returns=[[] for _ in ids], all_model_ids=["m"] * 2,
+        all_loss_fns=[loss] * 2, all_loss_fn_configs=[None] * 2, request_batch_slices=[("r", "m", 0, 2)])
+    result = backend.forward_backward(batch)["r"]
+    logprobs = [o["logprobs"]["data"] for o in result.loss_fn_outputs]
+    losses = [o["elementwise_loss"]["data"] for o in result.loss_fn_outputs]
+    needed = [[lp for lp, s in zip(seq, span) if s] for seq, span in zip(logprobs, spans)]
+    step = backend.optim_step("m", types.OptimStepInput(adam_params=types.AdamParams(
+        learning_rate=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0)))
+    out[loss] = {"logprobs": needed, "loss": sum(map(sum, losses)), "grad_norm": step.metrics["skyrl.ai/grad_norm"]}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _run(server_venv: Path, tiny_model: Path, launcher: Path, variant: str) -> dict:
+    from piexp.service.local_venv import venv_python
+
+    result = subprocess.run(
+        [str(venv_python(server_venv)), "-c", CHECK, str(launcher), str(tiny_model), variant],
+        capture_output=True, text=True, timeout=900, check=False,
+        env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def test_speedups_leave_logprobs_losses_and_gradients_unchanged(server_venv: Path, tiny_model: Path, tmp_path: Path):
+    from piexp.service.compat import write_launcher
+
+    launcher = write_launcher(tmp_path)
+    plain = _run(server_venv, tiny_model, launcher, "plain")
+    patched = _run(server_venv, tiny_model, launcher, "patched")
+    for loss in ("cross_entropy", "importance_sampling"):
+        assert patched[loss]["grad_norm"] > 0
+        assert patched[loss]["grad_norm"] == pytest.approx(plain[loss]["grad_norm"], rel=1e-4), loss
+        assert patched[loss]["loss"] == pytest.approx(plain[loss]["loss"], rel=1e-4), loss
+        for ours, theirs in zip(patched[loss]["logprobs"], plain[loss]["logprobs"], strict=True):
+            assert len(ours) == len(theirs) > 0
+            assert ours == pytest.approx(theirs, abs=1e-3), loss

@@ -97,6 +97,7 @@ def build_workspace_env(
         spec,
         settings.sandbox_url,
         settings.limits.sandbox_timeout_s,
+        language_name=language,
         stdout_chars=settings.reward.stdout_chars,
         stderr_chars=settings.reward.stderr_chars,
         memory_limit_mb=settings.memory_limit_mb,

@@ -255,7 +255,7 @@ class CrashPolicy(ScriptedPolicy):
 
     def plan(self, observation: Observation) -> list[Step]:
         return [
-            Act((Call("write", {"path": observation.filename, "content": programs.CRASH[observation.language]}),),
+            Act((Call("write", {"path": observation.filename, "content": programs.crash(observation.language)}),),
                 say="Writing the solution."),
             self.run(observation),
             Answer(self.answer_guess),
@@ -293,7 +293,7 @@ class EditPolicy(ScriptedPolicy):
     needs_tasks = True
 
     def plan(self, observation: Observation) -> list[Step]:
-        bug = programs.BUG_LINE[observation.language]
+        bug = programs.bug_line(observation.language)
         return [
             self.read_all(observation),
             Act((Call("write", {"path": observation.filename, "content": bug + self.reference(observation)}),),

@@ -14,7 +14,7 @@ from typing import Optional
 from .isolation.cgroups import Cgroups
 from .isolation.layout import Runtime
 from .isolation.rlimits import Limits
-from .protocol import LANGUAGES
+from .protocol import PROTOCOL_LANGUAGES
 from .settings import SandboxSettings
 
 
@@ -23,7 +23,7 @@ def run_command(language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int
     """The argv that runs the program file and the limits of its run; `cgroups`: the
     cgroups the run gets (None: rlimits only)."""
     s = settings
-    spec = LANGUAGES[language]
+    spec = PROTOCOL_LANGUAGES[language]
     cmd = [runtime.binary]
     as_bytes = data_bytes = None
     have_mem_cgroup = cgroups is not None and cgroups.limits_memory

@@ -27,18 +27,10 @@ class LanguageSpec:
 
 # SandboxFusion's language ids. The code file has a fixed, unusual name so that it does
 # not collide with the workspace files a task ships (`solution.py`, `data.txt`, ...).
-LANGUAGES: dict[str, LanguageSpec] = {
+PROTOCOL_LANGUAGES: dict[str, LanguageSpec] = {
     "python": LanguageSpec("python", "python3", "_sandbox_main.py"),
     "nodejs": LanguageSpec("nodejs", "node", "_sandbox_main.js"),
     "julia": LanguageSpec("julia", "julia", "_sandbox_main.jl"),
-}
-
-# piexp's own language names -> protocol ids (piexp says `javascript`, SandboxFusion `nodejs`).
-PIEXP_TO_SANDBOX_LANGUAGE: dict[str, str] = {
-    "python": "python",
-    "javascript": "nodejs",
-    "nodejs": "nodejs",
-    "julia": "julia",
 }
 
 

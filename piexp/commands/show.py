@@ -24,13 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from piexp.errors import UserError
+from piexp.languages import LANGUAGES, language_of_path
 from piexp.transcripts.runs import RunView, load_run
 
 # Lines of a tool's stdout / stderr shown in the terminal (the transcript keeps more).
 STDOUT_HEAD_LINES = 12
-_LEXERS = {"python": "python", "javascript": "javascript", "julia": "julia"}
-_EXTENSIONS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".jl": "julia"}
-
 
 def select(view: RunView, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The rows the filters keep, in run order."""
@@ -76,8 +74,9 @@ def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
 
 
 def _code(text: str, language: str | None) -> Syntax | Text:
-    lexer = _LEXERS.get(language or "")
-    return Syntax(text, lexer, word_wrap=True, theme="ansi_dark") if lexer else Text(text)
+    # Registry names are Pygments lexer names (tests/test_languages.py checks it).
+    known = language in LANGUAGES
+    return Syntax(text, language, word_wrap=True, theme="ansi_dark") if known and language else Text(text)
 
 
 def _head(text: str) -> str:
@@ -93,7 +92,8 @@ def _call(call: dict[str, Any], language: str) -> list[Any]:
         parts.append(Text(f"arguments (not JSON): {arguments}", style="red"))
         return parts
     path = arguments.get("path")
-    file_language = next((lang for ext, lang in _EXTENSIONS.items() if str(path).endswith(ext)), None)
+    file_spec = language_of_path(str(path))
+    file_language = file_spec.name if file_spec else None
     for key, value in arguments.items():
         if key in ("content", "oldText", "newText") and isinstance(value, str):
             parts += [Text(f"   {key}:", style="dim"), _code(value, file_language or language)]

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
+from piexp.config.languages import check_configured_languages
 from piexp.config.paths import config_dir
 from piexp.config.presets import preset_names, register_presets
 from piexp.config.schema import RunConfig
@@ -120,11 +121,11 @@ def validate(cfg: DictConfig) -> RunConfig:
         key = getattr(error, "full_key", None) or str(error)
         raise UserError(f"Invalid configuration: {key} must be set (it has no default).") from None
     try:
-        return RunConfig.model_validate(data)
+        config = RunConfig.model_validate(data)
     except ValidationError as error:
         raise UserError(_format_validation_error(error)) from None
-    except UserError:
-        raise
+    check_configured_languages(config.languages)
+    return config
 
 
 def load(overrides: Sequence[str]) -> RunConfig:

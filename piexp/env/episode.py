@@ -10,12 +10,12 @@ from typing import Any, ClassVar
 import tinker
 from tinker_cookbook import model_info, renderers, tokenizer_utils
 from tinker_cookbook.renderers.base import Message
-from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.rollout_presets import RolloutConfig
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder
 from tinker_cookbook.tool_use import build_agent_tool_env
 
 from piexp.config.schema import LanguageSettings, Limits, RewardSettings
+from piexp.cookbook_compat import RenderHookEnv, adopt_env_class
 from piexp.env.prompt import workspace_prompt
 from piexp.env.reward import WorkspaceReward
 from piexp.env.tools import WorkspaceTools
@@ -50,7 +50,7 @@ def get_run_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
     return renderers.get_renderer(renderer_name, tokenizer_utils.get_tokenizer(model_name))
 
 
-class WorkspaceEnv(EnvFromMessageEnv):
+class WorkspaceEnv(RenderHookEnv):
     """tinker-cookbook's `EnvFromMessageEnv`, rendering on the loop what needs little
     tokenizing.
 
@@ -67,7 +67,7 @@ class WorkspaceEnv(EnvFromMessageEnv):
 
     inline_encode_chars: ClassVar[int] = 2048
 
-    async def _render_in_thread(self, messages: list[Message], **kwargs: Any) -> tinker.ModelInput:
+    async def render(self, messages: list[Message], **kwargs: Any) -> tinker.ModelInput:
         encode_budget = getattr(self.renderer.tokenizer, "encode_budget", None)
         if encode_budget is not None:
             budget = encode_budget(self.inline_encode_chars)
@@ -80,7 +80,7 @@ class WorkspaceEnv(EnvFromMessageEnv):
             else:
                 if not budget.missed:
                     return rendered
-        return await super()._render_in_thread(messages, **kwargs)
+        return await self.render_in_thread(messages, **kwargs)
 
 
 def build_workspace_env(
@@ -97,6 +97,7 @@ def build_workspace_env(
         spec,
         settings.sandbox_url,
         settings.limits.sandbox_timeout_s,
+        language_name=language,
         stdout_chars=settings.reward.stdout_chars,
         stderr_chars=settings.reward.stderr_chars,
         memory_limit_mb=settings.memory_limit_mb,
@@ -118,10 +119,8 @@ def build_workspace_env(
         context_overflow_reward=settings.reward.context_overflow_reward,
     )
     environment.example_id = f"{task.task_id}:{language}"  # type: ignore[attr-defined]
-    if type(environment) is EnvFromMessageEnv:
-        # Same object and state, plus the inline rendering of small turns (see above).
-        environment.__class__ = WorkspaceEnv
-    return environment
+    # Same object and state, plus the inline rendering of small turns (see above).
+    return adopt_env_class(environment, WorkspaceEnv)
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,14 @@ class WorkspaceTools:
         sandbox_url: str,
         timeout_s: int,
         *,
+        language_name: str,
         stdout_chars: int = 512,
         stderr_chars: int = 1200,
         memory_limit_mb: int | None = None,
     ) -> None:
         self.task = task
         self.language = language
+        self.language_name = language_name  # registry name: the sandbox runs it by its protocol id
         self.files: dict[str, str] = dict(task.files)
         self.mutated: set[str] = set()
         self.sandbox_url = sandbox_url
@@ -139,7 +141,7 @@ class WorkspaceTools:
             code=self.files[path],
             files={name: content for name, content in self.files.items() if name != path},
             timeout=self.timeout_s,
-            language=self.language.sandbox_language,
+            language=self.language_name,
             memory_limit_mb=self.memory_limit_mb,
         )
         run_result = response.get("run_result")

@@ -34,6 +34,7 @@ from piexp.console import ProgressReport, say
 from piexp.env.dataset import episode_settings
 from piexp.env.episode import EpisodeSettings, get_run_renderer
 from piexp.errors import UserError
+from piexp.languages import language as registered_language
 from piexp.env.splits import RunSplits
 from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord, run_episode
@@ -45,11 +46,6 @@ from piexp.transcripts.store import CHECK_TRANSCRIPTS, TranscriptWriter
 
 SAMPLED_POLICIES = ("guess", "crash", "wrong", "edit")
 HELLO = "hello from piexp"
-HELLO_PROGRAMS = {
-    "python": f'print("{HELLO}")\n',
-    "javascript": f'console.log("{HELLO}");\n',
-    "julia": f'println("{HELLO}")\n',
-}
 MISSING_RETURN_CODE = 127  # what the sandbox (like a shell) answers for a missing runtime
 
 
@@ -75,12 +71,9 @@ async def probe_runtimes(config: RunConfig, sandbox_url: str) -> dict[str, dict[
     client = sandbox_client(sandbox_url)
 
     async def probe(name: str) -> tuple[str, dict[str, Any]]:
-        spec = config.languages[name]
-        program = HELLO_PROGRAMS.get(name)
-        if program is None:
-            return name, {"status": "broken", "detail": f"no hello-world program for {name!r}"}
         _ok, response = await client.run(
-            code=program, files={}, timeout=config.limits.sandbox_timeout_s, language=spec.sandbox_language
+            code=registered_language(name).print_statement(HELLO), files={},
+            timeout=config.limits.sandbox_timeout_s, language=name,
         )
         result = response.get("run_result")
         if not isinstance(result, dict):

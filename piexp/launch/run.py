@@ -13,6 +13,13 @@ from piexp.service import open_service
 
 
 def run_mode(config: RunConfig, run_dir: Path) -> float | None:
+    # Imported here, not at the top: it loads tinker-cookbook (about 1.5 s), which the
+    # command line's validation before any job does not need.
+    from piexp.cookbook_compat import check_installed_cookbook
+
+    # Every mode runs cookbook episodes: refuse a cookbook piexp's hooks do not fit
+    # before the service or the sandbox starts.
+    check_installed_cookbook()
     if config.uses_service:
         # Tinker: preflight; local: start (and at exit stop) a SkyRL server; selfhosted:
         # preflight + compatibility proxy. Yields the config with URL and model resolved.

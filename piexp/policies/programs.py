@@ -7,27 +7,23 @@ the reward).
 
 from __future__ import annotations
 
-# Raises at once: exit code != 0, nothing on stdout.
-CRASH = {
-    "python": 'raise RuntimeError("scripted crash: this program always fails")\n',
-    "javascript": 'throw new Error("scripted crash: this program always fails");\n',
-    "julia": 'error("scripted crash: this program always fails")\n',
-}
+from piexp.languages import language as registered_language
 
-# Prepended to the reference solution by the `edit` policy and removed again with `edit`;
-# the text is unique, so the tool's "exactly one match" rule is met.
-BUG_LINE = {
-    "python": 'raise RuntimeError("scripted bug: delete this line")\n',
-    "javascript": 'throw new Error("scripted bug: delete this line");\n',
-    "julia": 'error("scripted bug: delete this line")\n',
-}
 
-EXTENSIONS = {"python": "py", "javascript": "js", "julia": "jl"}
+def crash(language: str) -> str:
+    """A program that raises at once: exit code != 0, nothing on stdout."""
+    return registered_language(language).raise_statement("scripted crash: this program always fails")
+
+
+def bug_line(language: str) -> str:
+    """The line the `edit` policy prepends to the reference solution and removes again
+    with `edit`; the text is unique, so the tool's "exactly one match" rule is met."""
+    return registered_language(language).raise_statement("scripted bug: delete this line")
 
 
 def helper_filename(language: str, taken: set[str]) -> str:
     """A file name for the copied reference that collides with no workspace file."""
-    name = f"reference.{EXTENSIONS[language]}"
+    name = f"reference.{registered_language(language).extension}"
     while name in taken:
         name = "_" + name
     return name

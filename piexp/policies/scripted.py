@@ -27,6 +27,7 @@ from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWith
 from tinker_cookbook.renderers.base import Message, RenderContext, ToolCall
 
 import piexp.tasks as task_registry
+from piexp.cookbook_compat import generation_suffix
 from piexp.policies import programs
 from piexp.policies.observation import (
     DecodeCache,
@@ -106,7 +107,7 @@ def generation_prefill(renderer: renderers.Renderer) -> list[int]:
     ctx = RenderContext(idx=1, is_last=True, in_last_assistant_turn=True)
     rendered = renderer.render_message({"role": "assistant", "content": ""}, ctx)
     header = list(rendered.header.tokens) if rendered.header is not None else []
-    suffix = renderer._get_generation_suffix("assistant", ctx)  # noqa: SLF001 - cookbook seam
+    suffix = generation_suffix(renderer, "assistant", ctx)
     if suffix[: len(header)] == header:
         return list(suffix[len(header) :])
     return []
@@ -255,7 +256,7 @@ class CrashPolicy(ScriptedPolicy):
 
     def plan(self, observation: Observation) -> list[Step]:
         return [
-            Act((Call("write", {"path": observation.filename, "content": programs.CRASH[observation.language]}),),
+            Act((Call("write", {"path": observation.filename, "content": programs.crash(observation.language)}),),
                 say="Writing the solution."),
             self.run(observation),
             Answer(self.answer_guess),
@@ -293,7 +294,7 @@ class EditPolicy(ScriptedPolicy):
     needs_tasks = True
 
     def plan(self, observation: Observation) -> list[Step]:
-        bug = programs.BUG_LINE[observation.language]
+        bug = programs.bug_line(observation.language)
         return [
             self.read_all(observation),
             Act((Call("write", {"path": observation.filename, "content": bug + self.reference(observation)}),),

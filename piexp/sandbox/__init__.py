@@ -6,20 +6,20 @@ Public API:
 - `sandbox_client(url) -> SandboxClient`, `await client.run(...)`, `close_sandbox_clients()`
 - `ensure_loopback_url(url)`
 - `EmbeddedSandbox(settings=None, **settings_overrides)` (context manager, `.url`)
-- `SandboxSettings`, `LANGUAGES`, `PIEXP_TO_SANDBOX_LANGUAGE`
+- `SandboxSettings`, `PROTOCOL_LANGUAGES` (SandboxFusion's language ids; piexp's own
+  language names and their protocol ids are in `piexp.languages`)
 - `create_app(settings)` for hosting the server in-process
 """
 
 from .client import SandboxClient, close_sandbox_clients, sandbox_client
 from .embedded import EmbeddedSandbox
-from .protocol import LANGUAGES, PIEXP_TO_SANDBOX_LANGUAGE
+from .protocol import PROTOCOL_LANGUAGES
 from .settings import SandboxSettings
 from .url import ensure_loopback_url
 
 __all__ = [
     "EmbeddedSandbox",
-    "LANGUAGES",
-    "PIEXP_TO_SANDBOX_LANGUAGE",
+    "PROTOCOL_LANGUAGES",
     "SandboxClient",
     "SandboxSettings",
     "close_sandbox_clients",

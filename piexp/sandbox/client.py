@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import httpx
 
-from .protocol import PIEXP_TO_SANDBOX_LANGUAGE
+from piexp.languages import LANGUAGES
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,13 @@ class SandboxClient:
         memory_limit_mb: Optional[int] = None,
         fetch_files: Optional[list[str]] = None,
     ) -> tuple[bool, dict[str, Any]]:
-        """Run `code` with `files` (name -> UTF-8 text). Returns `(transport_success,
+        """Run `code` with `files` (name -> UTF-8 text) in `language` (a piexp language
+        name, or a SandboxFusion protocol id such as `nodejs`). Returns `(transport_success,
         response)`: True whenever the sandbox answered (even `Failed`/`SandboxError`);
         on final transport failure `(False, {"status": "SandboxError", "message": ...})`."""
         payload: dict[str, Any] = {
             "code": code,
-            "language": PIEXP_TO_SANDBOX_LANGUAGE.get(language, language),
+            "language": LANGUAGES[language].sandbox_id if language in LANGUAGES else language,
             "run_timeout": timeout,
             "files": {k: base64.b64encode(v.encode("utf-8")).decode("ascii") for k, v in (files or {}).items()},
         }

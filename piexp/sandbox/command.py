@@ -14,7 +14,7 @@ from typing import Optional
 from .isolation.cgroups import Cgroups
 from .isolation.layout import Runtime
 from .isolation.rlimits import Limits
-from .protocol import LANGUAGES
+from .protocol import PROTOCOL_LANGUAGES
 from .settings import SandboxSettings
 
 
@@ -23,23 +23,17 @@ def run_command(language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int
     """The argv that runs the program file and the limits of its run; `cgroups`: the
     cgroups the run gets (None: rlimits only)."""
     s = settings
-    spec = LANGUAGES[language]
-    cmd = [runtime.binary]
+    spec = PROTOCOL_LANGUAGES[language]
+    cmd = [runtime.binary, *spec.flags]
     as_bytes = data_bytes = None
-    have_mem_cgroup = cgroups is not None and cgroups.limits_memory
-    if language == "nodejs":
-        if not have_mem_cgroup:
-            # Without a cgroup, V8 sizes its heap from this flag so that a memory bomb
-            # fails as a JS heap OOM. Under a cgroup no flag: it would cost node its
-            # code cache (see the module docstring).
+    if not (cgroups is not None and cgroups.limits_memory):
+        if spec.v8_heap_flag:
+            # Only without a cgroup: under one, any V8 flag would cost node its code
+            # cache (see the module docstring).
             cmd.append(f"--max-old-space-size={max(16, memory_mb * 3 // 4)}")
-            data_bytes = memory_mb << 20
-    elif language == "python":
-        cmd.append("-B")  # no .pyc litter in the run dir
-        if not have_mem_cgroup:
+        if spec.memory_rlimit == "address_space":
             as_bytes = memory_mb << 20
-    else:
-        if not have_mem_cgroup:
+        else:
             data_bytes = memory_mb << 20
     cmd.append(spec.code_file)
     return cmd, Limits(

@@ -10,35 +10,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
 
 @dataclass(frozen=True)
 class LanguageSpec:
-    """How one protocol language id is run: the runtime binary looked up on PATH and
-    the name of the file the submitted `code` is written to inside the run directory."""
+    """How one protocol language id is run: the runtime binary looked up on PATH, the
+    name of the file the submitted `code` is written to inside the run directory, and
+    how its memory is limited where no memory cgroup does it (see sandbox/command.py)."""
 
     language: str
     binary: str
     code_file: str
+    # The rlimit that bounds memory without a cgroup: RLIMIT_AS, or RLIMIT_DATA for a
+    # runtime that reserves huge virtual ranges (V8, Julia).
+    memory_rlimit: Literal["address_space", "data"]
+    # Without a cgroup, also size V8's heap from the limit (`--max-old-space-size`), so
+    # that a memory bomb fails as a JS heap OOM.
+    v8_heap_flag: bool = False
+    flags: tuple[str, ...] = ()  # always passed before the code file
 
 
 # SandboxFusion's language ids. The code file has a fixed, unusual name so that it does
 # not collide with the workspace files a task ships (`solution.py`, `data.txt`, ...).
-LANGUAGES: dict[str, LanguageSpec] = {
-    "python": LanguageSpec("python", "python3", "_sandbox_main.py"),
-    "nodejs": LanguageSpec("nodejs", "node", "_sandbox_main.js"),
-    "julia": LanguageSpec("julia", "julia", "_sandbox_main.jl"),
-}
-
-# piexp's own language names -> protocol ids (piexp says `javascript`, SandboxFusion `nodejs`).
-PIEXP_TO_SANDBOX_LANGUAGE: dict[str, str] = {
-    "python": "python",
-    "javascript": "nodejs",
-    "nodejs": "nodejs",
-    "julia": "julia",
+PROTOCOL_LANGUAGES: dict[str, LanguageSpec] = {
+    # -B: no .pyc litter in the run dir.
+    "python": LanguageSpec("python", "python3", "_sandbox_main.py", "address_space", flags=("-B",)),
+    "nodejs": LanguageSpec("nodejs", "node", "_sandbox_main.js", "data", v8_heap_flag=True),
+    "julia": LanguageSpec("julia", "julia", "_sandbox_main.jl", "data"),
 }
 
 

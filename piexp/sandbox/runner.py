@@ -25,7 +25,7 @@ from .launchers.bwrap import BwrapLauncher, bwrap_path
 from .launchers.unisolated import UnisolatedLauncher
 from .launchers.zygote import ZygoteLauncher
 from .protocol import (
-    LANGUAGES,
+    PROTOCOL_LANGUAGES,
     CommandRunResult,
     CommandRunStatus,
     RunCodeRequest,
@@ -104,7 +104,7 @@ class Runner:
             # process reaps it itself (see `BwrapLaunch.close`), instead of waiting for the
             # host's init to, before the run's cgroups can be removed.
             set_child_subreaper()
-        runtimes = {lang: resolve_runtime(spec.binary) for lang, spec in LANGUAGES.items()}
+        runtimes = {lang: resolve_runtime(spec.binary) for lang, spec in PROTOCOL_LANGUAGES.items()}
         try:
             # A runtime the run user cannot reach (a pyenv under a 0700 /root) is bound
             # from a read-only view of it in the run area.
@@ -153,7 +153,7 @@ class Runner:
         sends them back in a `Server-Timing` header)."""
         t = timings if timings is not None else Timings()
         s = self.settings
-        spec = LANGUAGES[req.language]  # the server has checked the language already
+        spec = PROTOCOL_LANGUAGES[req.language]  # the server has checked the language already
         runtime = self.host.runtimes.get(req.language)
         if runtime is None:
             # SandboxFusion answers a missing runtime like a shell would.

@@ -17,7 +17,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from .connection_limit import RETRY_AFTER_S, ConnectionLimit
-from .protocol import LANGUAGES, RunCodeRequest, RunCodeResponse, sandbox_error
+from .protocol import PROTOCOL_LANGUAGES, RunCodeRequest, RunCodeResponse, sandbox_error
 from .request_limits import QueuedBytes, Reservation, refusal
 from .runner import Runner, Timings
 from .settings import SandboxSettings
@@ -100,10 +100,10 @@ async def _run_code_reserved(request: web.Request, settings: SandboxSettings,
     except ValidationError as exc:
         return _unprocessable(exc.errors(include_url=False, include_context=False, include_input=False))
     del body
-    if req.language not in LANGUAGES:
+    if req.language not in PROTOCOL_LANGUAGES:
         return _unprocessable([{
             "loc": ["body", "language"],
-            "msg": f"unknown language {req.language!r}; expected one of {sorted(LANGUAGES)}",
+            "msg": f"unknown language {req.language!r}; expected one of {sorted(PROTOCOL_LANGUAGES)}",
             "type": "enum",
         }])
     why = refusal(req, settings)

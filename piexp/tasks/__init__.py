@@ -2,7 +2,7 @@
 overlap-proof train/eval splits.
 
 Public API:
-    Task, FAMILIES, LANGUAGES, build_tasks, build_splits, check_split_overlap,
+    Task, FAMILIES, build_tasks, build_splits, check_split_overlap,
     assert_no_overlap, OverlapReport, reference_solution, get_family, resolve_params.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from piexp.errors import UserError
 from piexp.tasks.core import MAX_SAFE_INTEGER, SPLITS, FrozenMap, Task, derive_rng
-from piexp.tasks.family import LANGUAGES, Family
+from piexp.tasks.family import Family
 from piexp.tasks.families import ALL_FAMILIES
 from piexp.tasks.overlap import OverlapReport, assert_no_overlap, check_split_overlap
 
@@ -140,7 +140,6 @@ def reference_solution(family: str, language: str) -> str:
 
 __all__ = [
     "FAMILIES",
-    "LANGUAGES",
     "MAX_SAFE_INTEGER",
     "SPLITS",
     "Family",

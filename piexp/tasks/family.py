@@ -17,12 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from piexp.errors import UserError
+from piexp.languages import language as registered_language
 
 REFS_DIR = Path(__file__).resolve().parent / "families" / "refs"
-
-# Language name -> file extension of its reference program.
-REFERENCE_EXTENSIONS = {"python": "py", "javascript": "js", "julia": "jl"}
-LANGUAGES = tuple(REFERENCE_EXTENSIONS)
 
 # generate(rng, params) -> (instruction, files, answer, params_used)
 Generator = Callable[[random.Random, Any], tuple[str, dict[str, str], int, dict[str, Any]]]
@@ -77,11 +74,8 @@ class Family:
         return params
 
     def reference(self, language: str) -> str:
-        if language not in REFERENCE_EXTENSIONS:
-            raise UserError(
-                f"unknown language {language!r}; valid languages: {', '.join(LANGUAGES)}"
-            )
-        return _read_reference(self.name, REFERENCE_EXTENSIONS[language])
+        """Source of the reference program in `language` (a registry name)."""
+        return _read_reference(self.name, registered_language(language).extension)
 
 
 @cache

@@ -15,7 +15,7 @@ JAVASCRIPT = LanguageSettings(runtimes=["node"], filename="solution.js", sandbox
 def _workspace(task_id: str, language: LanguageSettings) -> WorkspaceTools:
     task = Task(task_id=task_id, family="arith", split="train", instruction="Sum.",
                 files={"n.txt": task_id}, answer="1")
-    return WorkspaceTools(task, language, "http://127.0.0.1:9/run_code", 10)
+    return WorkspaceTools(task, language, "http://127.0.0.1:9/run_code", 10, language_name="python")
 
 
 def test_specs_equal_to_spec_and_are_built_once(monkeypatch) -> None:
@@ -30,11 +30,12 @@ def test_specs_equal_to_spec_and_are_built_once(monkeypatch) -> None:
         return original(self)
 
     monkeypatch.setattr(FunctionTool, "to_spec", counting)
-    first = Tools(_workspace("a", PYTHON).task, PYTHON, "http://127.0.0.1:9/run_code", 10)
+    first = Tools(_workspace("a", PYTHON).task, PYTHON, "http://127.0.0.1:9/run_code", 10, language_name="python")
     expected = [original(t) for t in first.all_tools()]
     assert first.tool_specs() == expected
     assert calls == ["read", "write", "edit", "bash"]
-    other = Tools(_workspace("b", JAVASCRIPT).task, JAVASCRIPT, "http://127.0.0.1:9/run_code", 5)
+    other = Tools(_workspace("b", JAVASCRIPT).task, JAVASCRIPT, "http://127.0.0.1:9/run_code", 5,
+                  language_name="javascript")
     assert other.tool_specs() == expected and len(calls) == 4  # other task and language: cached
 
 

@@ -24,7 +24,8 @@ def make_task() -> Task:
 
 
 def workspace(language: LanguageSettings = PYTHON, url: str = "http://127.0.0.1:9/run_code", **kw: Any) -> WorkspaceTools:
-    return WorkspaceTools(make_task(), language, url, 10, **kw)
+    name = "javascript" if language is JAVASCRIPT else "python"
+    return WorkspaceTools(make_task(), language, url, 10, language_name=name, **kw)
 
 
 def call(tool: Any, **arguments: Any) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def test_bash_submission_error_and_wrong_output(sandbox_url: str) -> None:
 
 
 def test_bash_time_out_is_a_submission_error(sandbox_url: str) -> None:
-    ws = WorkspaceTools(make_task(), PYTHON, sandbox_url, 1)
+    ws = WorkspaceTools(make_task(), PYTHON, sandbox_url, 1, language_name="python")
     call(ws.write, path="solution.py", content="import time\ntime.sleep(30)\n")
     result = call(ws.bash, command="python solution.py")
     assert result["status"] == "submission_error" and result["return_code"] == -1

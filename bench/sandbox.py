@@ -37,6 +37,14 @@ a run only gets fresh namespaces: a floor of ~1.7 ms, and ratios of ~0.86-0.92 f
 languages. (A warm, pre-isolated *Python* process that unshares and forks per run,
 bench/sandbox_warm_probe.py's approach with an exec, cost 6-7 ms, more than bwrap: a
 CPython parent's fork and copy-on-write faults cost more than the zygote's small C one.)
+Host safety (issue 12: runs as an unprivileged run user, a per-run tmpfs for /sandbox and
+/tmp mounted and unmounted by the server, the seccomp filter, client caps), measured with
+`--before` against the commit before it in the same runs (`--runs 32/48 --interleave`,
+three runs, load average 1.6-2.5): ratio after/before, python c1/c4/c8 0.88/0.90,
+0.86/0.85, 0.94/0.92; 0.87/0.88, 0.88/0.89, 0.92/0.91; 0.88/0.89, 0.85/0.91, 0.90/0.91;
+javascript 0.88/0.89, 0.80/0.82, 0.84/0.86; 0.87/0.88, 0.87/0.89, 0.83/0.86; 0.86/0.87,
+0.81/0.82, 0.83/0.85. About 0.5-1 ms more CPU a run (two tmpfs mounts and unmounts,
+~240 BPF instructions per syscall), 0.01-0.03 of ratio; every cell stays at or above 0.80.
 Removed along the way: node's V8 heap flag under a memory cgroup (it cost node its code
 cache, ~6 ms a start), the /bin/sh cgroup trampoline (~0.9 ms), six /etc binds (~0.6 ms),
 and moving bwrap's held init into its cgroup v1 hierarchies from outside (an RCU grace

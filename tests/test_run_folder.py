@@ -133,3 +133,23 @@ def test_sweep_jobs_and_reproduce_refuse_a_folder_of_another_run(tmp_path: Path)
     result = _piexp(tmp_path, "reproduce", str(sweep / "0"), f"hydra.run.dir={other}")
     _assert_refused(result, other, "seed: 1 -> 0")
     assert _snapshot(other) == before_other and not (other / "reproduces.json").exists()
+
+
+def test_training_longer_in_the_same_folder_is_a_continuation_not_another_run(tmp_path: Path) -> None:
+    """A train run rerun with a larger mode.max_steps resumes from its checkpoint (the
+    slow local-training test does it for real); fewer steps, or any other change, is
+    another run and refused."""
+    from omegaconf import OmegaConf
+
+    from piexp.config.compose import load
+    from piexp.launch.run_folder import folder_conflict
+
+    base = ["service=local", "model=tiny-local", "family=arith", "lang=python"]
+    (tmp_path / ".hydra").mkdir()
+    held = load([*base, "mode.max_steps=2"]).model_dump(mode="json")
+    (tmp_path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(held)))
+    assert folder_conflict(tmp_path, load([*base, "mode.max_steps=3"])) is None
+    assert "mode.max_steps: 2 -> 1" in folder_conflict(tmp_path, load([*base, "mode.max_steps=1"]))
+    assert "seed: 0 -> 5" in folder_conflict(tmp_path, load([*base, "mode.max_steps=3", "seed=5"]))
+    eval_run = load(["mode=eval", "policy=oracle", "family=arith", "lang=python"])
+    assert "mode.name" in folder_conflict(tmp_path, eval_run) or "mode" in folder_conflict(tmp_path, eval_run)

@@ -5,7 +5,8 @@ Hydra writes `.hydra/config.yaml` and `overrides.yaml` into a run folder the mom
 job starts, so a rerun with another config into a finished folder would overwrite the
 record of what the folder's results are. Here each planned job folder (`hydra.run.dir`,
 or `hydra.sweep.dir`/job number) that holds a piexp run is compared with the job's
-validated config: the same config resumes (as before), another one is refused naming
+validated config: the same config resumes (as before; so does a train run given a
+larger `mode.max_steps`: it trains on from its last checkpoint), another one is refused naming
 the folder, the differing keys and the two ways out, unless `--replace` is given, which
 moves the old folder aside (`<folder>.replaced-<UTC time>`), never deletes it.
 """
@@ -70,8 +71,12 @@ def folder_conflict(folder: Path, config: RunConfig) -> str | None:
         return f"its saved config cannot be read by this piexp ({unreadable})"
     if held is None:
         return None
+    # Training longer is a continuation, not another run: a train run rerun with a
+    # larger mode.max_steps resumes from its last checkpoint.
+    longer = (held.mode.name == config.mode.name == "train"
+              and getattr(held.mode, "max_steps", 0) < getattr(config.mode, "max_steps", 0))
     differences = config_differences(held.model_dump(mode="json"), config.model_dump(mode="json"),
-                                     ignore=frozenset())
+                                     ignore=frozenset({"mode.max_steps"} if longer else ()))
     return f"differing keys (held -> new): {shown(differences)}" if differences else None
 
 

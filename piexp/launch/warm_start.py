@@ -21,12 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from piexp.config.schema import RunConfig
+from piexp.console import ProgressReport, say
 from piexp.run_records import metric_curve, read_metrics
-
-console = Console(stderr=True)
 
 WARM_START_FILE = "warm_start.json"
 SUMMARY_FILE = "summary.md"
@@ -49,23 +46,6 @@ def _sft_datums(trajectories: list[Any]) -> list[Any]:
                 )
             )
     return datums
-
-
-def _progress() -> Any:
-    """Counts, elapsed time and ETA of the SFT steps (a step can take minutes on a CPU)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[nll]}"),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
-    )  # fmt: skip
 
 
 async def _sft_step(training_client: Any, datums: list[Any], learning_rate: float, step: int, tokens: int) -> dict[str, Any]:
@@ -129,7 +109,7 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
     if record_path.is_file():
         record = json.loads(record_path.read_text(encoding="utf-8"))
         if record.get("state_path"):
-            console.print(f"warm start: reusing {record['state_path']} from {record_path.name}")
+            say(f"warm start: reusing {record['state_path']} from {record_path.name}")
             return str(record["state_path"])
     if checkpoint_utils.get_last_checkpoint(str(run_dir)):
         return None  # RL already has a checkpoint to resume from
@@ -149,17 +129,11 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
     learning_rate = settings.learning_rate or config.model.learning_rate
     steps: list[dict[str, Any]] = []
     tokens = sum(datum.model_input.length for datum in datums)
-    progress = _progress()
-    bar = progress.add_task(
-        f"warm start: SFT on {len(datums)} sequences, {tokens} tokens", total=settings.sft_steps, nll=""
-    )
-    progress.start()
-    try:
+    label = f"warm start: SFT on {len(datums)} sequences, {tokens} tokens"
+    with ProgressReport(label, settings.sft_steps, unit="steps") as progress:
         for step in range(settings.sft_steps):
             steps.append(await _sft_step(training_client, datums, learning_rate, step, tokens))
-            progress.update(bar, advance=1, nll=f"nll {steps[-1]['nll']:.4f}")
-    finally:
-        progress.stop()
+            progress.advance(note=f"nll {steps[-1]['nll']:.4f}")
     saved = await (await training_client.save_state_async("warm_start")).result_async()
     record = {
         "state_path": saved.path,

@@ -17,9 +17,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from rich.console import Console
-
 from piexp.config.schema import RunConfig
+from piexp.console import console, say
 from piexp.errors import ServiceUnavailableError
 
 __all__ = ["LOCAL_API_KEY", "open_service", "placeholder_api_key"]
@@ -29,7 +28,6 @@ __all__ = ["LOCAL_API_KEY", "open_service", "placeholder_api_key"]
 #: this process's environment for the duration of the run; never written anywhere.
 LOCAL_API_KEY = "tml-local-no-key"
 
-console = Console(stderr=True)
 
 
 @contextlib.contextmanager
@@ -122,11 +120,11 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
         max_lora_rank=max(config.model.lora_rank, 8),
         start_timeout_s=service.start_timeout_s,
     )
-    with console.status("starting the local SkyRL server"):
+    with console.status("starting the local SkyRL server"):  # a spinner on a terminal only
         server.start()
     watchdog = _Watchdog(server)
     try:
-        console.print(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
+        say(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
         with placeholder_api_key(override=True), SampleIdProxy(server.url) as proxy:
             watchdog.start()
             try:

@@ -241,8 +241,7 @@ def seed_groups_markdown(jobs: Sequence[JobSummary]) -> str:
     for setting, members in groups.items():
         cells = []
         for metric in KEY_METRICS:
-            values = [v for job in members if job.state in ("complete", "skipped")
-                      and (v := job.finals.get(metric)) is not None]
+            values = _finished_values(members, metric)
             if not values:
                 cells.append("-")
                 continue
@@ -323,6 +322,70 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
     return True
 
 
+def _finished_values(members: Sequence[JobSummary], metric: str) -> list[float]:
+    return [v for job in members if job.state in ("complete", "skipped") and (v := job.finals.get(metric)) is not None]
+
+
+def plot_seed_means(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
+    """One bar per setting run with several seeds: the mean over its finished seeds with
+    a 95% confidence interval; False (nothing written) when no setting has two seeds."""
+    groups = {setting: values for setting, members in seed_groups(jobs).items()
+              if len(values := _finished_values(members, metric)) >= 2}
+    if not groups:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stats = {setting: mean_ci95(values) for setting, values in groups.items()}
+    figure, axes = plt.subplots(figsize=(8, 1.0 + 0.4 * len(stats)))
+    positions = list(range(len(stats)))[::-1]
+    axes.barh(positions, [mean for mean, _ in stats.values()], xerr=[half or 0.0 for _, half in stats.values()],
+              color="tab:blue", capsize=4)
+    axes.set_yticks(positions, [f"{setting} ({len(groups[setting])} seeds)" for setting in stats], fontsize="small")
+    axes.set_xlabel(f"final {metric}, mean over seeds ± 95% CI")
+    if metric == "pass@1":
+        axes.set_xlim(0, 1.05)  # an interval of two seeds can reach far past the possible range
+    axes.set_title(f"{metric} per setting over seeds")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def plot_cells(jobs: Sequence[JobSummary], path: Path) -> bool:
+    """pass@1 of every eval job (rows) per family x language (columns), values in the
+    cells; False (nothing written) when no job has a per-cell breakdown."""
+    rows = [job for job in jobs if job.cells]
+    names = list(dict.fromkeys(name for job in rows for name in job.cells))
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = [[job.cells.get(name) if job.cells.get(name) is not None else float("nan") for name in names]
+              for job in rows]
+    figure, axes = plt.subplots(figsize=(2.5 + 1.1 * len(names), 1.2 + 0.35 * len(rows)))
+    image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize="small")
+    axes.set_yticks(range(len(rows)), [_label(job, varying) for job, varying in zip(rows, varying_overrides(rows))],
+                    fontsize="small")
+    for r, row in enumerate(values):
+        for c, value in enumerate(row):
+            if value == value:  # not nan
+                axes.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize="x-small",
+                          color="black" if value > 0.6 else "white")
+    axes.set_title("pass@1 by family x language")
+    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
 def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     """Write the summary files of `root` into `out_dir` (default: root); returns them."""
     root = Path(root)
@@ -350,6 +413,11 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         path = out_dir / f"{OUTPUT_STEM}_{metric}.png"
         if plot_metric(metric, jobs, path):
             written[metric] = path
+        path = out_dir / f"{OUTPUT_STEM}_{metric}_over_seeds.png"
+        if plot_seed_means(metric, jobs, path):
+            written[f"{metric}_over_seeds"] = path
+    if plot_cells(jobs, out_dir / f"{OUTPUT_STEM}_cells.png"):
+        written["cells"] = out_dir / f"{OUTPUT_STEM}_cells.png"
     return written
 
 

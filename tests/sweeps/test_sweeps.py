@@ -146,6 +146,9 @@ def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart
     # pass@1 broken down by family x language, a row per job
     assert "| job | arith x python | arith x javascript |" in markdown
     assert "| 1 | 0.5 | 0.5 |" in markdown and "| 3 | 0 | 1 |" in markdown
+    # ...and as plots: the seed means with their intervals, and the family x language grid
+    assert written["pass@1_over_seeds"].is_file() and written["cells"].is_file()
+    assert "reward_over_seeds" in written  # binary: seeds 0 and 1 both finished
 
 
 def test_a_bar_plot_of_many_runs_turns_horizontal_with_every_label(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -26,14 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from piexp.errors import UserError
+from piexp.stats import mean_ci95
 
 EPISODES_FILE = "episodes.jsonl"
 RESULTS_FILE = "results.json"
-
-# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then ~normal).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)  # fmt: skip
 
 
 class CompareError(UserError):
@@ -56,16 +51,10 @@ class Run:
     digests: dict[str, str]  # task_id -> content digest
 
 
-def _t975(n: int) -> float:
-    return _T975[n - 2] if 2 <= n <= len(_T975) + 1 else 1.960
-
-
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95% t-interval (0 for a single value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, _t975(len(values)) * statistics.stdev(values) / math.sqrt(len(values))
+    mean, half = mean_ci95(values)
+    return mean, half or 0.0
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

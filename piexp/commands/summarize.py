@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ import yaml
 
 from piexp.errors import UserError
 from piexp.run_records import TRAIN_KEYS, find_job_folders, finite_number, metric_curve, read_metrics
+from piexp.stats import mean_ci95
 from piexp.sweeps import STATUS_SUBDIR
 from piexp.sweeps.marker import read_marker
 from piexp.sweeps.status import STATUS_JSON
@@ -203,22 +203,6 @@ def states_markdown(jobs: Sequence[JobSummary]) -> str:
         if names:
             lines.append(f"- {state}: {len(names)} ({', '.join(names)})")
     return ("\nJobs that did not complete:\n\n" + "\n".join(lines) + "\n") if lines else ""
-
-
-# Two-sided 95% Student t quantiles by degrees of freedom (normal beyond 30).
-_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23,
-        15: 2.13, 20: 2.09, 30: 2.04}
-
-
-def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and the half-width of its 95% confidence interval (None for one value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    dof = len(values) - 1
-    t = next((q for d, q in sorted(_T95.items()) if dof <= d), 1.96)
-    return mean, t * sd / math.sqrt(len(values))
 
 
 def seed_groups(jobs: Sequence[JobSummary]) -> dict[str, list[JobSummary]]:

@@ -141,7 +141,7 @@ def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart
     assert float(rows["2"]["final_reward"]) == pytest.approx(0.3)  # shaped
     markdown = written["md"].read_text()
     assert "- failed: 1 (3)" in markdown
-    assert "| reward=binary | 2 | 0.750 ± 3.178 |" in markdown  # mean and 95% CI over seeds 0, 1
+    assert "| reward=binary | 2 | 0.750 ± 3.176 |" in markdown  # mean and 95% CI over seeds 0, 1 (t = 12.706)
     assert "| reward=shaped | 2 | 1.000 |" in markdown  # the failed seed is left out
     # pass@1 broken down by family x language, a row per job
     assert "| job | arith x python | arith x javascript |" in markdown

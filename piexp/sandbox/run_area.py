@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .isolation import mountinfo
 from .run_dir import remove_tree
 
 log = logging.getLogger(__name__)
@@ -61,16 +62,8 @@ def _detach(target: str) -> None:
 
 def _mount_points_under(path: str) -> list[str]:
     """Mount points at or below `path`, deepest first (so each unmount is of a leaf)."""
-    points = []
     prefix = path.rstrip("/") + "/"
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                point = line.split()[4].encode().decode("unicode_escape")  # \040 for spaces
-                if point == path or point.startswith(prefix):
-                    points.append(point)
-    except OSError:
-        pass
+    points = [point for _, point, _, _ in mountinfo() if point == path or point.startswith(prefix)]
     return sorted(points, key=lambda p: p.count("/"), reverse=True)
 
 

@@ -10,10 +10,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import signal
 import time
 from abc import ABC, abstractmethod
 from typing import Optional
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path with its octal escapes (\\040 for a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def mountinfo() -> list[tuple[str, str, str, str]]:
@@ -25,7 +31,7 @@ def mountinfo() -> list[tuple[str, str, str, str]]:
                 left, _, right = line.partition(" - ")
                 lparts, rparts = left.split(), right.split()
                 if len(lparts) >= 5 and len(rparts) >= 3:
-                    rows.append((lparts[3], lparts[4], rparts[0], rparts[2]))
+                    rows.append((_unescape(lparts[3]), _unescape(lparts[4]), rparts[0], rparts[2]))
     except OSError:
         pass
     return rows

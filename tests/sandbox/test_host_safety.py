@@ -22,23 +22,13 @@ RUN_USER = RunUser.for_server(SandboxSettings().run_uid, SandboxSettings().run_g
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the server runs unprivileged here: runs are its own uid")
 
 
-def _wait_for(predicate, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting")
-
-
 def _host_ids(pid: int) -> tuple[list[int], list[int]]:
     with open(f"/proc/{pid}/status") as f:
         rows = dict(line.split(":", 1) for line in f)
     return [int(x) for x in rows["Uid"].split()], [int(x) for x in rows["Gid"].split()]
 
 
-def test_a_run_is_the_run_user_on_the_host_and_owns_what_it_makes(sandbox, marker, pids_with):
+def test_a_run_is_the_run_user_on_the_host_and_owns_what_it_makes(sandbox, marker, pids_with, wait_until):
     """The program's real, effective, saved and file-system ids on the host are the run
     user's (never 0 when the server is root), and so is every file it creates, setuid
     bit or not; its directories are 0700 in a 0700 area of the run user's."""
@@ -50,9 +40,9 @@ def test_a_run_is_the_run_user_on_the_host_and_owns_what_it_makes(sandbox, marke
     )
     holder = threading.Thread(target=sandbox.run, args=(code,), daemon=True)
     holder.start()
-    path = _wait_for(lambda: next((os.path.join(d, marker) for d in sandbox.run_dirs()
+    path = wait_until("the run's file", lambda: next((os.path.join(d, marker) for d in sandbox.run_dirs()
                                    if os.path.exists(os.path.join(d, marker))), None))
-    pid = _wait_for(lambda: next(iter(pids_with("_sandbox_main.py")), None))  # the only run now
+    pid = wait_until("the run's process", lambda: next(iter(pids_with("_sandbox_main.py")), None))  # the only run now
     uids, gids = _host_ids(pid)
     assert set(uids) == {RUN_USER.uid} and set(gids) == {RUN_USER.gid}, (uids, gids)
     st = os.stat(path)
@@ -241,7 +231,7 @@ def _post_ignoring_the_crash(handle, code: str) -> None:
         pass
 
 
-def test_a_killed_servers_run_directories_are_removed_at_the_next_start(work_dir_factory, sandbox_handle_cls):
+def test_a_killed_servers_run_directories_are_removed_at_the_next_start(work_dir_factory, sandbox_handle_cls, wait_until):
     """SIGKILL the server while a run writes files: its run area (tmpfs mounts
     included) stays behind, and the next server in that work dir removes it."""
     work_dir = work_dir_factory("crash")
@@ -250,7 +240,7 @@ def test_a_killed_servers_run_directories_are_removed_at_the_next_start(work_dir
         h = sandbox_handle_cls(sb, work_dir)
         code = "import time\nopen('left', 'w').write('x')\ntime.sleep(30)"
         threading.Thread(target=_post_ignoring_the_crash, args=(h, code), daemon=True).start()
-        _wait_for(lambda: any(os.path.exists(os.path.join(d, "left")) for d in h.run_dirs()))
+        wait_until("the run's file", lambda: any(os.path.exists(os.path.join(d, "left")) for d in h.run_dirs()))
         sb.proc.send_signal(signal.SIGKILL)
         sb.proc.wait()
     finally:

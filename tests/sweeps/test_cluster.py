@@ -57,16 +57,6 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _wait_for(what: str, predicate, timeout: float = 120.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.parametrize(("launcher", "target", "extra"), [
     ("submitit_local", "LocalLauncher", []),
     ("submitit_slurm", "SlurmLauncher", ["hydra.launcher.partition=gpu", "hydra.launcher.timeout_min=240",
@@ -115,7 +105,7 @@ class KilledSweep:
 
 
 @pytest.fixture(scope="module")
-def killed_sweep(tmp_path_factory: pytest.TempPathFactory) -> KilledSweep:
+def killed_sweep(tmp_path_factory: pytest.TempPathFactory, wait_until) -> KilledSweep:  # noqa: ANN001
     """Three eval jobs through submitit_local; once job 1 has finished a few episodes,
     SIGKILL its process and the launching process; then the same command again."""
     work = tmp_path_factory.mktemp("killed")
@@ -135,12 +125,12 @@ def killed_sweep(tmp_path_factory: pytest.TempPathFactory) -> KilledSweep:
                 return None
             return entry if len(_episode_keys(sweep / "1")) >= 5 else None
 
-        running = _wait_for("job 1 to finish 5 episodes", job1_half_done)
+        running = wait_until("job 1 to finish 5 episodes", job1_half_done, timeout=120, every=0.1)
         assert len(_episode_keys(sweep / "1")) < KILL_EPISODES, "job 1 finished before the kill: raise KILL_EPISODES"
         os.kill(running["pid"], signal.SIGKILL)
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(30)
-        _wait_for("job 1's process to be gone", lambda: _gone(running["pid"]), timeout=30)
+        wait_until("job 1's process to be gone", lambda: _gone(running["pid"]), timeout=30, every=0.1)
         status_after_kill = run_piexp(work, "status", str(sweep))
         files_after_status = (_states(sweep), (sweep / "sweep_status.md").read_text())
         episodes_before = _episode_keys(sweep / "1")

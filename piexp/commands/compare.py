@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from piexp.errors import UserError
+from piexp.run_records import EPISODES_FILE
 from piexp.stats import mean_ci95
 
-EPISODES_FILE = "episodes.jsonl"
 RESULTS_FILE = "results.json"
 
 

@@ -262,7 +262,7 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
 
     labelled = list(zip(jobs, varying_overrides(jobs)))
     curves = [(job, varying) for job, varying in labelled if job.curves.get(metric)]
-    bars = [(job, varying) for job, varying in labelled if job.finals.get(metric) is not None]
+    bars = [(job, varying, value) for job, varying in labelled if (value := job.finals.get(metric)) is not None]
     if not curves and not bars:
         return False
     figure, axes = plt.subplots(figsize=(8, 4.5))
@@ -276,11 +276,11 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
     elif len(bars) > _MAX_UPRIGHT_BARS:
         # Many runs: one horizontal bar each, the figure as tall as the labels need.
         figure.set_size_inches(8, 1.0 + 0.28 * len(bars))
-        labels = [_label(job, varying) for job, varying in bars]
-        values = [job.finals[metric] for job, _ in bars]
+        labels = [_label(job, varying) for job, varying, _value in bars]
+        heights = [value for _job, _varying, value in bars]
         positions = list(range(len(bars)))[::-1]
-        axes.barh(positions, values, color="tab:blue")
-        for y, value in zip(positions, values):
+        axes.barh(positions, heights, color="tab:blue")
+        for y, value in zip(positions, heights):
             axes.annotate(f"{value:.3f}", (value, y), ha="left", va="center", fontsize="x-small")
         axes.set_yticks(positions, labels, fontsize="x-small")
         axes.set_title(f"{metric} per run")
@@ -288,13 +288,13 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
         if metric == "pass@1":
             axes.set_xlim(0, 1.1)
     else:
-        labels = [_label(job, varying) for job, varying in bars]
-        values = [job.finals[metric] for job, _ in bars]
-        positions = range(len(bars))
-        axes.bar(positions, values, color="tab:blue")
-        for x, value in zip(positions, values):
+        labels = [_label(job, varying) for job, varying, _value in bars]
+        heights = [value for _job, _varying, value in bars]
+        positions = list(range(len(bars)))
+        axes.bar(positions, heights, color="tab:blue")
+        for x, value in zip(positions, heights):
             axes.annotate(f"{value:.3f}", (x, value), ha="center", va="bottom", fontsize="small")
-        axes.set_xticks(list(positions), labels, rotation=30 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center", fontsize="small")
+        axes.set_xticks(positions, labels, rotation=30 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center", fontsize="small")
         axes.set_title(f"{metric} per run")
         if metric == "pass@1":
             axes.set_ylim(0, 1.05)
@@ -350,8 +350,7 @@ def plot_cells(jobs: Sequence[JobSummary], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    values = [[job.cells.get(name) if job.cells.get(name) is not None else float("nan") for name in names]
-              for job in rows]
+    values = [[float("nan") if (value := job.cells.get(name)) is None else value for name in names] for job in rows]
     figure, axes = plt.subplots(figsize=(2.5 + 1.1 * len(names), 1.2 + 0.35 * len(rows)))
     image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize="small")

@@ -107,7 +107,7 @@ class EpisodeLog:
         if not self.path.exists():
             return finished
         for data in read_jsonl(self.path):
-            if self.digests.get(data.get("task_id")) != data.get("task_digest"):
+            if self.digests.get(str(data.get("task_id"))) != data.get("task_digest"):
                 continue
             record = EpisodeRecord.from_json(data)
             finished[record.key] = record

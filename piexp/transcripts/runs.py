@@ -41,12 +41,13 @@ def _add_source(view: RunView, folder: Path, job: str, source: str, episodes: li
                 transcript_file: Path) -> None:
     by_key = {transcript_key(t): t for t in read_transcripts(transcript_file)}
     for episode in episodes:
+        row_id = len(view.rows)
         row = {name: episode.get(name) for name in ROW_FIELDS}
-        row.update(id=len(view.rows), job=job, source=source, passed=episode.get("reward") == 1.0)
+        row.update(id=row_id, job=job, source=source, passed=episode.get("reward") == 1.0)
         transcript = by_key.get(transcript_key(episode))
         row["has_transcript"] = transcript is not None
         if transcript is not None:
-            view.transcripts[row["id"]] = transcript
+            view.transcripts[row_id] = transcript
         view.rows.append(row)
 
 

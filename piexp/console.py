@@ -29,11 +29,6 @@ def attach_job_log(path: Path) -> None:
     _job_log = Path(path)
 
 
-def detach_job_log() -> None:
-    global _job_log
-    _job_log = None
-
-
 def _to_job_log(*objects: Any, **kwargs: Any) -> None:
     if _job_log is None:
         return

@@ -13,7 +13,6 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Protocol
 
 from tinker_cookbook.completers import TokenCompleter
@@ -135,7 +134,6 @@ class EpisodeLog:
     def __enter__(self) -> EpisodeLog:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self._sink.close()
         self._transcripts.close()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -40,6 +39,7 @@ from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord, run_episode
 from piexp.run_records import EPISODES_FILE
 from piexp.sandbox.client import close_sandbox_clients
+from piexp.stats import pass_at_k
 from piexp.tasks import Task
 from piexp.transcripts.failures import summarize_failures
 from piexp.transcripts.store import EVAL_TRANSCRIPTS
@@ -52,15 +52,6 @@ class EvalIncompleteError(UserError):
     """Some episodes could not be run; the finished ones are kept for a resume."""
 
     exit_code = 1
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def eval_signature(config: RunConfig) -> dict[str, Any]:

@@ -9,8 +9,9 @@ so a run killed half-way and started again on the same folder skips what is done
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -112,28 +113,23 @@ class EpisodeLog:
             finished[record.key] = record
         return finished
 
-    def open(self, keep: Collection[tuple[str, str, str, int]]) -> EpisodeLog:
-        """Start appending; the transcripts file keeps only those of `keep` (policy, task
-        id, language, sample): exactly the records kept from an earlier run."""
+    @contextlib.contextmanager
+    def appending(self, keep: Collection[tuple[str, str, str, int]]) -> Iterator[Callable[[EpisodeRecord], None]]:
+        """Yields `append(record)`, which writes a finished episode's transcript and then
+        its record. The transcripts file keeps only those of `keep` (policy, task id,
+        language, sample): exactly the records kept from an earlier run."""
         if self.path.exists() and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
             # The last run died mid-line: start on a fresh line so that record stays
             # unreadable (and is redone) instead of corrupting the next one.
             with self.path.open("a") as sink:
                 sink.write("\n")
-        self._transcripts = TranscriptWriter(self.transcripts_path, keep=keep)
-        self._sink = self.path.open("a")
-        return self
+        with TranscriptWriter(self.transcripts_path, keep=keep) as transcripts, self.path.open("a") as sink:
 
-    def append(self, record: EpisodeRecord) -> None:
-        digest = self.digests[record.task_id]
-        if record.transcript is not None:
-            self._transcripts.write({**record.transcript, "task_digest": digest})
-        self._sink.write(json.dumps({**record.to_json(), "task_digest": digest}) + "\n")
-        self._sink.flush()  # a finished episode survives an interruption right after it
+            def append(record: EpisodeRecord) -> None:
+                digest = self.digests[record.task_id]
+                if record.transcript is not None:
+                    transcripts.write({**record.transcript, "task_digest": digest})
+                sink.write(json.dumps({**record.to_json(), "task_digest": digest}) + "\n")
+                sink.flush()  # a finished episode survives an interruption right after it
 
-    def __enter__(self) -> EpisodeLog:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._sink.close()
-        self._transcripts.close()
+            yield append

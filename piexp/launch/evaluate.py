@@ -194,19 +194,19 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
         say(f"resuming: {len(episodes) - len(todo)} of {len(episodes)} episodes already done in "
             f"{run_dir / EPISODES_FILE}")
     errors: list[EpisodeRecord] = []
-
-    def store(record: EpisodeRecord) -> None:
-        if record.error:
-            errors.append(record)  # not recorded: a rerun retries it
-            return
-        log.append(record)
-        finished[record.key] = record
-
     started = time.perf_counter()
     try:
         if todo:
             policy = await _build_policy(config, [*splits.train, *splits.eval])
-            with log.open(keep={(config.eval_policy, *key) for key in finished}):
+            with log.appending(keep={(config.eval_policy, *key) for key in finished}) as append:
+
+                def store(record: EpisodeRecord) -> None:
+                    if record.error:
+                        errors.append(record)  # not recorded: a rerun retries it
+                        return
+                    append(record)
+                    finished[record.key] = record
+
                 await run_episodes(
                     todo, {config.eval_policy: policy}, episode_settings(config, sandbox_url),
                     label=f"eval {config.eval_policy}", max_concurrency=config.mode.max_concurrency,

@@ -8,7 +8,7 @@ with the tool-call failure metrics (`piexp.transcripts.failures`); every episode
 transcript goes to `transcripts.jsonl.gz`, and `viewer.html` shows the run in a browser.
 
 Resume: each finished (task, language, sample) episode is appended to `episodes.jsonl`
-as soon as it completes, so an interrupted eval run again on the same folder
+as soon as it completes (`piexp.launch.episodes.EpisodeLog`), so an interrupted eval run again on the same folder
 (`hydra.run.dir=<dir>`) skips what is done. Episodes whose rollout raised are not
 recorded (a rerun retries them). An episode's transcript is written just before its
 record; a resume keeps exactly the transcripts of the records it keeps.

@@ -134,6 +134,7 @@ def run_loop(config: RunConfig, run_dir: Path, run_stage: RunStage) -> float | N
     if _training_finished(config, run_dir):
         say(f"loop: training already finished in {run_dir}; skipped")
     else:
+        say(f"loop: train ({run_dir})")
         run_stage(config, run_dir)
         _end_client_sessions()
     record["train"] = {"dir": str(run_dir), "wall_s": round(time.perf_counter() - started, 1)}

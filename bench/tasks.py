@@ -27,7 +27,7 @@ def bench_generation(per_family: int) -> Table:
     table.add_column("ms/task", justify="right")
     table.add_column("mean workspace bytes", justify="right")
     for name in FAMILIES:
-        build_tasks("train", 1, 0, [name])  # warm caches (e.g. number_theory's sieve)
+        build_tasks("train", 1, 0, [name])  # warm caches (e.g. number_theory's prime list)
         start = time.perf_counter()
         tasks = build_tasks("train", per_family, 1, [name])
         elapsed = time.perf_counter() - start

@@ -112,6 +112,7 @@ class AlgoSettings(_Strict):
     kl_reference_config: KLReference = KLReference()  # the KL reference policy
     compute_post_kl: bool = False  # log the KL between the sampling and the updated policy (extra cost)
     remove_constant_reward_groups: bool = False  # drop groups whose rewards are all equal (no signal)
+    shuffle_rewards: bool = False  # control: permute total rewards within each group before advantages (a run that must NOT learn)
     rollout_error_tolerance: RolloutErrorTolerance = RolloutErrorTolerance()  # failing rollouts
     termination: TerminationPolicy = TerminationPolicy()  # rewards of limit-stopped trajectories
     parse_errors: ParseErrors = ParseErrors()  # malformed tool calls
@@ -132,6 +133,9 @@ class AlgoSettings(_Strict):
             raise ValueError("algo.async_config and algo.stream_minibatch_config exclude each other (set one)")
         if self.kl_penalty_coef == 0 and self.kl_reference_config != KLReference():
             raise ValueError("algo.kl_reference_config is only used with algo.kl_penalty_coef > 0")
+        if self.shuffle_rewards and self.termination.zero_reward_on_limit:
+            raise ValueError("algo.shuffle_rewards cannot be combined with algo.termination.zero_reward_on_limit: the "
+                             "clamp, applied after the shuffle by each episode's own stop reason, would leak a signal")
         tolerance = self.rollout_error_tolerance
         if tolerance.min_successful is not None and tolerance.strategy != "min_viable_group":
             raise ValueError("algo.rollout_error_tolerance.min_successful is only used with strategy=min_viable_group")

@@ -147,6 +147,8 @@ class TrainMode(_Strict):
     save_every: Annotated[int, Field(ge=0)] = 10
     preflight: bool = True
     wandb_project: str | None = None
+    eval_before: bool = False  # first evaluate the base model (mode=eval policy=model) into <run>/eval_base/
+    eval_after: bool = False  # then evaluate the final checkpoint into <run>/eval_trained/ (and compare, with eval_before)
 
 
 class EvalMode(_Strict):
@@ -218,12 +220,16 @@ class RunConfig(_Strict):
                 )
         if self.eval_lang is not None and not self.eval_lang:
             raise ValueError("eval_lang is empty; give at least one language or leave it unset")
-        if self.mode.name == "train":
-            eval_only = [key for key in ("policy", "k", "checkpoint") if getattr(self, key) is not None]
+        if isinstance(self.mode, TrainMode):
+            # k also sets the samples per task of the loop's evaluations (mode.eval_before/after).
+            loop_evals = self.mode.eval_before or self.mode.eval_after
+            eval_only = [key for key in ("policy", "k", "checkpoint")
+                         if getattr(self, key) is not None and not (key == "k" and loop_evals)]  # fmt: skip
             if eval_only:
                 raise ValueError(
                     f"{', '.join(eval_only)} {'is an eval-only option' if len(eval_only) == 1 else 'are eval-only options'}"
-                    " and cannot be used with mode=train (use mode=eval)"
+                    " and cannot be used with mode=train (use mode=eval"
+                    + ("; k also sets the samples of mode.eval_before/eval_after)" if "k" in eval_only else ")")
                 )
         if self.model.name == "tiny-local" and self.service.name == "tinker":
             raise ValueError("model=tiny-local is a local model folder; use it with service=local")

@@ -11,6 +11,7 @@ from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilde
 from piexp.config.schema import RunConfig
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
 from piexp.env.rollout_policy import rollout_config
+from piexp.env.shuffled_rewards import ShuffledRewardDataset
 from piexp.env.splits import build_splits
 from piexp.sandbox.url import ensure_loopback_url
 from piexp.tasks import Task
@@ -101,7 +102,7 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
             splits.train, config.train_languages, settings, config.mode.group_size, evaluation=False
         )
         evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
-        return (
-            RepeatingDataset(train, config.mode.groups_per_batch, config.mode.max_steps),
-            RepeatingDataset(evaluation, len(evaluation), None),
-        )
+        train_dataset: RLDataset = RepeatingDataset(train, config.mode.groups_per_batch, config.mode.max_steps)
+        if config.algo.shuffle_rewards:  # the control run: rewards permuted within each group
+            train_dataset = ShuffledRewardDataset(train_dataset, config.seed)
+        return train_dataset, RepeatingDataset(evaluation, len(evaluation), None)

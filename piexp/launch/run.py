@@ -1,11 +1,12 @@
 """Run one job in its run folder: splits (overlap refused), manifest, sandbox, then the
-selected mode. Train and model evaluation first make sure the service can be reached."""
+selected mode. Train and model evaluation first make sure the service can be reached; a
+train run with `mode.eval_before`/`eval_after` runs the loop of `piexp.launch.loop`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from piexp.config.schema import RunConfig
+from piexp.config.schema import RunConfig, TrainMode
 from piexp.env.splits import build_splits
 from piexp.launch.manifest import build_manifest, write_manifest
 from piexp.launch.sandbox import run_sandbox
@@ -20,6 +21,16 @@ def run_mode(config: RunConfig, run_dir: Path) -> float | None:
     # Every mode runs cookbook episodes: refuse a cookbook piexp's hooks do not fit
     # before the service or the sandbox starts.
     check_installed_cookbook()
+    mode = config.mode
+    if isinstance(mode, TrainMode) and (mode.eval_before or mode.eval_after):
+        from piexp.launch.loop import run_loop
+
+        return run_loop(config, run_dir, run_one_mode)  # evaluations around training, each a run_one_mode
+    return run_one_mode(config, run_dir)
+
+
+def run_one_mode(config: RunConfig, run_dir: Path) -> float | None:
+    """The selected mode in `run_dir`, inside its service session when it needs one."""
     if config.uses_service:
         # Tinker: preflight; local: start (and at exit stop) a SkyRL server; selfhosted:
         # preflight + compatibility proxy. Yields the config with URL and model resolved.

@@ -2,11 +2,15 @@
 
 Needs a program because there are ~150 expressions with nested parentheses; the answer
 also exercises floor-modulo of negatives, which Python, JavaScript and Julia spell
-differently, so the instruction defines it.
+differently, so the instruction defines it. The answer comes from Python's own parser
+(``ast``) applied to each rendered line, checked against the value of the tree that line
+was rendered from; the references parse by recursive descent instead.
 """
 
 from __future__ import annotations
 
+import ast
+import operator
 import random
 from dataclasses import dataclass
 
@@ -27,6 +31,23 @@ class ArithParams:
         if any(self.modulus % d == 0 for d in range(2, int(self.modulus**0.5) + 1)):
             return f"modulus={self.modulus} must be prime"
         return None
+
+
+# The only operators an expression line may contain, as Python's parser names them.
+AST_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+def _parsed_value(text: str) -> int:
+    """Value of one expression line as Python's own grammar reads it (same precedence rules)."""
+
+    def value(node: ast.expr) -> int:
+        if isinstance(node, ast.BinOp) and type(node.op) in AST_OPERATORS:
+            return AST_OPERATORS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        raise AssertionError(f"arith: unexpected {ast.dump(node)} in {text!r}")
+
+    return value(ast.parse(text, mode="eval").body)
 
 
 def _gen(rng: random.Random, depth: int, p: ArithParams) -> tuple[str, int, int]:
@@ -55,14 +76,18 @@ def _gen(rng: random.Random, depth: int, p: ArithParams) -> tuple[str, int, int]
 
 def generate(rng: random.Random, p: ArithParams):
     lines: list[str] = []
-    values: list[int] = []
+    tree_values: list[int] = []  # values of the generated trees, a check on the parsed ones
     while len(lines) < p.n_expressions:
         try:
             text, value, _ = _gen(rng, p.max_depth, p)
         except OverflowError:
             continue  # redraw: an intermediate left the exact range
         lines.append(text)
-        values.append(value)
+        tree_values.append(value)
+    values = [_parsed_value(text) for text in lines]
+    for text, parsed, value in zip(lines, values, tree_values):
+        if parsed != value:
+            raise AssertionError(f"arith: {text!r} reads as {parsed}, but its tree is worth {value}")
     m = p.modulus
     answer = sum(i * (v % m) for i, v in enumerate(values, start=1))
     check_exact("arith", answer, *values)

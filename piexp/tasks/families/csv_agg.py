@@ -1,7 +1,9 @@
 """csv_agg: filter and group rows of a CSV, then compare group totals.
 
 Needs a program: ~150 rows, a header whose column order varies per task (so the columns
-must be found by name), a region filter, a returned-flag filter and a group-by.
+must be found by name), a region filter, a returned-flag filter and a group-by. The answer
+is computed here from the generated rows, one pass per product, independently of the
+references (which parse the CSV and group in a single pass).
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ def _one_of(names: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else "one of " + ", ".join(quoted)
 
 
+def _kept(rows: list[dict[str, Any]], chosen: list[str]) -> list[dict[str, Any]]:
+    return [row for row in rows if row["region"] in chosen and row["returned"] == "no"]
+
+
+def _product_totals(kept: list[dict[str, Any]]) -> list[int]:
+    """Each kept product's revenue, smallest first, summed over the rows one product at a time."""
+    return sorted(
+        sum(row["quantity"] * row["unit_price_cents"] for row in kept if row["product"] == product)
+        for product in {row["product"] for row in kept}
+    )
+
+
 def generate(rng: random.Random, p: CsvAggParams):
     regions = rng.sample(REGIONS, p.n_regions)
     products = rng.sample(PRODUCTS, p.n_products)
@@ -54,15 +68,12 @@ def generate(rng: random.Random, p: CsvAggParams):
         })
     while True:
         chosen = sorted(rng.sample(regions, rng.randint(1, max(1, p.n_regions - 1))))
-        totals: dict[str, int] = {}
-        for row in rows:
-            if row["region"] in chosen and row["returned"] == "no":
-                revenue = row["quantity"] * row["unit_price_cents"]
-                totals[row["product"]] = totals.get(row["product"], 0) + revenue
-        if totals:
+        kept = _kept(rows, chosen)
+        if kept:
             break
-    answer = max(totals.values()) - min(totals.values())
-    check_exact("csv_agg", answer, sum(totals.values()))
+    totals = _product_totals(kept)
+    answer = totals[-1] - totals[0]
+    check_exact("csv_agg", answer, sum(totals))
     lines = [",".join(columns)] + [",".join(str(row[c]) for c in columns) for row in rows]
     instruction = (
         "`sales.csv` is a comma-separated file with a header row (the column order is "

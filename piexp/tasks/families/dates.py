@@ -1,7 +1,9 @@
 """dates: date arithmetic over booking records (weekdays, nights across months and leap days).
 
 Needs a program: ~80 bookings spanning several years (leap years included), a weekday
-filter and day differences across month and year boundaries.
+filter and day differences across month and year boundaries. The answer is computed here
+from the drawn nights and a weekday by Sakamoto's formula, independently of the
+references (which take date differences and weekdays from their date libraries).
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ class DatesParams:
     max_nights: int = 30  # each stay lasts 1..max_nights nights
 
 
+# Sakamoto's month offsets: the weekday shift each month's first day adds within a year.
+MONTH_OFFSETS = (0, 3, 2, 5, 0, 3, 5, 1, 4, 6, 2, 4)
+
+
+def _weekday(day: date) -> int:
+    """Monday=0 .. Sunday=6 by Sakamoto's formula from year, month and day alone."""
+    year = day.year - (day.month < 3)  # January and February count with the previous year
+    sunday_based = (year + year // 4 - year // 100 + year // 400 + MONTH_OFFSETS[day.month - 1] + day.day) % 7
+    return (sunday_based + 6) % 7
+
+
 def generate(rng: random.Random, p: DatesParams):
     first = date(p.first_year, 1, 1).toordinal()
     last = date(p.first_year + p.n_years - 1, 12, 31).toordinal()
@@ -39,7 +52,7 @@ def generate(rng: random.Random, p: DatesParams):
         bookings.append((check_in, nights))
     chosen = sorted(rng.sample(range(7), rng.randint(1, 3)))
     names = [WEEKDAYS[d] for d in chosen]
-    answer = sum(nights for check_in, nights in bookings if check_in.weekday() in chosen)
+    answer = sum(nights for check_in, nights in bookings if _weekday(check_in) in chosen)
     check_exact("dates", answer)
     instruction = (
         "`bookings.csv` has a header row and one booking per line: booking_id, guest, "

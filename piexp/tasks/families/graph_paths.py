@@ -1,12 +1,12 @@
 """graph_paths: shortest weighted paths in an undirected graph given as an edge list.
 
 Needs a program: ~80 weighted edges, several queries, parallel edges and unreachable pairs
-(counted as -1) -- Dijkstra or Floyd-Warshall, not inspection.
+(counted as -1) -- Dijkstra or Floyd-Warshall, not inspection. The answer is computed
+here by Bellman-Ford on the generated edges, independently of the references' Dijkstra.
 """
 
 from __future__ import annotations
 
-import heapq
 import random
 from dataclasses import dataclass
 
@@ -21,36 +21,42 @@ class GraphPathsParams:
     n_queries: int = 8  # lines in queries.txt
 
 
-def _dijkstra(adj: dict[str, list[tuple[str, int]]], source: str) -> dict[str, int]:
+def _bellman_ford(edges: list[tuple[str, str, int]], source: str) -> dict[str, int]:
+    """Shortest distances from ``source`` by relaxing every edge (both ways) until none improves.
+
+    Bellman-Ford rather than the references' Dijkstra, so that a bug in either shows up as
+    a mismatch; weights are positive, so it stops after at most one pass per path edge.
+    """
     dist = {source: 0}
-    heap = [(0, source)]
-    while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist[u]:
-            continue
-        for v, w in adj.get(u, []):
-            if d + w < dist.get(v, d + w + 1):
-                dist[v] = d + w
-                heapq.heappush(heap, (d + w, v))
+    improved = True
+    while improved:
+        improved = False
+        for u, v, w in edges:
+            for near, far in ((u, v), (v, u)):
+                if near in dist and (far not in dist or dist[near] + w < dist[far]):
+                    dist[far] = dist[near] + w
+                    improved = True
     return dist
 
 
 def generate(rng: random.Random, p: GraphPathsParams):
     names = [f"n{k}" for k in rng.sample(range(1, 10 * p.n_nodes), p.n_nodes)]
     edges = []
-    adj: dict[str, list[tuple[str, int]]] = {}
+    weighted: list[tuple[str, str, int]] = []
     for _ in range(p.n_edges):
         u, v = rng.sample(names, 2) if p.n_nodes > 1 else (names[0], names[0])
         w = rng.randint(1, p.max_weight)
         edges.append(f"{u} {v} {w}")
-        adj.setdefault(u, []).append((v, w))
-        adj.setdefault(v, []).append((u, w))
+        weighted.append((u, v, w))
     queries = []
+    distances: dict[str, dict[str, int]] = {}  # per query source, computed once
     answer = 0
     for _ in range(p.n_queries):
         a, b = rng.choice(names), rng.choice(names)
         queries.append(f"{a} {b}")
-        answer += _dijkstra(adj, a).get(b, -1)
+        if a not in distances:
+            distances[a] = _bellman_ford(weighted, a)
+        answer += distances[a].get(b, -1)
     check_exact("graph_paths", answer)
     instruction = (
         "`edges.txt` lists an undirected weighted graph, one edge per line as `u v w` (two "

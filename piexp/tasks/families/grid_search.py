@@ -1,13 +1,13 @@
 """grid_search: breadth-first search on a walled grid from a start to several targets.
 
 Needs a program: a 20x30 maze-like grid with ~30% walls; distances must follow the walls
-and some targets may be sealed off (they are skipped).
+and some targets may be sealed off (they are skipped). The answer is computed here by
+relaxation sweeps, independently of the references' breadth-first search.
 """
 
 from __future__ import annotations
 
 import random
-from collections import deque
 from dataclasses import dataclass
 
 from piexp.tasks.family import Family, check_exact
@@ -26,17 +26,33 @@ class GridSearchParams:
         return None
 
 
-def bfs(grid: list[str], start: tuple[int, int]) -> dict[tuple[int, int], int]:
-    dist = {start: 0}
-    queue = deque([start])
-    while queue:
-        r, c = queue.popleft()
-        for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < len(grid) and 0 <= nc < len(grid[0]) and grid[nr][nc] != "#" and (nr, nc) not in dist:
-                dist[(nr, nc)] = dist[(r, c)] + 1
-                queue.append((nr, nc))
-    return dist
+def _step_counts(grid: list[str], start: tuple[int, int]) -> dict[tuple[int, int], int]:
+    """Fewest steps from ``start`` to every reachable cell, by relaxation sweeps to a fixed point.
+
+    Each sweep lowers every open cell to one more than its best neighbour, alternating
+    row-major and reverse order, until a sweep changes nothing. A different method from the
+    references' breadth-first search, so that a bug in either shows up as a mismatch.
+    """
+    cells = [(r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch != "#"]
+    index = {cell: i for i, cell in enumerate(cells)}
+    neighbours = [
+        [index[n] for n in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)) if n in index]
+        for r, c in cells
+    ]
+    unreached = len(cells)  # more steps than any path between open cells can take
+    steps = [unreached] * len(cells)
+    steps[index[start]] = 0
+    order = list(range(len(cells)))
+    changed = True
+    while changed:
+        changed = False
+        for i in order:
+            best = min([steps[j] for j in neighbours[i]], default=unreached) + 1
+            if best < steps[i]:
+                steps[i] = best
+                changed = True
+        order.reverse()
+    return {cell: n for cell, n in zip(cells, steps) if n < unreached}
 
 
 def generate(rng: random.Random, p: GridSearchParams):
@@ -48,7 +64,7 @@ def generate(rng: random.Random, p: GridSearchParams):
         for r, c in targets:
             cells[r][c] = "*"
         grid = ["".join(row) for row in cells]
-        dist = bfs(grid, start)
+        dist = _step_counts(grid, start)
         reached = [dist[t] for t in targets if t in dist]
         if reached or _attempt == 99:
             break  # at least one reachable target makes the task non-trivial

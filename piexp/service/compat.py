@@ -34,6 +34,17 @@ Server side (code run by the server venv's own interpreter, see :data:`LAUNCHER_
    causal attention in query blocks that see only the keys up to their end. Log-probs
    at loss positions, losses and gradients are unchanged
    (``tests/service/test_compat_speedups.py``); figures in ``bench/local_service.py``.
+7. **CPU sampling speed** (engine only, ``_cpu_sampling_speedups``): a decode step was
+   almost all ``jax.random.categorical`` (a threefry Gumbel draw per vocabulary entry,
+   then an argmax that XLA's CPU backend runs as an unvectorized variadic reduce), and
+   every distinct number of pending sample requests compiled the whole prefill + decode
+   program again. In skyrl's generator module only, the categorical is drawn in two levels
+   by inverse CDF (a block of 1,024 entries by its mass, then an entry within it: the same
+   distribution, two uniforms per draw) and argmax is a max and a min; sample batches are
+   padded with copies of their first sample to the next power of two (within
+   ``sample_max_num_sequences``), as skyrl already buckets lengths. Greedy tokens and
+   log-probs are unchanged and draws match softmax probabilities
+   (``tests/service/test_compat_sampling.py``).
 
 Client side (:class:`SampleIdProxy`, in piexp's process):
 

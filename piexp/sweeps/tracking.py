@@ -117,7 +117,7 @@ def job_failed(job: JobInfo, run_dir: Path, error: BaseException, *, recorded: b
     if not isinstance(error, UserError):
         log.error("%s failed", _label(job), exc_info=error)
     return SweepJobFailed(
-        f"Sweep {_label(job)} failed: {text}. Every job's state is in {status.md_path}; run the "
+        f"Sweep {_label(job)} failed: {text.rstrip('.')}. Every job's state is in {status.md_path}; run the "
         "same command with the same hydra.sweep.dir=... to rerun only the jobs that did not complete."
     )
 

@@ -237,3 +237,14 @@ def test_a_sweep_job_past_the_validated_ones_never_overwrites_its_folder(tmp_pat
     (aside,) = sweep.glob("1.replaced-*")
     assert _files_and_times(aside) == before["1"]
     assert "policy: guess" in (sweep / "1" / ".hydra" / "config.yaml").read_text()
+
+
+def test_settings_that_make_hydra_write_into_a_job_folder_first_are_refused(tmp_path: Path) -> None:
+    run_dir = tmp_path / "R"
+    for setting, named in (("hydra.output_subdir=.record", "hydra.output_subdir"),
+                           ("hydra/job_logging=default", "hydra/job_logging")):
+        result = _piexp(tmp_path, *SMALL, "policy=oracle", "family=arith", f"hydra.run.dir={run_dir}", setting)
+        text = " ".join(result.stderr.split())
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert text.startswith(f"piexp: {named}") and "writes" in text, text
+        assert not run_dir.exists()

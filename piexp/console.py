@@ -1,8 +1,8 @@
 """What piexp shows a person while it works: one stderr console for every command, a
 plain-text copy of everything it says and logs in the run folder's `job.log` (no colour,
-no live updates; opened only once the run-folder guard has passed), and progress that is a live bar on a terminal and a plain line every
-`PLAIN_PROGRESS_EVERY_S` seconds elsewhere (CI, nohup, a sweep job's log), with a count
-and an estimate of the time left."""
+no live updates; opened only once the run-folder guard has passed), and progress that
+is a live bar on a terminal and a plain line every `PLAIN_PROGRESS_EVERY_S` seconds
+elsewhere (CI, nohup, a sweep job's log), with a count and an estimate of the time left."""
 
 from __future__ import annotations
 

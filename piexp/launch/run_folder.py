@@ -19,11 +19,10 @@ the folder is free or holds the same run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-
-import os
 
 from omegaconf import DictConfig, OmegaConf
 

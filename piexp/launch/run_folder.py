@@ -23,6 +23,7 @@ import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -143,7 +144,8 @@ def claim_job_folder(run_dir: Path, task_cfg: DictConfig, config: RunConfig) -> 
     moved = guard_folders([run_dir], [config], replace=os.environ.get(REPLACE_ENV) == "1")
     record = run_dir / RECORD_SUBDIR
     record.mkdir(parents=True, exist_ok=True)  # the job folder itself too, when it was moved aside
-    hydra_cfg = HydraConfig.instance().cfg
+    # The whole composed config, Hydra's node at its `hydra` key (typed as HydraConf only).
+    hydra_cfg: Any = HydraConfig.instance().cfg
     assert hydra_cfg is not None
     for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_cfg),
                        ("overrides.yaml", hydra_cfg.hydra.overrides.task)):

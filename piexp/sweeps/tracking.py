@@ -76,7 +76,7 @@ class JobInfo:
 
         hydra_cfg = HydraConfig.get()
         multirun = hydra_cfg.mode == RunMode.MULTIRUN
-        num = hydra_cfg.job.get("num", 0) if multirun else 0
+        num = getattr(hydra_cfg.job, "num", 0) if multirun else 0
         return cls(
             num=int(num if num is not None else 0),
             overrides=list(hydra_cfg.overrides.task),

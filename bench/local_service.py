@@ -65,7 +65,7 @@ decode step ~190 ms -> ~30 ms); the first call with 13 sequences 38.0 s before (
 compile), 4.9 s now (padded to 16). Per decode step of 16 sequences, measured alone:
 `jax.random.categorical` over 151,936 entries 139-159 ms (now a two-level draw, 4.6 ms),
 `argmax` 20-30 ms (now 3 ms); what is left is the unembedding (11 ms) and its LoRA
-(2-5 ms). compat.py item 7 has the details.
+(2-5 ms). piexp/service/compat/ item 7 has the details.
 """
 
 from __future__ import annotations

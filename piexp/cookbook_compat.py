@@ -1,7 +1,7 @@
 """Every private tinker-cookbook hook piexp uses, in one place, pinned to the release they
 were written against (:data:`TINKER_COOKBOOK_VERSION`) and checked at the start of each
 job by :func:`check_cookbook`, which refuses another release or a missing hook with a
-:class:`~piexp.errors.UserError` (as ``piexp/service/compat.py`` does for SkyRL). An
+:class:`~piexp.errors.UserError` (as ``piexp/service/compat/`` does for SkyRL). An
 upgrade is a deliberate act: re-check each hook below, then bump the pin here and in
 pyproject.toml.
 

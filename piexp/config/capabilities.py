@@ -3,7 +3,7 @@ config is validated, so an option a service would reject mid-run, or silently ig
 stops the command before anything runs (exit 2, naming option and service).
 
 Only `service=local` has known limits. It runs SkyRL 0.4.0's Tinker-compatible server
-with its JAX backend (piexp/service/compat.py pins the version); each limit below was
+with its JAX backend (piexp/service/compat/ pins the version); each limit below was
 read in that release's source:
 
 * losses: the JAX backend implements `cross_entropy`, `importance_sampling`, `ppo` and

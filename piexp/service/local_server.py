@@ -1,14 +1,15 @@
 """Start SkyRL's Tinker API server + engine on loopback, wait until it answers, stop it.
 
 The server runs from the server venv's own interpreter through the launcher in
-``compat.py``; the API server starts the engine as its child. Both are in a new
-process group (``start_new_session``) so stopping kills the whole group, and both ask
-the kernel for SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), so no orphan is
-left even if piexp is killed with SIGKILL. Server state (sqlite database, checkpoints)
-lives in ``state_dir``; keeping it in the run folder is what lets a rerun resume from
-the ``tinker://`` checkpoints recorded there. Compiled JAX programs go to a persistent
-cache shared by every server on the machine (:func:`compilation_cache_env`), so only the
-first run with a given model and shapes pays for compiling them.
+``piexp/service/compat/skyrl_launcher.py``; the API server starts the engine as its
+child. Both are in a new process group (``start_new_session``) so stopping kills the
+whole group, and both ask the kernel for SIGKILL when their parent dies
+(``PR_SET_PDEATHSIG``), so no orphan is left even if piexp is killed with SIGKILL.
+Server state (sqlite database, checkpoints) lives in ``state_dir``; keeping it in the
+run folder is what lets a rerun resume from the ``tinker://`` checkpoints recorded
+there. Compiled JAX programs go to a persistent cache shared by every server on the
+machine (:func:`compilation_cache_env`), so only the first run with a given model and
+shapes pays for compiling them.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class LocalServer:
     # machine's memory cannot hold.
     train_micro_batch_size: int = 1
     # Positions per log-softmax chunk: chunks without a loss position are skipped
-    # (compat.py, item 6), so smaller chunks skip more of the prompt and observations.
+    # (piexp/service/compat/, item 6), so smaller chunks skip more of the prompt and observations.
     loss_chunk_size: int = 128
     gradient_checkpointing: bool = False
     # Where compiled JAX programs persist between runs (shared by concurrent servers);

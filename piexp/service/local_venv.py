@@ -10,7 +10,8 @@ dependencies of its ``tinker`` and ``jax`` extras (plus ``aiohttp`` and ``psutil
 which it imports without declaring), all held to the exact versions in
 ``skyrl-constraints.txt``. ``peft`` (and through it a CUDA torch, about 6.7 GB on
 Python 3.12) is left out: the JAX path only needs two names from them, supplied by
-``compat.py``. Download about 400 MB, about 1.4 GB on disk, about 110 s here (2 cores).
+``piexp/service/compat/skyrl_launcher.py``. Download about 400 MB, about 1.4 GB on
+disk, about 110 s here (2 cores).
 
 Idempotent: a stamp file keyed to the recipe (constraints, requirements, Python) is
 written last; a venv without a matching stamp is rebuilt from scratch.

@@ -19,6 +19,7 @@ from piexp.service.compat import (
     SampleIdProxy,
     add_sample_sequence_ids,
     check_versions,
+    launcher_source,
     write_launcher,
 )
 
@@ -60,7 +61,9 @@ def test_launcher_is_written_once_and_compiles(tmp_path) -> None:
     source = path.read_text()
     compile(source, str(path), "exec")
     assert f'EXPECTED_SKYRL = "{SKYRL_VERSION}"' in source
+    assert "__SKYRL_VERSION__" not in source  # every placeholder filled in
     assert "import piexp" not in source  # runs in the server venv, without piexp
+    assert source == launcher_source()
 
 
 def test_placeholder_key_is_restored(monkeypatch) -> None:

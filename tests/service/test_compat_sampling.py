@@ -1,4 +1,4 @@
-"""The sampling speed-ups of the local server (compat.py, launcher item 7) sample from the
+"""The sampling speed-ups of the local server (piexp/service/compat/, item 7) sample from the
 same distribution and pick the same tokens: in skyrl's own JAX backend, on the tiny
 model, greedy decoding of a batch of 3 prompts of different lengths (padded to a batch of
 4 when patched) gives the same tokens and log-probs with and without them; the two-level

@@ -1,4 +1,4 @@
-"""The CPU speed-ups of the local server (compat.py, launcher item 6) change no number
+"""The CPU speed-ups of the local server (piexp/service/compat/, item 6) change no number
 that matters: in skyrl's own JAX backend, on the tiny model, one forward_backward with
 and one without them give the same log-probs at every position with a loss, the same
 loss and the same gradient (norm, after an optimizer step), for supervised

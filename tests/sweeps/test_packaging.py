@@ -45,6 +45,7 @@ def test_the_wheel_carries_every_data_file(tmp_path) -> None:
     expected = {f"piexp/_conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
     expected |= {f"piexp/_experiments/{p.name}" for p in (REPO / "experiments").glob("*.yaml")}
     expected |= {p.relative_to(REPO).as_posix() for p in (REPO / "piexp/tasks/families/refs").iterdir()}
-    expected |= {"piexp/sandbox/launchers/zygote.c", "piexp/service/skyrl-constraints.txt"}
+    expected |= {"piexp/sandbox/launchers/zygote.c", "piexp/service/skyrl-constraints.txt",
+                 "piexp/service/compat/skyrl_launcher.py"}
     assert len(expected) > 50
     assert not expected - names, sorted(expected - names)

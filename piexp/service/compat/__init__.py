@@ -1,0 +1,78 @@
+"""Every workaround piexp needs to train through SkyRL's Tinker-compatible server, each
+pinned to the versions it was made for and checked at start-up (``versions.py``:
+:data:`SKYRL_VERSION` on the server, :data:`TINKER_SDK_VERSION` on the client,
+:func:`check_versions` refuses anything else with a :class:`~piexp.errors.UserError`), so
+an upgrade is a deliberate act (re-check each item below, then bump the pins) and never
+a silent mis-training.
+
+Server side, in ``skyrl_launcher.py`` (code run by the server venv's own interpreter,
+written out by ``launcher.py``'s :func:`write_launcher`):
+
+1. **No torch on CPU** (``_import_without_torch``). skyrl 0.4.0's JAX path imports
+   ``torch`` at module level in ``skyrl/backends/renderer.py`` (used only for multimodal
+   inputs) and ``peft`` in ``skyrl/tx/utils/models.py`` (only
+   ``peft.LoraConfig(...).save_pretrained`` to write ``adapter_config.json`` next to a
+   LoRA export). ``peft`` pulls torch, and on Python 3.12 PyPI only has the CUDA torch
+   build (about 6.7 GB with its nvidia libraries). The launcher imports those two skyrl
+   modules with small stand-in ``torch`` / ``peft`` modules in ``sys.modules`` and
+   removes the stand-ins again right after, so nothing else sees a torch (transformers
+   has already decided it has none). A multimodal request fails with a clear message;
+   the stand-in ``LoraConfig`` writes the same ``adapter_config.json`` fields peft would.
+2. **No ``uv run``** (``_api``). The API server builds the engine command as ``uv run ...
+   -m skyrl.tinker.engine`` from its parent's command line and refuses to start
+   otherwise; the launcher replaces that one function so the engine runs with the same
+   interpreter (through this launcher again).
+3. **No orphans** (``_die_with_parent``). Each server process asks the kernel for SIGKILL
+   when its parent dies (``PR_SET_PDEATHSIG``), so killing piexp (even with SIGKILL)
+   takes the API server and its engine with it.
+6. **CPU speed** (engine only, ``_cpu_training_speedups``): on a CPU a training step was
+   almost all vocabulary-wide log-softmax at positions without a loss, the transpose of
+   ``jax.lax.ragged_dot`` in the LoRA layers, and the masked half of causal attention.
+   The launcher (a) marks the positions a ``forward_backward`` does not need and skips
+   log-prob chunks without any, (b) computes LoRA with plain matmuls, (c) computes
+   causal attention in query blocks that see only the keys up to their end. Log-probs
+   at loss positions, losses and gradients are unchanged
+   (``tests/service/test_compat_speedups.py``); figures in ``bench/local_service.py``.
+7. **CPU sampling speed** (engine only, ``_cpu_sampling_speedups``): a decode step was
+   almost all ``jax.random.categorical`` (a threefry Gumbel draw per vocabulary entry,
+   then an argmax that XLA's CPU backend runs as an unvectorized variadic reduce), and
+   every distinct number of pending sample requests compiled the whole prefill + decode
+   program again. In skyrl's generator module only, the categorical is drawn in two
+   levels by inverse CDF (a block of 1,024 entries by its mass, then an entry within it:
+   the same distribution, two uniforms per draw) and argmax is a max and a min; sample
+   batches are padded with copies of their first sample to the next power of two
+   (within ``sample_max_num_sequences``), as skyrl already buckets lengths. Greedy
+   tokens and log-probs are unchanged and draws match softmax probabilities
+   (``tests/service/test_compat_sampling.py``).
+
+Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):
+
+4. **``sample_sequence_ids``.** The tinker SDK 0.38 asserts that every ``/api/v1/asample``
+   promise carries one sequence id per requested sample; skyrl 0.4.0 replies without
+   them. A small loopback reverse proxy in front of the server passes every request
+   through and adds ``["<seq_id>-<i>", ...]`` to ``asample`` replies that lack them.
+5. **Create-via-load.** SDK 0.38 resumes a training client (``create_training_client_
+   from_state[_with_optimizer]``) with one ``load_weights`` request addressed by
+   ``session_id`` + ``model_seq_id`` and then calls the model
+   ``"<session_id>:train:<model_seq_id>"``; skyrl 0.4.0 only knows the legacy order
+   (``create_model``, then ``load_weights`` with the returned ``model_id``). The proxy
+   turns the former into the latter (rank and base model from the checkpoint's training
+   run) and maps the SDK's model id to skyrl's in every later request and reply.
+"""
+
+from __future__ import annotations
+
+from piexp.service.compat.launcher import launcher_source, write_launcher
+from piexp.service.compat.proxy import SampleIdProxy, add_sample_sequence_ids
+from piexp.service.compat.versions import SKYRL_VERSION, TINKER_SDK_VERSION, CompatVersionError, check_versions
+
+__all__ = [
+    "SKYRL_VERSION",
+    "TINKER_SDK_VERSION",
+    "CompatVersionError",
+    "SampleIdProxy",
+    "add_sample_sequence_ids",
+    "check_versions",
+    "launcher_source",
+    "write_launcher",
+]

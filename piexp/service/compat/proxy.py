@@ -1,0 +1,266 @@
+"""The client side of piexp's SkyRL workarounds (items 4 and 5 of this package's
+docstring): :class:`SampleIdProxy`, a loopback reverse proxy in piexp's own process that
+passes every request through to the Tinker-compatible server, adds the
+``sample_sequence_ids`` the tinker SDK asserts on to ``asample`` replies, and turns the
+SDK's create-via-load into skyrl's create-then-load."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+ASAMPLE_PATH = "/api/v1/asample"
+LOAD_WEIGHTS_PATH = "/api/v1/load_weights"
+
+
+def add_sample_sequence_ids(request_body: bytes, reply: Any) -> Any:
+    """The ``asample`` reply with one ``sample_sequence_ids`` entry per requested sample.
+
+    Ids are ``"<seq_id>-<i>"`` from the request (the SDK's per-client request counter),
+    prefixed by the reply's ``request_id`` so they are unique per server. A reply that
+    already has them, is not a dict, or a request that is not JSON is returned unchanged.
+    """
+    if not isinstance(reply, dict) or reply.get("sample_sequence_ids"):
+        return reply
+    try:
+        request = json.loads(request_body or b"{}")
+    except ValueError:
+        return reply
+    if not isinstance(request, dict):
+        return reply
+    count = int(request.get("num_samples") or 1)
+    prefix = f"{reply.get('request_id', 'req')}:{request.get('seq_id', 0)}"
+    return {**reply, "sample_sequence_ids": [f"{prefix}-{i}" for i in range(count)]}
+
+
+_HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+     "transfer-encoding", "upgrade", "content-length", "host"}
+)  # fmt: skip
+
+
+def _forward_headers(headers: Iterable[tuple[str, str]], *, request: bool = False) -> dict[str, str]:
+    """Headers to pass on. A request body is passed as it came (its Content-Encoding
+    stays); a reply body was decompressed by the proxy's client, so its encoding goes."""
+    drop = _HOP_HEADERS if request else _HOP_HEADERS | {"content-encoding"}
+    return {k: v for k, v in headers if k.lower() not in drop}
+
+
+class SampleIdProxy:
+    """A loopback reverse proxy for ``upstream`` that fixes ``asample`` replies (item 4).
+
+    Runs an aiohttp server on its own event loop in a daemon thread of this process, so
+    it lives exactly as long as the run that uses it. ``url`` is where clients connect.
+    """
+
+    def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.host = host
+        self.port = port
+        self.rewritten = 0  # asample replies that got ids (for tests and logs)
+        self.aliases: dict[str, str] = {}  # SDK model id -> skyrl model id (item 5)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: Any = None
+        self._session: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _to_upstream_body(self, body: bytes, headers: dict[str, str]) -> bytes:
+        """Map an SDK model id in a request body to skyrl's (item 5): JSON bodies, and the
+        protobuf (optionally zstd-compressed) body of ``forward_backward``."""
+        if not self.aliases or not body:
+            return body
+        content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+        if "protobuf" in content_type:
+            import zstandard
+            from tinker.proto import tinker_public_pb2 as public_pb
+
+            encoding_key = next((k for k in headers if k.lower() == "content-encoding"), None)
+            raw = body
+            if encoding_key and headers[encoding_key].lower() == "zstd":
+                raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 31)
+            message = public_pb.ForwardBackwardRequest()
+            try:
+                message.ParseFromString(raw)
+            except Exception:  # noqa: BLE001 - not a forward_backward body: pass it on
+                return body
+            if message.model_id not in self.aliases:
+                return body
+            message.model_id = self.aliases[message.model_id]
+            if encoding_key:
+                del headers[encoding_key]
+            return message.SerializeToString()
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return body
+        if isinstance(data, dict) and data.get("model_id") in self.aliases:
+            data["model_id"] = self.aliases[data["model_id"]]
+            return json.dumps(data).encode()
+        return body
+
+    def _to_client_payload(self, payload: bytes) -> bytes:
+        if not self.aliases or not payload:
+            return payload
+        reverse = {real: alias for alias, real in self.aliases.items()}
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return payload
+        if isinstance(data, dict) and data.get("model_id") in reverse:
+            data["model_id"] = reverse[data["model_id"]]
+            return json.dumps(data).encode()
+        return payload
+
+    def _to_upstream_path(self, path_qs: str) -> str:
+        from urllib.parse import quote
+
+        for alias, real in self.aliases.items():
+            path_qs = path_qs.replace(quote(alias, safe=""), real).replace(alias, real)
+        return path_qs
+
+    async def _json(self, method: str, path: str, payload: dict[str, Any] | None = None) -> tuple[int, Any]:
+        async with self._session.request(method, self.upstream + path, json=payload) as reply:
+            text = await reply.read()
+            try:
+                return reply.status, json.loads(text)
+            except ValueError:
+                return reply.status, text.decode(errors="replace")
+
+    async def _create_via_load(self, request: Any, data: dict[str, Any]) -> Any:
+        """Item 5: create the model the legacy way, then load into it."""
+        from aiohttp import web
+
+        path = str(data.get("path", ""))
+        source = path.removeprefix("tinker://").split("/", 1)[0]
+        status, run = await self._json("GET", f"/api/v1/training_runs/{source}")
+        if status != 200 or not isinstance(run, dict):
+            return web.json_response({"detail": f"piexp proxy: checkpoint run {source!r}: {run}"}, status=status)
+        status, created = await self._json(
+            "POST",
+            "/api/v1/create_model",
+            {
+                "session_id": data["session_id"],
+                "base_model": data.get("base_model") or run["base_model"],
+                "lora_config": {"rank": int(run.get("lora_rank") or 32)},
+            },
+        )
+        if status != 200 or not isinstance(created, dict):
+            return web.json_response({"detail": f"piexp proxy: create_model: {created}"}, status=status)
+        alias = f"{data['session_id']}:train:{data['model_seq_id']}"
+        self.aliases[alias] = created["model_id"]
+        status, loaded = await self._json(
+            "POST",
+            "/api/v1/load_weights",
+            {"model_id": created["model_id"], "path": path, "optimizer": bool(data.get("optimizer", True)),
+             "type": "load_weights"},
+        )  # fmt: skip
+        if isinstance(loaded, dict) and loaded.get("model_id") == created["model_id"]:
+            loaded["model_id"] = alias
+        return web.json_response(loaded, status=status)
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        body = await request.read()
+        if request.method == "POST" and request.path == LOAD_WEIGHTS_PATH:
+            try:
+                data = json.loads(body)
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and not data.get("model_id") and data.get("session_id"):
+                return await self._create_via_load(request, data)
+        request_headers = _forward_headers(request.headers.items(), request=True)
+        body = self._to_upstream_body(body, request_headers)
+        target = self.upstream + self._to_upstream_path(request.rel_url.raw_path_qs)
+        import aiohttp
+
+        try:
+            async with self._session.request(
+                request.method, target, data=body, headers=request_headers, allow_redirects=False
+            ) as upstream:
+                payload = await upstream.read()
+                headers = _forward_headers(upstream.headers.items())
+                status = upstream.status
+                content_type = upstream.headers.get("Content-Type", "")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            # The server is gone or restarting: answer like a gateway, without a traceback.
+            return web.json_response({"detail": f"piexp proxy: upstream unavailable ({error})"}, status=502)
+        if request.method == "POST" and request.path == ASAMPLE_PATH and status == 200 and "json" in content_type:
+            try:
+                reply = json.loads(payload)
+            except ValueError:
+                reply = None
+            fixed = add_sample_sequence_ids(body, reply)
+            if fixed is not reply:
+                self.rewritten += 1
+                payload = json.dumps(fixed).encode()
+        if "json" in content_type:
+            payload = self._to_client_payload(payload)
+        return web.Response(body=payload, status=status, headers=headers)
+
+    async def _start(self) -> None:
+        import aiohttp
+        from aiohttp import web
+
+        # No total time-out: the SDK long-polls futures; it has its own time-outs.
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30), auto_decompress=True
+        )
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    def start(self) -> SampleIdProxy:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._start())
+            except BaseException as error:  # noqa: BLE001 - re-raised in start()
+                failure.append(error)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="piexp-skyrl-proxy", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> SampleIdProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

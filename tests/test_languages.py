@@ -27,7 +27,7 @@ def test_every_configured_language_resolves_through_the_registry(path: Path) -> 
     assert configured, f"{path} configures no language"
     for name, settings in configured.items():
         spec = language(name)
-        assert settings["sandbox_language"] == spec.sandbox_id
+        assert "sandbox_language" not in settings, "the sandbox id is the registry's, not configured"
         assert spec.sandbox_id in PROTOCOL_LANGUAGES, f"the sandbox cannot run {spec.sandbox_id}"
         assert language_of_path(settings["filename"]) is spec, f"{settings['filename']} is not a {name} file"
 
@@ -47,13 +47,21 @@ def test_an_unknown_language_is_a_user_error_naming_the_valid_ones() -> None:
 
 def test_the_config_refuses_a_language_the_registry_lacks() -> None:
     with pytest.raises(UserError, match=r"languages\.ruby is not a language piexp knows"):
-        load(["mode=check", "+languages.ruby.runtimes=[ruby]", "+languages.ruby.filename=solution.rb",
-              "+languages.ruby.sandbox_language=ruby"])
+        load(["mode=check", "+languages.ruby.runtimes=[ruby]", "+languages.ruby.filename=solution.rb"])
 
 
 def test_the_config_refuses_a_sandbox_id_other_than_the_registrys() -> None:
-    with pytest.raises(UserError, match=r"languages\.javascript\.sandbox_language=node differs .* \(nodejs\)"):
-        load(["mode=check", "languages.javascript.sandbox_language=node"])
+    with pytest.raises(UserError, match=r"languages\.javascript\.sandbox_language=node differs .* \(nodejs\); "
+                                        r"that id is fixed by the language registry"):
+        load(["mode=check", "+languages.javascript.sandbox_language=node"])
+
+
+def test_the_sandbox_id_is_derived_and_an_old_config_spelling_it_out_is_the_same_run() -> None:
+    derived = load(["mode=check"])
+    assert {name: spec.sandbox_language for name, spec in derived.languages.items()} == {
+        name: LANGUAGES[name].sandbox_id for name in derived.languages}
+    spelled_out = load(["mode=check", "+languages.javascript.sandbox_language=nodejs"])
+    assert spelled_out.model_dump(mode="json") == derived.model_dump(mode="json")
 
 
 def test_no_module_but_the_registry_keeps_a_per_language_table() -> None:

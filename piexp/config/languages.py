@@ -1,7 +1,8 @@
 """The check that ties `conf/languages/*.yaml` to the language registry: every configured
-language must be one piexp knows (`piexp.languages`), and its `sandbox_language` must be
-the registry's protocol id, so that the mapping from piexp's names to SandboxFusion's ids
-has one home (the registry) even while the YAML still spells it out."""
+language must be one piexp knows (`piexp.languages`), and a `sandbox_language` (no longer
+configured: the registry's protocol id is used, but configs saved by earlier piexp
+versions spell it out) must be the registry's, so that the mapping from piexp's names to
+SandboxFusion's ids has one home."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ def check_configured_languages(languages: Mapping[str, LanguageSettings]) -> Non
             problems.append(f"languages.{name} is not a language piexp knows (valid languages: "
                             f"{', '.join(LANGUAGES)}; a new one needs reference programs and an entry in "
                             "piexp/languages.py)")
-        elif settings.sandbox_language != known.sandbox_id:
+        elif settings.sandbox_language not in (None, known.sandbox_id):
             problems.append(f"languages.{name}.sandbox_language={settings.sandbox_language} differs from "
-                            f"the sandbox id piexp runs {name} under ({known.sandbox_id}); set it back to "
-                            f"{known.sandbox_id}")
+                            f"the sandbox id piexp runs {name} under ({known.sandbox_id}); that id is fixed "
+                            "by the language registry (piexp/languages.py), so remove the setting (it is "
+                            "only accepted, equal to the registry's, from configs saved by earlier piexp)")
     if problems:
         raise UserError("Invalid configuration: " + "; ".join(problems) + ".")

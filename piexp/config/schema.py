@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, f
 
 from piexp.config.algo import AlgoSettings
 from piexp.config.capabilities import refuse_unsupported_algo
+from piexp.languages import LANGUAGES
 
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 OFFLINE_POLICIES = ("oracle", "guess", "crash", "wrong", "edit")
@@ -24,9 +25,14 @@ class _Strict(BaseModel):
 
 
 class LanguageSettings(_Strict):
+    # The commands `bash` accepts for the language; the first is the one the prompt names.
     runtimes: Annotated[list[str], Field(min_length=1)]
+    # The solution file the prompt asks for.
     filename: Annotated[str, Field(min_length=1)]
-    sandbox_language: Annotated[str, Field(min_length=1)]
+    # SandboxFusion's id for the language: derived, not configured (None = the language
+    # registry's, which RunConfig fills in); accepted from configs saved before it was
+    # derived, and refused there when it differs from the registry's.
+    sandbox_language: Annotated[str, Field(min_length=1)] | None = None
 
     @property
     def command(self) -> str:
@@ -184,6 +190,18 @@ class RunConfig(_Strict):
     sandbox: SandboxSettings = SandboxSettings()
     algo: AlgoSettings = AlgoSettings()
     mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")]
+
+    @field_validator("languages")
+    @classmethod
+    def _sandbox_ids_from_the_registry(cls, languages: dict[str, LanguageSettings]) -> dict[str, LanguageSettings]:
+        # Filled in, so that a config saved when the YAML still spelled the id out and one
+        # that omits it are the same run (one config hash; `reproduce` finds no difference).
+        # A differing id is kept for check_configured_languages to refuse.
+        return {
+            name: settings.model_copy(update={"sandbox_language": LANGUAGES[name].sandbox_id})
+            if settings.sandbox_language is None and name in LANGUAGES else settings
+            for name, settings in languages.items()
+        }
 
     @field_validator("lang", "eval_lang", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from piexp.env.episode import EpisodeSettings, WorkspaceEnv, build_workspace_env
 from piexp.policies.scripted import render_assistant_tokens
 from piexp.tasks import Task
 
-PYTHON = LanguageSettings(runtimes=["python", "python3"], filename="solution.py", sandbox_language="python")
+PYTHON = LanguageSettings(runtimes=["python", "python3"], filename="solution.py")
 
 
 def _settings() -> EpisodeSettings:

@@ -8,8 +8,8 @@ from piexp.config.schema import LanguageSettings
 from piexp.env.tools import WorkspaceTools
 from piexp.tasks import Task
 
-PYTHON = LanguageSettings(runtimes=["python", "python3"], filename="solution.py", sandbox_language="python")
-JAVASCRIPT = LanguageSettings(runtimes=["node"], filename="solution.js", sandbox_language="nodejs")
+PYTHON = LanguageSettings(runtimes=["python", "python3"], filename="solution.py")
+JAVASCRIPT = LanguageSettings(runtimes=["node"], filename="solution.js")
 
 
 def _workspace(task_id: str, language: LanguageSettings) -> WorkspaceTools:

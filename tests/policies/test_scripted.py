@@ -23,9 +23,9 @@ from piexp.policies.rollout import run_episode
 from piexp.tasks import FAMILIES, build_tasks
 
 LANGUAGES = {
-    "python": LanguageSettings(runtimes=["python", "python3"], filename="solution.py", sandbox_language="python"),
-    "javascript": LanguageSettings(runtimes=["node"], filename="solution.js", sandbox_language="nodejs"),
-    "julia": LanguageSettings(runtimes=["julia"], filename="solution.jl", sandbox_language="julia"),
+    "python": LanguageSettings(runtimes=["python", "python3"], filename="solution.py"),
+    "javascript": LanguageSettings(runtimes=["node"], filename="solution.js"),
+    "julia": LanguageSettings(runtimes=["julia"], filename="solution.jl"),
 }
 INSTRUCT = ("qwen3_instruct", "Qwen/Qwen3-4B-Instruct-2507")
 THINKING = ("qwen3", "Qwen/Qwen3-8B")

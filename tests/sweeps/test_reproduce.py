@@ -89,6 +89,27 @@ def test_changed_config_defaults_are_named(source_run: Path) -> None:
         verify(source_run)
 
 
+def test_an_old_saved_config_spelling_out_sandbox_ids_still_reproduces(source_run: Path) -> None:
+    """Runs saved before the sandbox id was derived from the language registry have
+    `languages.*.sandbox_language` in their config: still the same run; a value other
+    than the registry's is refused, naming the registry."""
+    from piexp.languages import LANGUAGES
+
+    path = source_run / ".hydra" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    assert config["languages"] and not any("sandbox_language" in spec for spec in config["languages"].values())
+    for name, spec in config["languages"].items():
+        spec["sandbox_language"] = LANGUAGES[name].sandbox_id
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    _, _, report = verify(source_run)
+    assert report["reproduces"] == str(source_run.resolve())
+    config["languages"]["javascript"]["sandbox_language"] = "node"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    with pytest.raises(UserError, match=r"not valid for this piexp.*javascript\.sandbox_language=node differs "
+                                        r".*\(nodejs\); that id is fixed by the language registry"):
+        verify(source_run)
+
+
 def test_bad_folder_is_one_paragraph_exit_2(tmp_path: Path) -> None:
     for target in (tmp_path / "missing", tmp_path):
         result = run_piexp(tmp_path, "reproduce", str(target), "--check-only")

@@ -38,6 +38,34 @@ matrix), then the vocabulary-wide log-softmax at the loss positions. The warm st
 sequence whenever a turn's observation does not extend the previous one token for token,
 so here each turn is a sequence carrying the whole history again (not yet investigated:
 merging them would cut the tokens trained about 2-4x).
+
+Compilation and sampling (same period, 2026-12-01 04:32-04:41, load average 5-10 from
+other engineers' runs; `before` is the branch point 9d2d91f). An RL run of 2 iterations,
+4 groups x 4, 2 turns of at most 200 tokens (`tasks.train_per_family=8
+mode.group_size=4 mode.groups_per_batch=4 mode.max_steps=2 limits.max_turns=2
+limits.max_generation_tokens=200`, no warm start), `JAX_LOG_COMPILES=1`, counted in the
+server log; "warm cache" is the same command again, with the compilation cache the first
+run filled:
+
+| figure | before | now, cold cache | now, warm cache |
+| --- | --- | --- | --- |
+| whole run (server start to exit) | 226 s | 118 s | 70 s |
+| RL iteration 1 (includes compiling): total / sampling / training | 85 / 40 / 45 s | 40 / 17 / 23 s | 23 / 10 / 13 s |
+| RL iteration 2: total / sampling / training | 75 / 55 / 20 s | 28 / 12 / 16 s | 17 / 5 / 12 s |
+| seconds spent compiling (XLA, whole run) | 83 s | 47 s | 6 s (455 programs loaded from the cache) |
+| compiles of the prefill+decode program | 4 (4.8-9.3 s each) | 3 (4.3-4.6 s each) | 1 (3.3 s, a batch size the first run had not seen) |
+
+The server's JAX keeps compiled programs in `~/.cache/piexp/jax-compilation-cache`
+(local_server.py; bounded at 4 GB, file-locked so concurrent servers share it), so only
+the first run with a model and shapes pays. The other ~460 compiles of a run are small
+eager operations (model creation, checkpoint loading), 0.05 s each. Where one sampling
+call's time went (skyrl's backend in one process, 16 sequences of ~1,025-token prompts,
+no stop token): prefill 1.1-2.6 s; 100 decoded tokens 21.4 s before, 4.3 s now (a
+decode step ~190 ms -> ~30 ms); the first call with 13 sequences 38.0 s before (a new
+compile), 4.9 s now (padded to 16). Per decode step of 16 sequences, measured alone:
+`jax.random.categorical` over 151,936 entries 139-159 ms (now a two-level draw, 4.6 ms),
+`argmax` 20-30 ms (now 3 ms); what is left is the unembedding (11 ms) and its LoRA
+(2-5 ms). compat.py item 7 has the details.
 """
 
 from __future__ import annotations

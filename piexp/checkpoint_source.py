@@ -7,9 +7,10 @@ state is loaded into a new model first (`piexp.policies.model`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from piexp.files import read_jsonl
 
 __all__ = ["CHECKPOINTS_FILE", "CheckpointSource", "resolve_checkpoint"]
 
@@ -37,12 +38,8 @@ def resolve_checkpoint(value: str) -> CheckpointSource:
         raise ValueError(f"checkpoint {value!r} is a folder without {CHECKPOINTS_FILE}: not a training run "
                          "that saved a checkpoint (mode=train saves one at its end)")  # fmt: skip
     sampler_path = state_path = None
-    for line in record.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by an interrupted write
-        if isinstance(row, dict) and row.get("sampler_path"):
+    for row in read_jsonl(record):  # skips a line cut short by an interrupted write
+        if row.get("sampler_path"):
             sampler_path = str(row["sampler_path"])
             state_path = str(row["state_path"]) if row.get("state_path") else None
     if sampler_path is None:

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 console = Console(stderr=True)
 PLAIN_PROGRESS_EVERY_S = 10.0  # a progress line this often without a terminal, and in job.log
@@ -25,11 +27,6 @@ def attach_job_log(path: Path) -> None:
     """Copy what `say` and progress print into `path` (the run's job.log) from now on."""
     global _job_log
     _job_log = Path(path)
-
-
-def detach_job_log() -> None:
-    global _job_log
-    _job_log = None
 
 
 def _to_job_log(*objects: Any, **kwargs: Any) -> None:
@@ -67,7 +64,7 @@ class ProgressReport:
         self.note = ""
         self._start = self._last_line = time.monotonic()
         self._bar: Optional[Progress] = None
-        self._task = None
+        self._task: Optional[TaskID] = None
 
     def __enter__(self) -> "ProgressReport":
         if console.is_terminal:
@@ -81,7 +78,7 @@ class ProgressReport:
     def advance(self, n: int = 1, note: str = "") -> None:
         self.done += n
         self.note = note
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, advance=n, note=note)
         now = time.monotonic()
         if now - self._last_line >= PLAIN_PROGRESS_EVERY_S:

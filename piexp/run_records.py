@@ -14,6 +14,10 @@ from piexp.files import read_jsonl
 REPLACED_MARK = ".replaced-"
 # The per-step metrics log tinker-cookbook writes into a train run's folder.
 METRICS_FILE = "metrics.jsonl"
+# An eval run's finished episodes, one record a line (`piexp.launch.episodes.EpisodeLog`).
+EPISODES_FILE = "episodes.jsonl"
+# A check run's (or preflight's) whole report (`piexp.launch.check`).
+CHECK_FILE = "check.json"
 # metrics.jsonl keys per key metric of a train run (first present wins): `pass@1` is the
 # periodic eval on the eval split (binary reward, one sample per task), `reward` the mean
 # reward of each training batch (the older cookbook logged it with a `/mean` suffix).

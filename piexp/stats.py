@@ -1,5 +1,6 @@
-"""The one confidence interval piexp reports: the mean of some values and the half-width
-of its two-sided 95% Student t-interval (summarize over seeds, compare over tasks)."""
+"""The statistics piexp reports: the unbiased pass@k estimator (eval and compare), and
+the one confidence interval, the mean of some values and the half-width of its two-sided
+95% Student t-interval (summarize over seeds, compare over tasks)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,12 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
     if len(values) < 2:
         return mean, None
     return mean, t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)

@@ -28,125 +28,19 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
-
+from piexp.commands.job_summary import (
+    KEY_METRICS, JobSummary, finished_values, seed_groups, summarize_job, sweep_states, varying_overrides,
+)
+from piexp.commands.summary_plots import plot_cells, plot_metric, plot_seed_means
 from piexp.errors import UserError
-from piexp.run_records import TRAIN_KEYS, find_job_folders, finite_number, metric_curve, read_metrics
+from piexp.run_records import find_job_folders
 from piexp.stats import mean_ci95
-from piexp.sweeps import STATUS_SUBDIR
-from piexp.sweeps.marker import read_marker
-from piexp.sweeps.status import STATUS_JSON
-from piexp.transcripts.failures import failure_digest
 
-KEY_METRICS = ("pass@1", "reward")
-_MAX_UPRIGHT_BARS = 8  # beyond this many eval runs the bar plot turns horizontal
 # Stem of the files summarize writes: never a run's own `summary.md` (a train run's verdict).
 OUTPUT_STEM = "runs_summary"
-# results.json `overall` keys per key metric for eval runs.
-EVAL_KEYS: dict[str, str] = {"pass@1": "pass@1", "reward": "reward_shaped"}
-
-
-def eval_keys(config: Any) -> dict[str, str]:
-    """`results.json` keys per key metric for an eval run: its reward is the reward of the
-    run's own reward mode (reward=binary: the binary reward), as in training."""
-    reward = config.get("reward") if isinstance(config, dict) else None
-    binary = isinstance(reward, dict) and reward.get("mode") == "binary"
-    return {**EVAL_KEYS, "reward": "reward_binary" if binary else EVAL_KEYS["reward"]}
-
-
-@dataclass
-class JobSummary:
-    folder: Path
-    name: str
-    mode: str
-    overrides: list[str]
-    state: str
-    finals: dict[str, float | None] = field(default_factory=dict)
-    bests: dict[str, float | None] = field(default_factory=dict)
-    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
-    steps: int | None = None
-    tool_failures: str = ""  # eval runs: failure kinds that occurred, with counts
-    cells: dict[str, float | None] = field(default_factory=dict)  # eval runs: "family x language" -> pass@1
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _sweep_states(root: Path) -> dict[str, str]:
-    """Job folder (resolved) -> state, from the sweep status files under root."""
-    states: dict[str, str] = {}
-    for path in root.rglob(STATUS_JSON):
-        data = _read_json(path) or {}
-        for entry in (data.get("jobs") or {}).values():
-            if isinstance(entry, dict) and entry.get("dir") and entry.get("state"):
-                states[str(Path(entry["dir"]).resolve())] = str(entry["state"])
-                # Job folders are recorded as Hydra saw them (maybe relative to its cwd).
-                states[str((path.parent / Path(entry["dir"]).name).resolve())] = str(entry["state"])
-                if path.parent.name == STATUS_SUBDIR.name:  # a single run's own table
-                    states[str(path.parent.parent.resolve())] = str(entry["state"])
-    return states
-
-
-def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummary:
-    config = _read_yaml(folder / ".hydra" / "config.yaml") or {}
-    mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
-    overrides = _read_yaml(folder / ".hydra" / "overrides.yaml") or []
-    name = str(folder.relative_to(root)) if folder != root else folder.resolve().name
-    state = states.get(str(folder.resolve()))
-    if state is None:
-        state = "complete" if read_marker(folder) is not None else "incomplete"
-    job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state)
-
-    results = _read_json(folder / "results.json")
-    if isinstance(results, dict) and isinstance(results.get("overall"), dict):
-        for metric, key in eval_keys(config).items():
-            value = finite_number(results["overall"].get(key))
-            job.finals[metric] = job.bests[metric] = value
-        job.tool_failures = _failure_column(results["overall"])
-        for family, row in (results.get("cells") or {}).items():
-            for language, cell in (row or {}).items():
-                if isinstance(cell, dict):
-                    job.cells[f"{family} x {language}"] = finite_number(cell.get("pass@1"))
-    rows = read_metrics(folder)
-    if rows:
-        for metric in TRAIN_KEYS:
-            curve = metric_curve(rows, metric)
-            if curve:
-                job.curves[metric] = curve
-                job.finals[metric] = curve[-1][1]
-                job.bests[metric] = max(value for _, value in curve)
-        steps = [int(row["step"]) for row in rows if isinstance(row.get("step"), int)]
-        job.steps = max(steps) + 1 if steps else len(rows)
-    return job
-
-
-def _failure_column(overall: dict[str, Any]) -> str:
-    return failure_digest(overall.get("tool_failures"))
-
-
-def varying_overrides(jobs: Sequence[JobSummary]) -> list[list[str]]:
-    """Per job, the overrides not shared by every job (all of them for a single job)."""
-    if len(jobs) < 2:
-        return [list(job.overrides) for job in jobs]
-    common = set(jobs[0].overrides).intersection(*(set(job.overrides) for job in jobs[1:]))
-    return [[o for o in job.overrides if o not in common] for job in jobs]
 
 
 # ---------------------------------------------------------------------------- writing
@@ -205,15 +99,6 @@ def states_markdown(jobs: Sequence[JobSummary]) -> str:
     return ("\nJobs that did not complete:\n\n" + "\n".join(lines) + "\n") if lines else ""
 
 
-def seed_groups(jobs: Sequence[JobSummary]) -> dict[str, list[JobSummary]]:
-    """Jobs grouped by their varying overrides other than `seed`: the runs of one setting."""
-    groups: dict[str, list[JobSummary]] = {}
-    for job, varying in zip(jobs, varying_overrides(jobs)):
-        key = " ".join(o for o in varying if o.split("=", 1)[0].lstrip("+~") != "seed") or "(all)"
-        groups.setdefault(key, []).append(job)
-    return groups
-
-
 def seed_groups_markdown(jobs: Sequence[JobSummary]) -> str:
     """Mean over seeds with a 95% confidence interval, when some setting ran with several seeds."""
     groups = seed_groups(jobs)
@@ -225,7 +110,7 @@ def seed_groups_markdown(jobs: Sequence[JobSummary]) -> str:
     for setting, members in groups.items():
         cells = []
         for metric in KEY_METRICS:
-            values = _finished_values(members, metric)
+            values = finished_values(members, metric)
             if not values:
                 cells.append("-")
                 continue
@@ -248,128 +133,6 @@ def cells_markdown(jobs: Sequence[JobSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _label(job: JobSummary, varying: list[str]) -> str:
-    return f"{job.name}: {' '.join(varying)}" if varying else job.name
-
-
-def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
-    """Curves over steps for jobs with a training curve, otherwise bars of the eval
-    value; returns False (and writes nothing) when no job has the metric."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labelled = list(zip(jobs, varying_overrides(jobs)))
-    curves = [(job, varying) for job, varying in labelled if job.curves.get(metric)]
-    bars = [(job, varying) for job, varying in labelled if job.finals.get(metric) is not None]
-    if not curves and not bars:
-        return False
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    if curves:
-        for job, varying in curves:
-            steps, values = zip(*job.curves[metric])
-            axes.plot(steps, values, marker="." if len(steps) < 30 else None, label=_label(job, varying))
-        axes.set_xlabel("step")
-        axes.legend(fontsize="small", loc="best")
-        axes.set_title(f"{metric} over training")
-    elif len(bars) > _MAX_UPRIGHT_BARS:
-        # Many runs: one horizontal bar each, the figure as tall as the labels need.
-        figure.set_size_inches(8, 1.0 + 0.28 * len(bars))
-        labels = [_label(job, varying) for job, varying in bars]
-        values = [job.finals[metric] for job, _ in bars]
-        positions = list(range(len(bars)))[::-1]
-        axes.barh(positions, values, color="tab:blue")
-        for y, value in zip(positions, values):
-            axes.annotate(f"{value:.3f}", (value, y), ha="left", va="center", fontsize="x-small")
-        axes.set_yticks(positions, labels, fontsize="x-small")
-        axes.set_title(f"{metric} per run")
-        axes.set_xlabel(metric)
-        if metric == "pass@1":
-            axes.set_xlim(0, 1.1)
-    else:
-        labels = [_label(job, varying) for job, varying in bars]
-        values = [job.finals[metric] for job, _ in bars]
-        positions = range(len(bars))
-        axes.bar(positions, values, color="tab:blue")
-        for x, value in zip(positions, values):
-            axes.annotate(f"{value:.3f}", (x, value), ha="center", va="bottom", fontsize="small")
-        axes.set_xticks(list(positions), labels, rotation=30 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center", fontsize="small")
-        axes.set_title(f"{metric} per run")
-        if metric == "pass@1":
-            axes.set_ylim(0, 1.05)
-    if not bars or curves or len(bars) <= _MAX_UPRIGHT_BARS:
-        axes.set_ylabel(metric)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
-
-
-def _finished_values(members: Sequence[JobSummary], metric: str) -> list[float]:
-    return [v for job in members if job.state in ("complete", "skipped") and (v := job.finals.get(metric)) is not None]
-
-
-def plot_seed_means(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
-    """One bar per setting run with several seeds: the mean over its finished seeds with
-    a 95% confidence interval; False (nothing written) when no setting has two seeds."""
-    groups = {setting: values for setting, members in seed_groups(jobs).items()
-              if len(values := _finished_values(members, metric)) >= 2}
-    if not groups:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    stats = {setting: mean_ci95(values) for setting, values in groups.items()}
-    figure, axes = plt.subplots(figsize=(8, 1.0 + 0.4 * len(stats)))
-    positions = list(range(len(stats)))[::-1]
-    axes.barh(positions, [mean for mean, _ in stats.values()], xerr=[half or 0.0 for _, half in stats.values()],
-              color="tab:blue", capsize=4)
-    axes.set_yticks(positions, [f"{setting} ({len(groups[setting])} seeds)" for setting in stats], fontsize="small")
-    axes.set_xlabel(f"final {metric}, mean over seeds ± 95% CI")
-    if metric == "pass@1":
-        axes.set_xlim(0, 1.05)  # an interval of two seeds can reach far past the possible range
-    axes.set_title(f"{metric} per setting over seeds")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
-
-
-def plot_cells(jobs: Sequence[JobSummary], path: Path) -> bool:
-    """pass@1 of every eval job (rows) per family x language (columns), values in the
-    cells; False (nothing written) when no job has a per-cell breakdown."""
-    rows = [job for job in jobs if job.cells]
-    names = list(dict.fromkeys(name for job in rows for name in job.cells))
-    if not rows:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    values = [[job.cells.get(name) if job.cells.get(name) is not None else float("nan") for name in names]
-              for job in rows]
-    figure, axes = plt.subplots(figsize=(2.5 + 1.1 * len(names), 1.2 + 0.35 * len(rows)))
-    image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize="small")
-    axes.set_yticks(range(len(rows)), [_label(job, varying) for job, varying in zip(rows, varying_overrides(rows))],
-                    fontsize="small")
-    for r, row in enumerate(values):
-        for c, value in enumerate(row):
-            if value == value:  # not nan
-                axes.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize="x-small",
-                          color="black" if value > 0.6 else "white")
-    axes.set_title("pass@1 by family x language")
-    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
-
-
 def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     """Write the summary files of `root` into `out_dir` (default: root); returns them."""
     root = Path(root)
@@ -386,7 +149,7 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
                         "folder (multirun/DATE/TIME).")
     out_dir = Path(out_dir) if out_dir is not None else root
     out_dir.mkdir(parents=True, exist_ok=True)
-    states = _sweep_states(root)
+    states = sweep_states(root)
     jobs = [summarize_job(folder, root, states) for folder in folders]
     header, rows = table_rows(jobs)
     written = {"csv": out_dir / f"{OUTPUT_STEM}.csv", "md": out_dir / f"{OUTPUT_STEM}.md"}

@@ -118,7 +118,7 @@ def build_workspace_env(
         max_generation_tokens=settings.limits.max_generation_tokens,
         context_overflow_reward=settings.reward.context_overflow_reward,
     )
-    environment.example_id = f"{task.task_id}:{language}"  # type: ignore[attr-defined]
+    environment.example_id = f"{task.task_id}:{language}"
     # Same object and state, plus the inline rendering of small turns (see above).
     return adopt_env_class(environment, WorkspaceEnv)
 

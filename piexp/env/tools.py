@@ -12,6 +12,7 @@ import json
 import shlex
 from typing import Annotated, Any, ClassVar
 
+from tinker_cookbook.renderers.base import ToolSpec
 from tinker_cookbook.tool_use import ToolResult, simple_tool_result, tool
 
 from piexp.config.schema import LanguageSettings
@@ -54,12 +55,12 @@ class WorkspaceTools:
         self.memory_limit_mb = memory_limit_mb
 
     # Tool specs by (class, tool names); see tool_specs().
-    _spec_cache: ClassVar[dict[tuple[type, tuple[str, ...]], list[dict[str, Any]]]] = {}
+    _spec_cache: ClassVar[dict[tuple[type, tuple[str, ...]], list[ToolSpec]]] = {}
 
     def all_tools(self) -> list[Any]:
         return [self.read, self.write, self.edit, self.bash]
 
-    def tool_specs(self, tools: list[Any] | None = None) -> list[dict[str, Any]]:
+    def tool_specs(self, tools: list[Any] | None = None) -> list[ToolSpec]:
         """The renderer specs of `tools` (default: all_tools()), as `to_spec()` gives them.
 
         A spec is built from the tool's signature and docstring only (never the task,

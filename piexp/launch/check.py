@@ -23,21 +23,22 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from piexp.config.schema import RunConfig
-from piexp.console import ProgressReport, say
+from piexp.config.schema import CheckMode, EvalMode, RunConfig
+from piexp.console import say
 from piexp.env.dataset import episode_settings
-from piexp.env.episode import EpisodeSettings, get_run_renderer
+from piexp.env.episode import get_run_renderer
+from piexp.env.splits import RunSplits
 from piexp.errors import UserError
 from piexp.languages import language as registered_language
-from piexp.env.splits import RunSplits
+from piexp.launch.episodes import Episode, run_episodes
 from piexp.policies import make_policy
-from piexp.policies.rollout import EpisodeRecord, run_episode
+from piexp.policies.rollout import EpisodeRecord
+from piexp.run_records import CHECK_FILE
 from piexp.sandbox.client import close_sandbox_clients, sandbox_client
 from piexp.tasks import Task
 from piexp.transcripts.failures import failure_cells, summarize_failures
@@ -53,13 +54,6 @@ class CheckFailedError(UserError):
     """The preflight found a cell that is not solvable or a non-solution that is rewarded."""
 
     exit_code = 1
-
-
-@dataclass(frozen=True)
-class Job:
-    policy: str
-    task: Task
-    language: str
 
 
 # Runtimes -------------------------------------------------------------------------------
@@ -112,15 +106,24 @@ def requested_languages(config: RunConfig) -> list[str]:
 # Jobs and expectations ------------------------------------------------------------------
 
 
-def plan_jobs(config: RunConfig, splits: RunSplits, languages: Sequence[str]) -> list[Job]:
+def check_settings(config: RunConfig) -> CheckMode:
+    """`mode=check`'s settings; the preflight of another mode takes the check's defaults
+    but runs as many episodes at once as that mode allows."""
+    if isinstance(config.mode, CheckMode):
+        return config.mode
+    if isinstance(config.mode, EvalMode):
+        return CheckMode(max_concurrency=config.mode.max_concurrency)
+    return CheckMode()
+
+
+def plan_episodes(config: RunConfig, splits: RunSplits, languages: Sequence[str]) -> list[Episode]:
     """Oracle on the first N tasks of each cell in each split (train tasks in the train
     languages, eval tasks in the eval languages: what the run will actually build), and
     each other policy on the first M tasks of the cell."""
-    oracle_n = getattr(config.mode, "oracle_tasks_per_cell", 3)
-    sample_n = getattr(config.mode, "sample_tasks_per_cell", 1)
+    settings = check_settings(config)
     train_languages = set(config.train_languages) if config.mode.name != "eval" else set()
     eval_languages = set(config.eval_languages)
-    jobs: list[Job] = []
+    episodes: list[Episode] = []
     for family in config.families:
         for language in languages:
             pool: list[Task] = []
@@ -129,10 +132,10 @@ def plan_jobs(config: RunConfig, splits: RunSplits, languages: Sequence[str]) ->
                     continue
                 mine = [task for task in split_tasks if task.family == family]
                 pool.extend(mine)
-                jobs.extend(Job("oracle", task, language) for task in mine[:oracle_n])
+                episodes.extend(Episode("oracle", task, language) for task in mine[:settings.oracle_tasks_per_cell])
             for policy in SAMPLED_POLICIES:
-                jobs.extend(Job(policy, task, language) for task in pool[:sample_n])
-    return jobs
+                episodes.extend(Episode(policy, task, language) for task in pool[:settings.sample_tasks_per_cell])
+    return episodes
 
 
 def expectation_violation(record: EpisodeRecord, answer_weight: float) -> str | None:
@@ -198,8 +201,13 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
                 )
         runnable = [name for name in requested if runtimes.get(name, {}).get("status") == "ok"]
         settings = episode_settings(config, sandbox_url)
-        jobs = plan_jobs(config, splits, runnable)
-        records = await _run_jobs(jobs, settings, [*splits.train, *splits.eval], config.mode)
+        renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+        tasks = [*splits.train, *splits.eval]
+        policies = {name: make_policy(name, renderer, tasks) for name in ("oracle", *SAMPLED_POLICIES)}
+        records = await run_episodes(
+            plan_episodes(config, splits, runnable), policies, settings,
+            label="check", max_concurrency=check_settings(config).max_concurrency,
+        )
         weight = config.reward.weights.answer
         for record in records:
             problem = expectation_violation(record, weight)
@@ -226,7 +234,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             for record in records:
                 if record.transcript is not None:
                     transcripts.write(record.transcript)
-        (run_dir / "check.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        (run_dir / CHECK_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
         from piexp.transcripts.viewer import write_run_viewer
 
         write_run_viewer(run_dir)
@@ -237,43 +245,15 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             raise CheckFailedError(
                 f"The check failed with {len(violations)} violation(s){more}: "
                 + " | ".join(shown)
-                + f". Details in {run_dir / 'check.json'}."
+                + f". Details in {run_dir / CHECK_FILE}."
             )
         say(
             f"[green]check passed[/green]: {len(records)} episodes, oracle {oracle_rate:.0%} "
-            f"in {report['wall_s']:.1f} s; wrote {run_dir / 'check.json'}"
+            f"in {report['wall_s']:.1f} s; wrote {run_dir / CHECK_FILE}"
         )
         return oracle_rate
     finally:
         await close_sandbox_clients()
-
-
-async def _run_jobs(
-    jobs: Sequence[Job], settings: EpisodeSettings, tasks: Sequence[Task], mode: Any
-) -> list[EpisodeRecord]:
-    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
-    policies = {name: make_policy(name, renderer, tasks) for name in ("oracle", *SAMPLED_POLICIES)}
-    semaphore = asyncio.Semaphore(getattr(mode, "max_concurrency", 8))
-
-    async def one(job: Job) -> EpisodeRecord:
-        async with semaphore:
-            return await run_episode(policies[job.policy], job.policy, job.task, job.language, settings)
-
-    records: list[EpisodeRecord] = []
-    with ProgressReport("check", len(jobs)) as progress:
-        pending = [asyncio.ensure_future(one(job)) for job in jobs]
-        try:
-            for finished in asyncio.as_completed(pending):
-                record = await finished
-                records.append(record)
-                progress.advance(note=f"{record.policy} {record.family} x {record.language}")
-        finally:
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-    order = {(j.policy, j.task.task_id, j.language): i for i, j in enumerate(jobs)}
-    records.sort(key=lambda r: order[(r.policy, r.task_id, r.language)])
-    return records
 
 
 def _cells(

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from piexp.errors import UserError
-from piexp.stats import mean_ci95
+from piexp.files import read_jsonl
+from piexp.run_records import EPISODES_FILE
+from piexp.stats import mean_ci95, pass_at_k
 
-EPISODES_FILE = "episodes.jsonl"
 RESULTS_FILE = "results.json"
 
 
@@ -47,12 +48,6 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float]:
     return mean, half or 0.0
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    from piexp.launch.evaluate import pass_at_k as unbiased
-
-    return unbiased(n, c, k)
-
-
 def load_run(folder: Path) -> Run:
     episodes = folder / EPISODES_FILE
     if not (folder / RESULTS_FILE).is_file() or not episodes.is_file():
@@ -60,11 +55,7 @@ def load_run(folder: Path) -> Run:
                            "run `python -m piexp mode=eval ...` to make one)")  # fmt: skip
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     digests: dict[str, str] = {}
-    for line in episodes.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by an interruption
+    for record in read_jsonl(episodes):  # skips a line cut short by an interruption
         grouped[(record["task_id"], record["language"])].append(record)
         digests[record["task_id"]] = record.get("task_digest", "")
     tasks = {

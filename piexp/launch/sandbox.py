@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -60,14 +61,15 @@ def run_sandbox(settings: SandboxSettings) -> Iterator[str]:
         yield url
         return
     from piexp.sandbox.embedded import EmbeddedSandbox
+    from piexp.sandbox.settings import SandboxSettings as ServerSettings
 
-    kwargs = dict(
+    server = ServerSettings(
         default_memory_limit_mb=settings.memory_limit_mb,
         output_cap_bytes=settings.output_cap_bytes,
         allow_unisolated=settings.allow_unisolated,
         launcher=settings.launcher,
     )
-    if settings.max_concurrency is not None:
-        kwargs["max_concurrency"] = settings.max_concurrency
-    with EmbeddedSandbox(**kwargs) as sandbox:
+    if settings.max_concurrency is not None:  # None: the server's default (cores x 2)
+        server = dataclasses.replace(server, max_concurrency=settings.max_concurrency)
+    with EmbeddedSandbox(server) as sandbox:
         yield sandbox.url

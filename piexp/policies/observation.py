@@ -20,6 +20,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +119,7 @@ class DecodeCache:
                 _, (old, _text) = self._entries.popitem(last=False)
                 self._tokens -= len(old)
 
-    def decode(self, ids: list[int], decode_all) -> str:  # type: ignore[no-untyped-def]
+    def decode(self, ids: list[int], decode_all: Callable[[list[int]], str]) -> str:
         """The text of `ids`; `decode_all(ids)` decodes a token list from scratch."""
         found = self.longest_prefix(ids)
         text = None
@@ -159,7 +160,9 @@ def decode_model_input(
     else:
 
         def decode_all(tokens: list[int]) -> str:
-            return tokenizer.decode(tokens, skip_special_tokens=False)
+            text = tokenizer.decode(tokens, skip_special_tokens=False)
+            assert isinstance(text, str)  # one flat token list decodes to one string
+            return text
 
     if cache is None:
         return decode_all(ids)

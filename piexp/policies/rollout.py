@@ -20,7 +20,7 @@ from typing import Any
 
 from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.rl.rollouts import do_group_rollout
-from tinker_cookbook.rl.types import Env, EnvGroupBuilder
+from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
 
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
 from piexp.env.reward import REWARD_METRICS, WorkspaceReward, final_answer, tool_payloads
@@ -77,7 +77,9 @@ class _KeepEnvs(EnvGroupBuilder):
         self.envs = list(await self.inner.make_envs())
         return self.envs
 
-    async def compute_group_rewards(self, trajectory_group, env_group):  # type: ignore[no-untyped-def]
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
         return await self.inner.compute_group_rewards(trajectory_group, env_group)
 
     async def cleanup(self) -> None:

@@ -34,6 +34,17 @@ Server side (code run by the server venv's own interpreter, see :data:`LAUNCHER_
    causal attention in query blocks that see only the keys up to their end. Log-probs
    at loss positions, losses and gradients are unchanged
    (``tests/service/test_compat_speedups.py``); figures in ``bench/local_service.py``.
+7. **CPU sampling speed** (engine only, ``_cpu_sampling_speedups``): a decode step was
+   almost all ``jax.random.categorical`` (a threefry Gumbel draw per vocabulary entry,
+   then an argmax that XLA's CPU backend runs as an unvectorized variadic reduce), and
+   every distinct number of pending sample requests compiled the whole prefill + decode
+   program again. In skyrl's generator module only, the categorical is drawn in two levels
+   by inverse CDF (a block of 1,024 entries by its mass, then an entry within it: the same
+   distribution, two uniforms per draw) and argmax is a max and a min; sample batches are
+   padded with copies of their first sample to the next power of two (within
+   ``sample_max_num_sequences``), as skyrl already buckets lengths. Greedy tokens and
+   log-probs are unchanged and draws match softmax probabilities
+   (``tests/service/test_compat_sampling.py``).
 
 Client side (:class:`SampleIdProxy`, in piexp's process):
 
@@ -582,6 +593,84 @@ def _cpu_training_speedups():
     LogitsProcessorMixin._compute_chunked_logprobs = chunked_logprobs
 
 
+def _cpu_sampling_speedups():
+    # Item 7: one decode step of a batch of 16 on the tiny model took ~160 ms, ~140 ms of
+    # it in jax.random.categorical (a threefry Gumbel draw for each of the 151,936
+    # vocabulary entries of each sequence, then a variadic-reduce argmax that XLA's CPU
+    # backend does not vectorize, ~20 ms by itself, which the decode loop also runs for its
+    # greedy branch). Both are replaced in skyrl's generator module only.
+    import jax
+    import jax.numpy as jnp
+    from skyrl.backends import jax as jax_backend
+    from skyrl.tx.utils import generator
+
+    block = 1024  # vocabulary entries per block of the two-level draw
+
+    def categorical_by_inverse_cdf(key, logits, axis=-1, shape=None, replace=True, mode=None):
+        # Exactly the categorical distribution softmax(logits), drawn in two levels with
+        # two uniforms: a block of `block` entries with probability its share of the
+        # mass, then an entry within it with probability its share of the block's mass
+        # (cumulative sums of 149 and 1,024 floats instead of 151,936 random draws).
+        if logits.ndim != 1 or shape is not None or axis not in (-1, 0) or not replace:
+            return jax.random.categorical(key, logits, axis=axis, shape=shape, replace=replace, mode=mode)
+        size = logits.shape[0]
+        blocks = -(-size // block)
+        padded = jnp.pad(logits, (0, blocks * block - size), constant_values=-jnp.inf).reshape(blocks, block)
+        weights = jnp.exp(padded - jnp.max(padded))
+        # In (0, 1]: the first cumulative mass >= u * total then always has mass > 0.
+        uniforms = 1.0 - jax.random.uniform(key, (2,), dtype=weights.dtype)
+        block_mass = jnp.cumsum(weights.sum(axis=1))
+        chosen = jnp.minimum(jnp.sum(block_mass < uniforms[0] * block_mass[-1]), blocks - 1)
+        within = jnp.cumsum(jax.lax.dynamic_index_in_dim(weights, chosen, keepdims=False))
+        offset = jnp.minimum(jnp.sum(within < uniforms[1] * within[-1]), block - 1)
+        return (chosen * block + offset).astype(jnp.int32)
+
+    def argmax_by_min_index(a, axis=None, out=None, keepdims=None):
+        # jnp.argmax's result (the first index of the maximum, NaN counting as maximum)
+        # with a max and a min reduction.
+        if out is not None or keepdims or axis not in (-1, a.ndim - 1) or a.ndim == 0:
+            return jnp.argmax(a, axis=axis, out=out, keepdims=keepdims)
+        top = jnp.max(a, axis=-1, keepdims=True)
+        index = jax.lax.broadcasted_iota(jnp.int32, a.shape, a.ndim - 1)
+        return jnp.min(jnp.where((a == top) | jnp.isnan(a), index, a.shape[-1]), axis=-1)
+
+    class Delegate(types.ModuleType):
+        # `target` with some attributes replaced; everything else is target's own.
+        def __init__(self, target, **replaced):
+            super().__init__(target.__name__)
+            self.__dict__.update(replaced)
+            self._target = target
+
+        def __getattr__(self, name):
+            return getattr(self._target, name)
+
+    generator.jax = Delegate(jax, random=Delegate(jax.random, categorical=categorical_by_inverse_cdf))
+    generator.jnp = Delegate(jnp, argmax=argmax_by_min_index)
+
+    # Every distinct sampling batch size is a compilation of the whole prefill + decode
+    # program (10-25 s each here), and the engine batches whatever sample requests are
+    # pending (1, 2, ... 16 in an RL iteration). A batch is padded with copies of its first
+    # sample (results dropped) to the next power of two, as skyrl already does for lengths.
+    original_sample = jax_backend.JaxBackendImpl.sample
+
+    def sample_in_power_of_two_batches(self, prepared_batch):
+        count = len(prepared_batch.all_model_inputs)
+        limit = self.config.sample_max_num_sequences
+        target = 1 << max(count - 1, 0).bit_length()
+        if limit > 0:
+            target = min(target, limit) if count <= limit else count
+        if count == 0 or target == count:
+            return original_sample(self, prepared_batch)
+        extra = target - count
+        padded = prepared_batch.model_copy(update={{
+            name: getattr(prepared_batch, name) + [getattr(prepared_batch, name)[0]] * extra
+            for name in ("all_model_inputs", "all_sampling_params", "all_model_ids", "all_checkpoint_ids",
+                         "all_checkpoint_paths", "all_session_ids")}})
+        return original_sample(self, padded)
+
+    jax_backend.JaxBackendImpl.sample = sample_in_power_of_two_batches
+
+
 def _engine():
     import runpy
 
@@ -629,6 +718,7 @@ if __name__ == "__main__":
     _import_without_torch()
     if role == "engine":
         _cpu_training_speedups()
+        _cpu_sampling_speedups()
         _engine()
     elif role == "api":
         _api()

@@ -6,7 +6,9 @@ process group (``start_new_session``) so stopping kills the whole group, and bot
 the kernel for SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), so no orphan is
 left even if piexp is killed with SIGKILL. Server state (sqlite database, checkpoints)
 lives in ``state_dir``; keeping it in the run folder is what lets a rerun resume from
-the ``tinker://`` checkpoints recorded there.
+the ``tinker://`` checkpoints recorded there. Compiled JAX programs go to a persistent
+cache shared by every server on the machine (:func:`compilation_cache_env`), so only the
+first run with a given model and shapes pays for compiling them.
 """
 
 from __future__ import annotations
@@ -24,9 +26,34 @@ from pathlib import Path
 from piexp.errors import ServiceUnavailableError
 from piexp.sandbox.embedded import bound_listening_socket
 
-__all__ = ["LocalServer", "local_server"]
+__all__ = ["LocalServer", "compilation_cache_env", "default_compilation_cache_dir", "local_server"]
 
 HEALTH_PATH = "/api/v1/healthz"
+
+#: Upper bound of the compilation cache on disk (least recently used entries go first).
+#: Setting a bound also makes JAX take a file lock around every read and write of the
+#: cache (jax 0.12 ``LRUCache``; without one it writes entries in place, unlocked), so
+#: concurrent servers (a sweep) never read an entry another one is half-way through writing.
+COMPILATION_CACHE_MAX_BYTES = 4 << 30
+
+
+def default_compilation_cache_dir() -> Path:
+    from piexp.tokenizer import piexp_cache_dir
+
+    return piexp_cache_dir() / "jax-compilation-cache"
+
+
+def compilation_cache_env(directory: Path) -> dict[str, str]:
+    """Environment that makes the server's JAX use a persistent compilation cache in
+    ``directory``: every compiled program is written (no minimum compile time or size),
+    and a later process with the same program, shapes, jax/jaxlib version and CPU loads it
+    instead of compiling it (JAX keys entries by all of those)."""
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(directory),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+        "JAX_COMPILATION_CACHE_MAX_SIZE": str(COMPILATION_CACHE_MAX_BYTES),
+    }
 
 
 def _answers(url: str, timeout_s: float = 2.0) -> bool:
@@ -75,6 +102,9 @@ class LocalServer:
     # (compat.py, item 6), so smaller chunks skip more of the prompt and observations.
     loss_chunk_size: int = 128
     gradient_checkpointing: bool = False
+    # Where compiled JAX programs persist between runs (shared by concurrent servers);
+    # None compiles everything again in every run.
+    compilation_cache_dir: Path | None = field(default_factory=default_compilation_cache_dir)
     start_timeout_s: float = 180.0
     host: str = "127.0.0.1"
     port: int = 0
@@ -126,6 +156,7 @@ class LocalServer:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
+            **(compilation_cache_env(self.compilation_cache_dir) if self.compilation_cache_dir else {}),
         }
         env.pop("TINKER_API_KEY", None)  # the server needs no key; never hand a real one on
         started = time.monotonic()

@@ -117,13 +117,10 @@ def build_splits(
     seed: int,
     families: Sequence[str],
     params: Mapping[str, Mapping[str, Any]] | None = None,
-    eval_seed: int | None = None,
 ) -> tuple[list[Task], list[Task], OverlapReport]:
     """Both splits plus their overlap report; refuses (UserError) any overlap."""
     train = build_tasks("train", train_tasks_per_family, seed, families, params)
-    evals = build_tasks(
-        "eval", eval_tasks_per_family, seed if eval_seed is None else eval_seed, families, params
-    )
+    evals = build_tasks("eval", eval_tasks_per_family, seed, families, params)
     report = check_split_overlap(train, evals)
     report.raise_if_overlap()
     return train, evals, report

@@ -193,8 +193,3 @@ def derive_rng(seed: int, split: str, family: str, index: int) -> tuple[random.R
     digest = hashlib.sha256(key.encode("utf-8")).digest()
     stream = int.from_bytes(digest[:16], "big")
     return random.Random(stream), digest[:8].hex()
-
-
-def thaw(value: Any) -> Any:
-    """Public alias: plain-JSON form of frozen params."""
-    return _thaw(value)

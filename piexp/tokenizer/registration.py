@@ -4,7 +4,8 @@ so that ``get_tokenizer("Qwen/Qwen3-8B")`` works without the Hugging Face hub.""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from .proxy import load_offline_qwen3_tokenizer
 
@@ -31,9 +32,12 @@ def register_offline_tokenizers(model_names: Iterable[str] = QWEN3_MODEL_NAMES) 
     Registration is lazy: the factory loads (or builds) the tokenizer on first use,
     so calling this at start-up costs nothing.  Returns the registered names.
     """
-    from tinker_cookbook.tokenizer_utils import register_tokenizer
+    from tinker_cookbook.tokenizer_utils import Tokenizer, register_tokenizer
 
     names = list(model_names)
     for name in names:
-        register_tokenizer(name, functools.partial(load_offline_qwen3_tokenizer, name))
+        # The proxy stands in for the tokenizer the cookbook expects (it forwards every
+        # other attribute to the wrapped one), which the type checker cannot see.
+        factory = cast("Callable[[], Tokenizer]", functools.partial(load_offline_qwen3_tokenizer, name))
+        register_tokenizer(name, factory)
     return names

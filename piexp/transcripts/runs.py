@@ -13,7 +13,7 @@ from typing import Any
 
 from piexp.errors import UserError
 from piexp.files import read_jsonl
-from piexp.run_records import find_job_folders, metric_curve, read_metrics
+from piexp.run_records import CHECK_FILE, EPISODES_FILE, METRICS_FILE, find_job_folders, metric_curve, read_metrics
 from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, read_transcripts, transcript_key
 
 # The episode fields an index row carries (the rest stays in the transcript).
@@ -41,25 +41,26 @@ def _add_source(view: RunView, folder: Path, job: str, source: str, episodes: li
                 transcript_file: Path) -> None:
     by_key = {transcript_key(t): t for t in read_transcripts(transcript_file)}
     for episode in episodes:
+        row_id = len(view.rows)
         row = {name: episode.get(name) for name in ROW_FIELDS}
-        row.update(id=len(view.rows), job=job, source=source, passed=episode.get("reward") == 1.0)
+        row.update(id=row_id, job=job, source=source, passed=episode.get("reward") == 1.0)
         transcript = by_key.get(transcript_key(episode))
         row["has_transcript"] = transcript is not None
         if transcript is not None:
-            view.transcripts[row["id"]] = transcript
+            view.transcripts[row_id] = transcript
         view.rows.append(row)
 
 
 def _add_job(view: RunView, folder: Path, job: str) -> None:
-    check = folder / "check.json"
+    check = folder / CHECK_FILE
     if check.is_file():
         try:
             episodes = json.loads(check.read_text(encoding="utf-8")).get("episodes") or []
         except ValueError:
             episodes = []
         _add_source(view, folder, job, "check", episodes, folder / CHECK_TRANSCRIPTS)
-    if (folder / "episodes.jsonl").is_file():
-        _add_source(view, folder, job, "eval", _episode_lines(folder / "episodes.jsonl"), folder / EVAL_TRANSCRIPTS)
+    if (folder / EPISODES_FILE).is_file():
+        _add_source(view, folder, job, "eval", _episode_lines(folder / EPISODES_FILE), folder / EVAL_TRANSCRIPTS)
     curve = metric_curve(read_metrics(folder), "reward")
     if curve:
         view.reward_curves[job] = curve
@@ -75,7 +76,7 @@ def load_run(target: Path) -> RunView:
         raise UserError(f"Cannot show {target}: it is not a folder. Give a run folder (outputs/DATE/TIME) "
                         "or a sweep folder (multirun/DATE/TIME).")
     folders = find_job_folders(target)
-    if not folders and any((target / name).is_file() for name in ("check.json", "episodes.jsonl", "metrics.jsonl")):
+    if not folders and any((target / name).is_file() for name in (CHECK_FILE, EPISODES_FILE, METRICS_FILE)):
         folders = [target]  # a run folder without its .hydra (copied around, or written by a test)
     view = RunView(root=target)
     for folder in folders:

@@ -57,6 +57,10 @@ def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, t
         with open(f"/proc/{server.process.pid}/cmdline", "rb") as handle:
             argv = handle.read().split(b"\0")
         assert b"--listen-fd" in argv and b"--port" in argv
+        # Its JAX keeps compiled programs in the machine-wide persistent cache.
+        with open(f"/proc/{server.process.pid}/environ", "rb") as handle:
+            environ = handle.read().split(b"\0")
+        assert f"JAX_COMPILATION_CACHE_DIR={server.compilation_cache_dir}".encode() in environ
     assert _wait_gone(pids) == []
 
 

@@ -1,0 +1,135 @@
+"""One job of a run or sweep folder as `piexp summarize` reads it back: its overrides,
+state (from the sweep's status files or the job's completion marker), the final and best
+value of each key metric (from `results.json` for eval runs, `metrics.jsonl` for train
+runs), its training curves and its pass@1 per family x language; and the grouping of jobs
+by setting (their overrides but the seed)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from piexp.run_records import TRAIN_KEYS, finite_number, metric_curve, read_metrics
+from piexp.sweeps import STATUS_SUBDIR
+from piexp.sweeps.marker import read_marker
+from piexp.sweeps.status import STATUS_JSON
+from piexp.transcripts.failures import failure_digest
+
+KEY_METRICS = ("pass@1", "reward")
+# results.json `overall` keys per key metric for eval runs.
+EVAL_KEYS: dict[str, str] = {"pass@1": "pass@1", "reward": "reward_shaped"}
+
+
+def eval_keys(config: Any) -> dict[str, str]:
+    """`results.json` keys per key metric for an eval run: its reward is the reward of the
+    run's own reward mode (reward=binary: the binary reward), as in training."""
+    reward = config.get("reward") if isinstance(config, dict) else None
+    binary = isinstance(reward, dict) and reward.get("mode") == "binary"
+    return {**EVAL_KEYS, "reward": "reward_binary" if binary else EVAL_KEYS["reward"]}
+
+
+@dataclass
+class JobSummary:
+    folder: Path
+    name: str
+    mode: str
+    overrides: list[str]
+    state: str
+    finals: dict[str, float | None] = field(default_factory=dict)
+    bests: dict[str, float | None] = field(default_factory=dict)
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    steps: int | None = None
+    tool_failures: str = ""  # eval runs: failure kinds that occurred, with counts
+    cells: dict[str, float | None] = field(default_factory=dict)  # eval runs: "family x language" -> pass@1
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def sweep_states(root: Path) -> dict[str, str]:
+    """Job folder (resolved) -> state, from the sweep status files under root."""
+    states: dict[str, str] = {}
+    for path in root.rglob(STATUS_JSON):
+        data = _read_json(path) or {}
+        for entry in (data.get("jobs") or {}).values():
+            if isinstance(entry, dict) and entry.get("dir") and entry.get("state"):
+                states[str(Path(entry["dir"]).resolve())] = str(entry["state"])
+                # Job folders are recorded as Hydra saw them (maybe relative to its cwd).
+                states[str((path.parent / Path(entry["dir"]).name).resolve())] = str(entry["state"])
+                if path.parent.name == STATUS_SUBDIR.name:  # a single run's own table
+                    states[str(path.parent.parent.resolve())] = str(entry["state"])
+    return states
+
+
+def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummary:
+    config = _read_yaml(folder / ".hydra" / "config.yaml") or {}
+    mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
+    overrides = _read_yaml(folder / ".hydra" / "overrides.yaml") or []
+    name = str(folder.relative_to(root)) if folder != root else folder.resolve().name
+    state = states.get(str(folder.resolve()))
+    if state is None:
+        state = "complete" if read_marker(folder) is not None else "incomplete"
+    job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state)
+
+    results = _read_json(folder / "results.json")
+    if isinstance(results, dict) and isinstance(results.get("overall"), dict):
+        for metric, key in eval_keys(config).items():
+            value = finite_number(results["overall"].get(key))
+            job.finals[metric] = job.bests[metric] = value
+        job.tool_failures = _failure_column(results["overall"])
+        for family, row in (results.get("cells") or {}).items():
+            for language, cell in (row or {}).items():
+                if isinstance(cell, dict):
+                    job.cells[f"{family} x {language}"] = finite_number(cell.get("pass@1"))
+    rows = read_metrics(folder)
+    if rows:
+        for metric in TRAIN_KEYS:
+            curve = metric_curve(rows, metric)
+            if curve:
+                job.curves[metric] = curve
+                job.finals[metric] = curve[-1][1]
+                job.bests[metric] = max(value for _, value in curve)
+        steps = [int(row["step"]) for row in rows if isinstance(row.get("step"), int)]
+        job.steps = max(steps) + 1 if steps else len(rows)
+    return job
+
+
+def _failure_column(overall: dict[str, Any]) -> str:
+    return failure_digest(overall.get("tool_failures"))
+
+
+def varying_overrides(jobs: Sequence[JobSummary]) -> list[list[str]]:
+    """Per job, the overrides not shared by every job (all of them for a single job)."""
+    if len(jobs) < 2:
+        return [list(job.overrides) for job in jobs]
+    common = set(jobs[0].overrides).intersection(*(set(job.overrides) for job in jobs[1:]))
+    return [[o for o in job.overrides if o not in common] for job in jobs]
+
+
+def seed_groups(jobs: Sequence[JobSummary]) -> dict[str, list[JobSummary]]:
+    """Jobs grouped by their varying overrides other than `seed`: the runs of one setting."""
+    groups: dict[str, list[JobSummary]] = {}
+    for job, varying in zip(jobs, varying_overrides(jobs)):
+        key = " ".join(o for o in varying if o.split("=", 1)[0].lstrip("+~") != "seed") or "(all)"
+        groups.setdefault(key, []).append(job)
+    return groups
+
+
+def finished_values(members: Sequence[JobSummary], metric: str) -> list[float]:
+    return [v for job in members if job.state in ("complete", "skipped") and (v := job.finals.get(metric)) is not None]

@@ -1,0 +1,143 @@
+"""How an eval's results read for a person: `results.md` (pass@k, reward steps and
+failing tasks per family x language, with what each column means), the pass@1 heatmap
+`results.png` and the table printed at the end of `mode=eval`. The numbers themselves are
+computed in `piexp.launch.evaluate`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from piexp.env.reward import REWARD_METRICS
+from piexp.transcripts.failures import failure_markdown
+
+
+# What each column of results.md means (the reward's own definitions: env/reward.py).
+METRIC_MEANINGS = {
+    "pass@j": "share of tasks solved by at least one of j samples (unbiased estimator over the k samples)",
+    "binary": "mean binary reward: 1 only when the episode wrote or edited a file, ran a program that printed "
+              "the right answer, and stated it",
+    "shaped": "mean shaped reward: weighted partial credit for those four steps (reward.weights), 1 when all hold",
+    "tool_called": "share of episodes with at least one tool call",
+    "mutation_succeeded": "share with a successful write or edit",
+    "execution_succeeded": "share with a bash command that ran (status ok)",
+    "execution_output_correct": "share where a program's output contained the answer",
+    "response_answer_correct": "share whose final message's last integer is the answer",
+    "functional_correct": "share with all four of the above (the binary reward)",
+    "infrastructure_error": "share where the sandbox itself failed (not the program's fault)",
+}
+_MAX_PASS_COLUMNS = 6  # beyond this many pass@j columns, show j = 1, 2, 4, 8, ... and k
+
+
+def _pass_columns(k: int) -> list[int]:
+    """The j of pass@j shown in tables: all of 1..k, or powers of two and k when k is large."""
+    if k <= _MAX_PASS_COLUMNS:
+        return list(range(1, k + 1))
+    shown = [j for j in (1 << n for n in range(k.bit_length())) if j < k]
+    return [*shown, k]
+
+
+def _failing_tasks(results: dict[str, Any]) -> list[str]:
+    """Per cell, the tasks no sample solved and those only some solved."""
+    lines = ["## Failing tasks", ""]
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in results["per_task"]:
+        if row["correct"] < row["n"]:
+            cells[(row.get("family", "?"), row["language"])].append(row)
+    if not cells:
+        return lines + ["Every sample of every task was solved.", ""]
+    for (family, language), rows in sorted(cells.items()):
+        never = [r["task_id"] for r in rows if r["correct"] == 0]
+        some = [f"{r['task_id']} ({r['correct']}/{r['n']})" for r in rows if r["correct"] > 0]
+        lines.append(f"- **{family} x {language}**: " + "; ".join(filter(None, [
+            f"never solved: {', '.join(never)}" if never else "",
+            f"solved by some samples: {', '.join(some)}" if some else "",
+        ])))
+    return lines + ["", "`python -m piexp show RUN --failed --task TASK_ID` prints such an episode's conversation.", ""]
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+    k = results["k"]
+    shown = _pass_columns(k)
+    languages, cells = results["languages"], results["cells"]
+    subject = results["policy"] + (f" ({results['checkpoint'] or results['model']})" if results["policy"] == "model" else "")
+    lines = [f"# Eval results: {subject}", "", f"k = {k} samples per task; binary reward decides a pass.", ""]
+    lines += ["## pass@1 by family x language", "", "| family | " + " | ".join(languages) + " |",
+              "|---|" + "---|" * len(languages)]
+    for family, row in cells.items():
+        lines.append(f"| {family} | " + " | ".join(f"{row[lang]['pass@1']:.3f}" for lang in languages) + " |")
+    overall = results["overall"]
+    lines.append("")
+    lines.append("Overall: " + ", ".join(f"pass@{j} {overall[f'pass@{j}']:.3f}" for j in shown)
+                 + f", shaped reward {overall['reward_shaped']:.3f} over {overall['episodes']} episodes.")
+    lines += ["", "## Per cell: outcomes", "",
+              "| family | language | tasks | episodes | " + " | ".join(f"pass@{j}" for j in shown)
+              + " | binary | shaped | stop reasons |",
+              "|---|---|---|---|" + "---|" * (len(shown) + 3)]
+    for family, row in cells.items():
+        for language in languages:
+            cell = row[language]
+            stops = ", ".join(f"{name} {count}" for name, count in cell["stop_reasons"].items())
+            lines.append(
+                f"| {family} | {language} | {cell['tasks']} | {cell['episodes']} | "
+                + " | ".join(f"{cell[f'pass@{j}']:.3f}" for j in shown)
+                + f" | {cell['reward_binary']:.3f} | {cell['reward_shaped']:.3f} | {stops} |"
+            )
+    lines += ["", "## Per cell: reward steps", "",
+              "| family | language | " + " | ".join(REWARD_METRICS) + " |",
+              "|---|---|" + "---|" * len(REWARD_METRICS)]
+    for family, row in cells.items():
+        for language in languages:
+            cell = row[language]
+            lines.append(f"| {family} | {language} | "
+                         + " | ".join(f"{cell['metrics'][name]:.3f}" for name in REWARD_METRICS) + " |")
+    lines += ["", *_failing_tasks(results)]
+    lines += ["## What the columns mean", ""]
+    lines += [f"- `{name}`: {meaning}" for name, meaning in METRIC_MEANINGS.items()]
+    lines += ["", failure_markdown(results["overall"]["tool_failures"], {
+        family: {language: cell["tool_failures"] for language, cell in row.items()} for family, row in cells.items()
+    })]
+    return "\n".join(lines)
+
+
+def plot_heatmap(results: dict[str, Any], path: Path) -> None:
+    """pass@1 by family (rows) x language (columns), values written in the cells."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families, languages = list(results["cells"]), results["languages"]
+    values = [[results["cells"][f][lang]["pass@1"] for lang in languages] for f in families]
+    figure, axes = plt.subplots(figsize=(1.6 + 1.3 * len(languages), 1.0 + 0.45 * len(families)))
+    image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    axes.set_xticks(range(len(languages)), labels=languages)
+    axes.set_yticks(range(len(families)), labels=families)
+    for row, family_values in enumerate(values):
+        for column, value in enumerate(family_values):
+            axes.text(column, row, f"{value:.2f}", ha="center", va="center",
+                      color="black" if value > 0.6 else "white", fontsize=9)
+    axes.set_title(f"pass@1: {results['policy']}")
+    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+
+
+def summary_table(results: dict[str, Any]) -> Table:
+    languages = results["languages"]
+    table = Table(
+        title=f"pass@1 ({results['policy']}, k={results['k']})",
+        caption=f"overall pass@1 {results['overall']['pass@1']:.3f} over {results['overall']['episodes']} episodes",
+    )
+    table.add_column("family")
+    for language in languages:
+        table.add_column(language, justify="right")
+    for family, row in results["cells"].items():
+        table.add_row(family, *(f"{row[lang]['pass@1']:.3f}" for lang in languages))
+    return table

@@ -117,7 +117,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     heldout = token_sequences(trajectories[cut:], rewards[cut:], policies[cut:])
     torch.manual_seed(recipe.seed)
     model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
-    steps = recipe.shortlist_steps + recipe.exact_steps
+    steps = recipe.steps
     tokens = sum(int(sum(s.weights)) for s in train)
     with ProgressReport(f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)",
                         steps, unit="steps") as progress:

@@ -1,7 +1,7 @@
 """Fit the learner model to token sequences: next-token cross-entropy on the weighted
-positions only (the policy's actions), AdamW with warm-up and cosine decay, first over a
-sampled softmax (the data's own tokens plus negatives drawn afresh each step), then over
-the exact softmax of the whole vocabulary. Deterministic for a recipe on one machine."""
+positions only (the policy's actions), AdamW with warm-up and cosine decay; each step's
+loss is a sampled softmax at every position plus the exact softmax at a random few (see
+`LearnerRecipe`). Deterministic for a recipe on one machine."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from piexp.pretrain.recipe import LearnerRecipe
 
 @dataclass
 class FitReport:
-    step_losses: list[float]  # mean NLL per weighted token of each step (its own softmax)
+    step_losses: list[float]  # exact-softmax mean NLL of each step's sampled positions
     heldout_nll: float  # exact-softmax mean NLL per weighted token on the held-out sequences
     heldout_token_accuracy: float  # share of held-out weighted tokens whose argmax is the target
     threads: int
@@ -47,7 +47,7 @@ def fit(model: Any, sequences: Sequence[TokenSequence], heldout: Sequence[TokenS
     outside_ids = outside.nonzero().squeeze(1)
     head = model.lm_head.weight
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
-    total = recipe.shortlist_steps + recipe.exact_steps
+    total = recipe.steps
     order: list[int] = []
     shuffler = random.Random(recipe.seed)
     losses: list[float] = []
@@ -58,31 +58,22 @@ def fit(model: Any, sequences: Sequence[TokenSequence], heldout: Sequence[TokenS
         warm = min(1.0, (step + 1) / 20)
         for group in optimizer.param_groups:
             group["lr"] = recipe.learning_rate * warm * 0.5 * (1 + math.cos(math.pi * step / total))
-        exact = step >= recipe.shortlist_steps
-        if exact:
-            candidates, position = None, None
-        else:
-            negatives = outside_ids[torch.randperm(len(outside_ids), generator=generator)[: recipe.sampled_negatives]]
-            candidates = torch.cat([shortlist, negatives])
-            position = torch.full((vocab,), -1, dtype=torch.long)
-            position[candidates] = torch.arange(len(candidates))
+        negatives = outside_ids[torch.randperm(len(outside_ids), generator=generator)[: recipe.sampled_negatives]]
+        candidates = torch.cat([shortlist, negatives])
+        position = torch.full((vocab,), -1, dtype=torch.long)
+        position[candidates] = torch.arange(len(candidates))
         optimizer.zero_grad(set_to_none=True)
-        weighted = sum(int(mask.sum()) for _, _, mask in batch)
-        step_loss = 0.0
-        for tokens, targets, mask in batch:
-            hidden = model.model(input_ids=tokens[None]).last_hidden_state[0][mask]
-            if candidates is None:
-                logits, labels = hidden @ head.T, targets[mask]
-            else:
-                logits, labels = hidden @ head[candidates].T, position[targets[mask]]
-            loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum") / weighted
-            loss.backward()
-            step_loss += loss.item()
+        hidden = torch.cat([model.model(input_ids=tokens[None]).last_hidden_state[0][mask] for tokens, _, mask in batch])
+        labels = torch.cat([targets[mask] for _, targets, mask in batch])
+        sampled = torch.nn.functional.cross_entropy(hidden @ head[candidates].T, position[labels])
+        chosen = torch.randperm(len(labels), generator=generator)[: recipe.exact_positions]
+        exact = torch.nn.functional.cross_entropy(hidden[chosen] @ head.T, labels[chosen])
+        (sampled + exact).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        losses.append(step_loss)
+        losses.append(exact.item())
         if progress is not None:
-            progress.advance(note=f"{'exact' if exact else 'sampled'} nll {step_loss:.3f}")
+            progress.advance(note=f"nll {exact.item():.3f}")
     nll, accuracy = evaluate(model, heldout)
     return FitReport(step_losses=losses, heldout_nll=nll, heldout_token_accuracy=accuracy, threads=_threads())
 

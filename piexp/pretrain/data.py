@@ -25,6 +25,7 @@ class TokenSequence:
 
     policy: str
     reward: float
+    episode: int  # index of the episode it comes from
     tokens: list[int]
     targets: list[int]
     weights: list[float]
@@ -67,11 +68,27 @@ def token_sequences(trajectories: Sequence[Any], rewards: Sequence[float], polic
     from tinker_cookbook.rl.data_processing import trajectory_to_data
 
     sequences = []
-    for trajectory, reward, policy in zip(trajectories, rewards, policies, strict=True):
+    for episode, (trajectory, reward, policy) in enumerate(zip(trajectories, rewards, policies, strict=True)):
         for datum in trajectory_to_data(trajectory, 1.0):
             sequences.append(TokenSequence(
-                policy=policy, reward=reward, tokens=datum.model_input.to_ints(),
+                policy=policy, reward=reward, episode=episode, tokens=datum.model_input.to_ints(),
                 targets=[int(t) for t in datum.loss_fn_inputs["target_tokens"].tolist()],
                 weights=[float(w) for w in datum.loss_fn_inputs["mask"].tolist()],
             ))
     return sequences
+
+
+def answer_windows(sequences: Sequence[TokenSequence], window: int) -> list[TokenSequence]:
+    """Each episode's last sequence (its answer turn) cut to the answer and the `window`
+    tokens before it."""
+    last: dict[int, TokenSequence] = {}
+    for sequence in sequences:
+        last[sequence.episode] = sequence
+    windows = []
+    for sequence in last.values():
+        first = next(i for i, w in enumerate(sequence.weights) if w > 0)
+        start = max(0, first - window)
+        windows.append(TokenSequence(policy=sequence.policy, reward=sequence.reward, episode=sequence.episode,
+                                     tokens=sequence.tokens[start:], targets=sequence.targets[start:],
+                                     weights=sequence.weights[start:]))
+    return windows

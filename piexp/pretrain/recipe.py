@@ -38,6 +38,15 @@ class LearnerRecipe:
     })
     batch_sequences: int = 8  # sequences per optimiser step
     learning_rate: float = 5e-3  # AdamW peak, cosine decay to 0 over all steps
+    # Stating what the program printed means copying its digits from the tool output, an
+    # induction behaviour a 2-layer model needs far more examples of than the mix holds
+    # (in a first build, 1 in 3 episodes: the answers were wrong every time). So the last
+    # turn of `copy_tasks_per_family` more oracle episodes per family is added, cut to
+    # its answer and the `copy_window` tokens before it (the tool output): cheap
+    # sequences that teach the copy and nothing about which behaviour to choose.
+    copy_tasks_per_family: int = 1500
+    copy_window: int = 64
+    copy_batch_sequences: int = 32  # copy windows per optimiser step
     steps: int = 900  # optimiser steps
     # Each step's loss: the cross-entropy at every weighted position over the data's own
     # tokens plus `sampled_negatives` others drawn afresh (a sampled softmax, ~50x cheaper

@@ -14,7 +14,7 @@ from piexp.pretrain import build
 from piexp.pretrain.data import TokenSequence
 from piexp.pretrain.recipe import LearnerRecipe, recipe_digest, source_digest
 
-TINY = dataclasses.replace(LearnerRecipe(), tasks_per_family=4, steps=2, batch_sequences=2, sampled_negatives=64,
+TINY = dataclasses.replace(LearnerRecipe(), tasks_per_family=4, copy_tasks_per_family=3, steps=2, batch_sequences=2, sampled_negatives=64,
                            exact_positions=4)
 
 
@@ -42,7 +42,7 @@ def _pattern(count: int, offset: int) -> list[TokenSequence]:
     sequences = []
     for i in range(count):
         tokens = [2000 + (i + offset) % 7, *phrase]
-        sequences.append(TokenSequence(policy="p", reward=1.0, tokens=tokens[:-1], targets=tokens[1:],
+        sequences.append(TokenSequence(policy="p", reward=1.0, episode=i, tokens=tokens[:-1], targets=tokens[1:],
                                        weights=[0.0] + [1.0] * (len(tokens) - 2)))
     return sequences
 
@@ -91,7 +91,8 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
     path = build.ensure_learner_model(open_sandbox, TINY)
     marker = json.loads((path / build.MARKER).read_text())
-    assert marker["digest"] == path.name and marker["episodes"] == 8
+    assert marker["digest"] == path.name and marker["episodes"] == 14
+    assert marker["answer_windows"] == 4  # 6 copy episodes, 2 held out
     assert set(marker["mean_reward_by_policy"]) <= {"oracle", "crash"}
     assert marker.get("mean_reward_by_policy", {}).get("oracle", 1.0) == 1.0
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()

@@ -32,7 +32,7 @@ def test_rl_improves_held_out_pass_rate_and_shuffled_control_does_not(server_ven
     base, rl, control = figures["base"], figures["rl"], figures["control"]
     assert figures["tasks"] >= 32, text
     # The base model solves some tasks and fails others: room to improve, and signal.
-    assert 0.05 < base["pass@1"] < 0.8, text
+    assert 0.02 < base["pass@1"] < 0.8, text
     assert figures["rl_improves"], f"RL did not beat the base model beyond its interval\n{text}"
     assert rl["diff_pass@1"] > 0.1, text
     assert figures["control_flat"], f"the shuffled-reward control improved beyond its interval\n{text}"

@@ -1,12 +1,13 @@
 """What piexp shows a person while it works: one stderr console for every command, a
-plain-text copy of everything it says in the run folder's `job.log` (no colour, no live
-updates), and progress that is a live bar on a terminal and a plain line every
-`PLAIN_PROGRESS_EVERY_S` seconds elsewhere (CI, nohup, a sweep job's log), with a count
-and an estimate of the time left."""
+plain-text copy of everything it says and logs in the run folder's `job.log` (no colour,
+no live updates; opened only once the run-folder guard has passed), and progress that
+is a live bar on a terminal and a plain line every `PLAIN_PROGRESS_EVERY_S` seconds
+elsewhere (CI, nohup, a sweep job's log), with a count and an estimate of the time left."""
 
 from __future__ import annotations
 
 import io
+import logging
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -21,12 +22,32 @@ PLAIN_PROGRESS_EVERY_S = 10.0  # a progress line this often without a terminal, 
 _JOB_LOG_WIDTH = 120
 
 _job_log: Optional[Path] = None
+# The root logger's handler writing log records into the job.log (Hydra's own file
+# handler is off: it would open the file before the folder is checked).
+_job_log_records: Optional[logging.FileHandler] = None
 
 
 def attach_job_log(path: Path) -> None:
-    """Copy what `say` and progress print into `path` (the run's job.log) from now on."""
-    global _job_log
+    """Copy what `say` and progress print, and every log record, into `path` (the run's
+    job.log) from now on."""
+    global _job_log, _job_log_records
+    detach_job_log()
     _job_log = Path(path)
+    root = logging.getLogger()
+    _job_log_records = logging.FileHandler(_job_log, encoding="utf-8")
+    # Log lines in job.log look like those on the console (the format Hydra configured).
+    _job_log_records.setFormatter(next((h.formatter for h in root.handlers if h.formatter), None))
+    root.addHandler(_job_log_records)
+
+
+def detach_job_log() -> None:
+    """Stop copying into the job.log (a later job of the same process has its own)."""
+    global _job_log, _job_log_records
+    _job_log = None
+    if _job_log_records is not None:
+        logging.getLogger().removeHandler(_job_log_records)
+        _job_log_records.close()
+        _job_log_records = None
 
 
 def _to_job_log(*objects: Any, **kwargs: Any) -> None:

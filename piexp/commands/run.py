@@ -5,6 +5,7 @@ through the same checks)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -13,7 +14,7 @@ from piexp.config.argv import is_multirun, rewrite_list_overrides, split_hydra_f
 from piexp.config.compose import compose, planned_jobs, sweep_combinations
 from piexp.config.suggest import refuse_unknown_subcommand
 from piexp.errors import exit_on_user_error
-from piexp.launch.run_folder import guard_folders, planned_folders, take_replace_flag
+from piexp.launch.run_folder import REPLACE_ENV, guard_folders, planned_folders, take_replace_flag
 from piexp.launch.sandbox import refuse_unreachable_remote
 from piexp.service import placeholder_api_key
 from piexp.service.tinker_preflight import preflight_tinker, require_api_key
@@ -42,6 +43,9 @@ def main(argv: list[str]) -> int:
             return exit_on_user_error(lambda: _print_sweep_configs(overrides))
     # Hydra itself (its app, launchers and plugins) loads only for a run that goes ahead.
     from piexp.launch.job import hydra_entry
+
+    # The jobs check their own folders too (those the planner cannot name); they inherit this.
+    os.environ[REPLACE_ENV] = "1" if replace else "0"
 
     sys.argv = [sys.argv[0] if sys.argv else "piexp", *argv]
     hydra_entry()

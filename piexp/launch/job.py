@@ -1,5 +1,6 @@
-"""The Hydra job: validate the composed config, then run the selected mode in the
-Hydra run folder. Failures a user can cause end the job with one paragraph.
+"""The Hydra job: validate the composed config, check that the Hydra run folder holds no
+other run (only then is anything written into it: the `.hydra/` record, `job.log`), then
+run the selected mode there. Failures a user can cause end the job with one paragraph.
 
 Every job goes through `piexp.sweeps.run_tracked`, which skips a job already completed
 with the same config in the same folder (resumable sweeps), keeps the sweep's status
@@ -18,18 +19,22 @@ from omegaconf import DictConfig
 from piexp.config.compose import validate
 from piexp.config.paths import config_dir
 from piexp.config.presets import register_presets
-from piexp.console import attach_job_log
+from piexp.console import attach_job_log, detach_job_log
 from piexp.errors import UserError, report_user_error
 from piexp.launch.run import run_mode
+from piexp.launch.run_folder import claim_job_folder
 from piexp.sweeps import JobInfo, job_failed, run_tracked
 
 
 def run_job(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     job = JobInfo.from_hydra()
-    attach_job_log(run_dir / "job.log")  # what the console shows, as plain text, in the run folder
     try:
         config = validate(cfg)
+        # Nothing is written into the folder before this: it may hold another run.
+        for line in claim_job_folder(run_dir, cfg, config):
+            print(f"piexp: {line}", file=sys.stderr)
+        attach_job_log(run_dir / "job.log")  # what the console shows, as plain text, in the run folder
         return run_tracked(config, run_dir, job, run_mode)
     except UserError as error:
         if job.multirun:  # a sweep job's validation error: record it, keep the others going
@@ -45,6 +50,8 @@ def run_job(cfg: DictConfig) -> float | None:
         print(f"piexp: interrupted; nothing is left running. Resume with the same command and "
               f"hydra.run.dir={run_dir}", file=sys.stderr)  # fmt: skip
         sys.exit(130)
+    finally:
+        detach_job_log()  # the next job of this process (a sequential sweep) logs into its own folder
 
 
 def hydra_entry() -> None:

@@ -1,23 +1,31 @@
-"""Never lose or mix results: before Hydra writes anything, every folder a command
-would run into is checked against the run it already holds.
+"""Never lose or mix results: every folder a run or sweep job runs into is checked
+against the run it already holds before anything is written into it.
 
-Hydra writes `.hydra/config.yaml` and `overrides.yaml` into a run folder the moment a
-job starts, so a rerun with another config into a finished folder would overwrite the
-record of what the folder's results are. Here each planned job folder (`hydra.run.dir`,
-or `hydra.sweep.dir`/job number) that holds a piexp run is compared with the job's
-validated config: the same config resumes (as before; so does a train run given a
-larger `mode.max_steps`: it trains on from its last checkpoint), another one is refused naming
-the folder, the differing keys and the two ways out, unless `--replace` is given, which
-moves the old folder aside (`<folder>.replaced-<UTC time>`), never deletes it.
+A folder's `.hydra/config.yaml` and `overrides.yaml` record what its results are, so a
+rerun with another config must never touch them. A folder that holds a piexp run is
+compared with the job's validated config: the same config resumes (so does a train run
+given a larger `mode.max_steps`: it trains on from its last checkpoint), another one is
+refused naming the folder, the differing keys and the two ways out, unless `--replace`
+is given, which moves the old folder aside (`<folder>.replaced-<UTC time>`), never
+deletes it. The check runs twice with the same `guard_folders`: before launch, on every
+folder the command line names (`hydra.run.dir`, `hydra.sweep.dir`/job number for the
+first validated jobs), so a refused sweep starts no job; and inside each job
+(`claim_job_folder`), which covers the folders only Hydra can name (a custom
+`hydra.sweep.subdir`, jobs past the validated ones). That in-job check comes first: Hydra
+is set to write nothing into a job folder (`hydra.output_subdir: null`, no job-log file
+handler; both are refused if changed) and piexp writes the `.hydra/` record itself once
+the folder is free or holds the same run.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
@@ -25,6 +33,11 @@ from piexp.run_records import REPLACED_MARK
 
 # The command-line flag that moves a folder holding another run aside.
 REPLACE_FLAG = "--replace"
+# How `--replace` reaches the jobs (their processes inherit the launcher's environment);
+# set by the CLI itself, never needed by hand.
+REPLACE_ENV = "PIEXP_REPLACE_HELD_RUNS"
+# Where a run folder keeps the record of its run (Hydra's own name for it).
+RECORD_SUBDIR = ".hydra"
 
 
 def take_replace_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
@@ -39,6 +52,7 @@ def planned_folders(overrides: Sequence[str], multirun: bool, count: int) -> tup
 
     fixed = next(iter(sweep_combinations(overrides)), list(overrides))
     cfg = compose(fixed, with_hydra=True)
+    _refuse_hydra_writing_into_jobs(cfg)
     multirun = multirun or str(OmegaConf.select(cfg, "hydra.mode") or "").endswith("MULTIRUN")
     if not multirun:
         return None, [Path(str(cfg.hydra.run.dir))]
@@ -49,12 +63,26 @@ def planned_folders(overrides: Sequence[str], multirun: bool, count: int) -> tup
     return sweep_dir, [sweep_dir / str(number) for number in range(count)]
 
 
+def _refuse_hydra_writing_into_jobs(cfg: DictConfig) -> None:
+    """Hydra must leave a job folder alone until the in-job guard has looked at it."""
+    if OmegaConf.select(cfg, "hydra.output_subdir") is not None:
+        raise UserError(
+            "hydra.output_subdir cannot be set: piexp writes a run's record (.hydra/config.yaml, hydra.yaml, "
+            "overrides.yaml) itself, after checking that the folder holds no other run. Drop the setting.")
+    handlers = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.job_logging.handlers") or {}, resolve=False)
+    if any(isinstance(handler, dict) and "filename" in handler for handler in handlers.values()):  # type: ignore[union-attr]
+        raise UserError(
+            "hydra/job_logging with a log file cannot be used: piexp writes job.log into the run folder itself, "
+            "after checking that the folder holds no other run. Use hydra/job_logging=stdout (the default), "
+            "disabled or none.")
+
+
 def _held_run(folder: Path) -> tuple[RunConfig | None, str | None]:
     """The validated config of the run `folder` holds (None, None when it holds none),
     or (None, why) when its saved config cannot be read by this piexp."""
     from piexp.config.compose import saved_run_config, validate
 
-    if not (folder / ".hydra" / "config.yaml").is_file():
+    if not (folder / RECORD_SUBDIR / "config.yaml").is_file():
         return None, None
     try:
         return validate(saved_run_config(folder)), None
@@ -105,3 +133,21 @@ def guard_folders(folders: Sequence[Path | None], configs: Sequence[RunConfig], 
             "deleted) and start afresh. Rerunning with the same config resumes instead."
         )
     return [f"moved {folder} aside to {move_aside(folder)} ({why})" for folder, why in conflicts]
+
+
+def claim_job_folder(run_dir: Path, task_cfg: DictConfig, config: RunConfig) -> list[str]:
+    """Inside a Hydra job, before anything is written into `run_dir`: refuse it if it holds
+    a different run (or move it aside, when the command had --replace), then write the
+    run's record into it as Hydra would have; returns one line per folder moved."""
+    from hydra.core.hydra_config import HydraConfig
+
+    moved = guard_folders([run_dir], [config], replace=os.environ.get(REPLACE_ENV) == "1")
+    record = run_dir / RECORD_SUBDIR
+    record.mkdir(parents=True, exist_ok=True)  # the job folder itself too, when it was moved aside
+    # The whole composed config, Hydra's node at its `hydra` key (typed as HydraConf only).
+    hydra_cfg: Any = HydraConfig.instance().cfg
+    assert hydra_cfg is not None
+    for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_cfg),
+                       ("overrides.yaml", hydra_cfg.hydra.overrides.task)):
+        (record / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+    return moved

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from piexp.config.schema import RunConfig
 from piexp.console import console, say
 from piexp.errors import ServiceUnavailableError
+
+if TYPE_CHECKING:
+    from tinker_cookbook.tokenizer_utils import Tokenizer
 
 __all__ = ["LOCAL_API_KEY", "open_service", "placeholder_api_key"]
 
@@ -47,7 +51,7 @@ def placeholder_api_key(*, override: bool) -> Iterator[None]:
 
 
 def _resolved(config: RunConfig, base_url: str, model_name: str | None = None) -> RunConfig:
-    update = {"service": config.service.model_copy(update={"base_url": base_url})}
+    update: dict[str, Any] = {"service": config.service.model_copy(update={"base_url": base_url})}
     if model_name is not None:
         update["model"] = config.model.model_copy(update={"name": model_name})
     return config.model_copy(update=update)
@@ -64,7 +68,8 @@ def _model_name(config: RunConfig) -> str:
 
         from piexp.tokenizer import load_offline_qwen3_tokenizer
 
-        register_tokenizer(name, lambda: load_offline_qwen3_tokenizer(name))
+        # The proxy stands in for the cookbook's tokenizer type (the same interface).
+        register_tokenizer(name, cast("Callable[[], Tokenizer]", lambda: load_offline_qwen3_tokenizer(name)))
     return name
 
 
@@ -148,7 +153,7 @@ class _Watchdog:
     otherwise retry for a long time): the main thread gets a KeyboardInterrupt, which
     `open_service` turns into a clear error with the server log's tail."""
 
-    def __init__(self, server) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, server) -> None:
         import threading
 
         self.server = server

@@ -19,14 +19,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from piexp.errors import ServiceUnavailableError
 from piexp.sandbox.embedded import bound_listening_socket
 
-__all__ = ["LocalServer", "compilation_cache_env", "default_compilation_cache_dir", "local_server"]
+__all__ = ["LocalServer", "compilation_cache_env", "default_compilation_cache_dir"]
 
 HEALTH_PATH = "/api/v1/healthz"
 
@@ -224,12 +223,3 @@ class LocalServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def local_server(**kwargs) -> Iterator[LocalServer]:  # type: ignore[no-untyped-def]
-    server = LocalServer(**kwargs)
-    try:
-        yield server.start()
-    finally:
-        server.stop()

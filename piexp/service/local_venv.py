@@ -138,7 +138,7 @@ def server_versions(venv: Path | None = None) -> dict[str, str | None]:
     return json.loads(result.stdout)
 
 
-def _run_step(progress, task, description: str, command: list[str], log) -> None:  # type: ignore[no-untyped-def]
+def _run_step(progress, task, description: str, command: list[str], log) -> None:
     progress.update(task, description=description)
     log.write(f"$ {' '.join(command)}\n")
     log.flush()

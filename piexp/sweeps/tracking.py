@@ -76,7 +76,7 @@ class JobInfo:
 
         hydra_cfg = HydraConfig.get()
         multirun = hydra_cfg.mode == RunMode.MULTIRUN
-        num = hydra_cfg.job.get("num", 0) if multirun else 0
+        num = getattr(hydra_cfg.job, "num", 0) if multirun else 0
         return cls(
             num=int(num if num is not None else 0),
             overrides=list(hydra_cfg.overrides.task),
@@ -117,7 +117,7 @@ def job_failed(job: JobInfo, run_dir: Path, error: BaseException, *, recorded: b
     if not isinstance(error, UserError):
         log.error("%s failed", _label(job), exc_info=error)
     return SweepJobFailed(
-        f"Sweep {_label(job)} failed: {text}. Every job's state is in {status.md_path}; run the "
+        f"Sweep {_label(job)} failed: {text.rstrip('.')}. Every job's state is in {status.md_path}; run the "
         "same command with the same hydra.sweep.dir=... to rerun only the jobs that did not complete."
     )
 
@@ -160,7 +160,10 @@ def _claim(status: SweepStatus, run_dir: Path, job: JobInfo, digest: str, owner:
         busy = status.claim(job.num, owner, **common)
         if busy is None:
             if marker is not None:
-                log.info("Rerunning %s: the completed marker in %s is for a different config.", _label(job), run_dir)
+                # The folder guard let the job in, so the config differs only where a rerun
+                # continues the same run (a larger mode.max_steps, a reproduces record).
+                log.info("Continuing %s in %s: its completed marker is for an earlier config of the same run.",
+                         _label(job), run_dir)
             return None
         if not announced:
             log.info("Waiting for %s: pid %s on %s runs it already (heartbeat %s); it is resumed or skipped "

@@ -46,3 +46,25 @@ def tiny_model() -> Path:
     from piexp.service.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def run_backend_script(server_venv: Path, tiny_model: Path):
+    """Run a check script in the server venv (argv: launcher, tiny model, variant) and
+    return the JSON it prints on its `RESULT ` line."""
+    import json
+    import subprocess
+
+    from piexp.service.local_venv import venv_python
+
+    def run(script: str, launcher: Path, variant: str) -> dict:
+        result = subprocess.run(
+            [str(venv_python(server_venv)), "-c", script, str(launcher), str(tiny_model), variant],
+            capture_output=True, text=True, timeout=900, check=False,
+            env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-4000:]
+        line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
+        return json.loads(line.removeprefix("RESULT "))
+
+    return run

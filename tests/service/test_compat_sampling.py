@@ -8,8 +8,6 @@ argmax agrees with jnp.argmax on rows with ties and NaNs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -64,25 +62,12 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _run(server_venv: Path, tiny_model: Path, launcher: Path, variant: str) -> dict:
-    from piexp.service.local_venv import venv_python
-
-    result = subprocess.run(
-        [str(venv_python(server_venv)), "-c", CHECK, str(launcher), str(tiny_model), variant],
-        capture_output=True, text=True, timeout=900, check=False,
-        env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
-
-
-def test_sampling_speedups_keep_tokens_and_distribution(server_venv: Path, tiny_model: Path, tmp_path: Path):
+def test_sampling_speedups_keep_tokens_and_distribution(run_backend_script, tmp_path: Path):
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = _run(server_venv, tiny_model, launcher, "plain")
-    patched = _run(server_venv, tiny_model, launcher, "patched")
+    plain = run_backend_script(CHECK, launcher, "plain")
+    patched = run_backend_script(CHECK, launcher, "patched")
     assert sorted(patched["greedy"]) == sorted(plain["greedy"]) == ["r0", "r1", "r2"]
     for request, (tokens, logprobs) in plain["greedy"].items():
         assert len(tokens) == 12

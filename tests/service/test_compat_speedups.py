@@ -8,8 +8,6 @@ several attention blocks are all exercised)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -59,25 +57,12 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _run(server_venv: Path, tiny_model: Path, launcher: Path, variant: str) -> dict:
-    from piexp.service.local_venv import venv_python
-
-    result = subprocess.run(
-        [str(venv_python(server_venv)), "-c", CHECK, str(launcher), str(tiny_model), variant],
-        capture_output=True, text=True, timeout=900, check=False,
-        env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
-
-
-def test_speedups_leave_logprobs_losses_and_gradients_unchanged(server_venv: Path, tiny_model: Path, tmp_path: Path):
+def test_speedups_leave_logprobs_losses_and_gradients_unchanged(run_backend_script, tmp_path: Path):
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = _run(server_venv, tiny_model, launcher, "plain")
-    patched = _run(server_venv, tiny_model, launcher, "patched")
+    plain = run_backend_script(CHECK, launcher, "plain")
+    patched = run_backend_script(CHECK, launcher, "patched")
     for loss in ("cross_entropy", "importance_sampling"):
         assert patched[loss]["grad_norm"] > 0
         assert patched[loss]["grad_norm"] == pytest.approx(plain[loss]["grad_norm"], rel=1e-4), loss

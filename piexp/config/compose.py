@@ -87,7 +87,7 @@ def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig
                 failure = error
     finally:
         if already:
-            GlobalHydra.instance().initialize(saved.config_loader)  # type: ignore[union-attr,arg-type]
+            GlobalHydra.instance().initialize(saved)  # type: ignore[arg-type]
     # Converted outside Hydra's context: finding the fix composes the config again.
     raise _hydra_error_to_user_error(failure, overrides) from failure
 

@@ -32,11 +32,25 @@ def run_mode(config: RunConfig, run_dir: Path) -> float | None:
 def run_one_mode(config: RunConfig, run_dir: Path) -> float | None:
     """The selected mode in `run_dir`, inside its service session when it needs one."""
     if config.uses_service:
+        config = _with_built_model(config)
         # Tinker: preflight; local: start (and at exit stop) a SkyRL server; selfhosted:
         # preflight + compatibility proxy. Yields the config with URL and model resolved.
         with open_service(config, run_dir) as resolved:
             return _run_mode(resolved, run_dir)
     return _run_mode(config, run_dir)
+
+
+def _with_built_model(config: RunConfig) -> RunConfig:
+    """`model=learner-local` names a model piexp pre-trains itself: its folder, built
+    first (once per machine, in its own embedded sandbox) if this machine has none."""
+    from piexp.pretrain import LEARNER_MODEL_NAME
+
+    if config.model.name != LEARNER_MODEL_NAME:
+        return config
+    from piexp.pretrain import ensure_learner_model
+
+    path = ensure_learner_model(lambda: run_sandbox(config.sandbox))
+    return config.model_copy(update={"model": config.model.model_copy(update={"name": str(path)})})
 
 
 def _run_mode(config: RunConfig, run_dir: Path) -> float | None:

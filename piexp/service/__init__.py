@@ -60,17 +60,17 @@ def _resolved(config: RunConfig, base_url: str, model_name: str | None = None) -
 def _model_name(config: RunConfig) -> str:
     from piexp.service.tiny_model import TINY_LOCAL_NAME, ensure_tiny_model
 
-    if config.model.name == TINY_LOCAL_NAME:
-        path = str(ensure_tiny_model())
+    name = str(ensure_tiny_model()) if config.model.name == TINY_LOCAL_NAME else config.model.name
+    if Path(name).is_absolute() and Path(name).is_dir():
+        # A local model folder (tiny-local, learner-local, or one given by path): the
+        # thread-safe offline Qwen3 tokenizer for it, as for the Qwen3 names.
         from tinker_cookbook.tokenizer_utils import register_tokenizer
 
         from piexp.tokenizer import load_offline_qwen3_tokenizer
 
-        # The thread-safe offline tokenizer for the folder, as for the Qwen3 names.
         # The proxy stands in for the cookbook's tokenizer type (the same interface).
-        register_tokenizer(path, cast("Callable[[], Tokenizer]", lambda: load_offline_qwen3_tokenizer(path)))
-        return path
-    return config.model.name
+        register_tokenizer(name, cast("Callable[[], Tokenizer]", lambda: load_offline_qwen3_tokenizer(name)))
+    return name
 
 
 def _state_dir(config: RunConfig, run_dir: Path) -> Path:

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_LOCAL_NAME", "TINY_QWEN3_CONFIG", "ensure_tiny_model", "tiny_model_dir"]
+__all__ = ["TINY_LOCAL_NAME", "TINY_QWEN3_CONFIG", "copy_tokenizer_files", "ensure_tiny_model", "tiny_model_dir"]
 
 TINY_LOCAL_NAME = "tiny-local"
 SEED = 0
@@ -77,6 +77,15 @@ def _is_complete(path: Path) -> bool:
     return marker == _expected_marker() and (path / "model.safetensors").is_file()
 
 
+def copy_tokenizer_files(model_dir: Path) -> None:
+    """Put the offline Qwen3 tokenizer's files into a model folder (loaders expect them there)."""
+    from piexp.tokenizer import offline_qwen3_tokenizer_dir
+
+    for source in offline_qwen3_tokenizer_dir().iterdir():
+        if source.name.startswith("tokenizer") or source.name in ("special_tokens_map.json",):
+            shutil.copy(source, model_dir / source.name)
+
+
 def ensure_tiny_model() -> Path:
     """The tiny model folder, built (atomically) if missing or from another recipe."""
     target = tiny_model_dir()
@@ -84,8 +93,6 @@ def ensure_tiny_model() -> Path:
         return target
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
-
-    from piexp.tokenizer import offline_qwen3_tokenizer_dir
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.building")
@@ -100,10 +107,7 @@ def ensure_tiny_model() -> Path:
         head[EOS_TOKEN_ID].zero_()
         head[EOS_TOKEN_ID, 0] = EOS_LOGIT / TINY_QWEN3_CONFIG["hidden_size"] ** 0.5
     model.save_pretrained(staging)
-    tokenizer_dir = offline_qwen3_tokenizer_dir()
-    for source in tokenizer_dir.iterdir():
-        if source.name.startswith("tokenizer") or source.name in ("special_tokens_map.json",):
-            shutil.copy(source, staging / source.name)
+    copy_tokenizer_files(staging)
     (staging / _MARKER).write_text(json.dumps(_expected_marker(), indent=2), encoding="utf-8")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)

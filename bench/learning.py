@@ -1,0 +1,164 @@
+"""Does RL make `model=learner-local` better on held-out tasks, and does a control that
+must not learn stay flat? One command, offline, on a CPU:
+
+1. pre-training (the warm start: imitation of scripted episodes, piexp/pretrain; built
+   once per machine, and its recorded build time is reported when it was cached);
+2. `experiment=learn_offline` (the preset runs the loop): evaluate the base model on the eval split (tasks whose inputs never appear in training), train with
+   RL, evaluate the trained checkpoint;
+3. the control: the same run with `algo.shuffle_rewards=true` (each group's rewards
+   permuted among its episodes before advantages), evaluated after training.
+
+It prints pass@1 and mean shaped reward at each stage and the paired differences over
+eval tasks with 95% t-intervals (piexp.launch.comparison), and says whether RL beat the
+base model beyond its interval while the control did not. Peak memory is the highest sum
+of resident set sizes of the piexp process and its descendants (sandbox, SkyRL server),
+sampled every 0.5 s. Usage: `python bench/learning.py [OUT_DIR]` (a temporary folder by
+default; the run folders stay in OUT_DIR for `piexp show` / `viewer.html`).
+
+Figures: see the end of this docstring (measured as stated there).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+LOOP = ["experiment=learn_offline"]  # the preset runs the loop: base eval, RL, trained eval
+CONTROL = ["experiment=learn_offline", "mode.eval_before=false", "algo.shuffle_rewards=true"]
+
+
+def _children(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    while frontier:
+        current = frontier.pop()
+        found.append(current)
+        frontier.extend(parents.get(current, []))
+    return found
+
+
+def _rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def run_piexp(args: list[str], run_dir: Path, log: Path) -> tuple[float, float]:
+    """One piexp command into `run_dir` (its output into `log`): wall seconds, peak MB."""
+    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "piexp", *args, f"hydra.run.dir={run_dir}"],
+                                   stdout=out, stderr=subprocess.STDOUT, env=env)
+        peak = [0.0]
+
+        def sample() -> None:
+            while process.poll() is None:
+                peak[0] = max(peak[0], _rss_mb(_children(process.pid)))
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        process.wait()
+        sampler.join(2)
+    if process.returncode != 0:
+        raise SystemExit(f"piexp {' '.join(args)} failed (exit {process.returncode}); see {log}")
+    return time.perf_counter() - started, peak[0]
+
+
+def build_model() -> tuple[Path, dict, float, bool]:
+    from piexp.launch.sandbox import run_sandbox
+    from piexp.pretrain.build import data_config, ensure_learner_model, learner_model_dir, read_marker
+
+    cached = read_marker(learner_model_dir()) is not None
+    started = time.perf_counter()
+    sandbox = data_config().sandbox
+    path = ensure_learner_model(lambda: run_sandbox(sandbox))
+    return path, read_marker(path) or {}, time.perf_counter() - started, cached
+
+
+def learning(out: Path, console: Console) -> dict:
+    """Run every stage into `out` and return the figures and verdicts."""
+    from piexp.launch.comparison import compare, load_run
+    from piexp.launch.loop import BASE_EVAL_DIR, TRAINED_EVAL_DIR
+
+    began = time.perf_counter()
+    console.print("pre-training learner-local (cached after the first build) ...")
+    path, marker, build_s, cached = build_model()
+    console.print(f"model {path} ({'cached' if cached else f'built in {build_s:.0f} s'})")
+    console.print("RL run with evaluations before and after ...")
+    loop_s, loop_mb = run_piexp(LOOP, out / "rl", out / "rl.log")
+    console.print("control run (shuffled rewards) ...")
+    control_s, control_mb = run_piexp(CONTROL, out / "control", out / "control.log")
+    runs = [load_run(out / "rl" / BASE_EVAL_DIR), load_run(out / "rl" / TRAINED_EVAL_DIR),
+            load_run(out / "control" / TRAINED_EVAL_DIR)]
+    result = compare(runs)["overall"]["runs"]
+    base, rl, control = result
+    return {
+        "build_s": marker.get("rollout_s", 0) + marker.get("fit_s", 0) if cached else build_s,
+        "build_cached": cached, "heldout_nll": marker.get("heldout_nll"),
+        "loop_s": loop_s, "control_s": control_s, "peak_mb": max(loop_mb, control_mb),
+        "tasks": compare(runs)["overall"]["tasks"], "base": base, "rl": rl, "control": control,
+        "rl_improves": rl["diff_pass@1"] - rl["diff_pass@1_ci"] > 0,
+        "control_flat": control["diff_pass@1"] - control["diff_pass@1_ci"] <= 0,
+        "total_s": time.perf_counter() - began,
+    }
+
+
+def report(figures: dict, console: Console) -> None:
+    table = Table(title=f"learner-local on {figures['tasks']} held-out eval tasks (pass@1, mean shaped reward, "
+                        "paired difference to the base model with its 95% t-interval over tasks)")
+    for column in ("stage", "pass@1", "reward", "diff pass@1", "diff reward"):
+        table.add_column(column, justify="right" if column != "stage" else "left")
+    for label, key in (("base (pre-trained = warm-started)", "base"), ("after RL", "rl"),
+                       ("after RL, shuffled rewards (control)", "control")):
+        row = figures[key]
+        diff = (f"{row['diff_pass@1']:+.3f} ± {row['diff_pass@1_ci']:.3f}", f"{row['diff_reward']:+.3f} ± "
+                f"{row['diff_reward_ci']:.3f}") if "diff_pass@1" in row else ("", "")
+        table.add_row(label, f"{row['pass@1']:.3f}", f"{row['reward']:.3f}", *diff)
+    console.print(table)
+    build = (f"{figures['build_s']:.0f} s (recorded at its build)" if figures["build_cached"]
+             else f"{figures['build_s']:.0f} s")
+    console.print(f"pre-training {build}; RL run with both evaluations {figures['loop_s']:.0f} s; control "
+                  f"{figures['control_s']:.0f} s; whole bench {figures['total_s']:.0f} s; peak memory "
+                  f"{figures['peak_mb']:.0f} MB")
+    console.print(f"RL beats the base model beyond its interval: {'yes' if figures['rl_improves'] else 'NO'}; "
+                  f"the control does not: {'yes' if figures['control_flat'] else 'NO'}")
+
+
+def main() -> int:
+    console = Console()
+    if len(sys.argv) > 1:
+        out = Path(sys.argv[1])
+        out.mkdir(parents=True, exist_ok=True)
+        figures = learning(out, console)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            figures = learning(Path(tmp), console)
+    report(figures, console)
+    return 0 if figures["rl_improves"] and figures["control_flat"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Build the `learner-local` model folder once per content digest: compose the recipe's
+data config, roll out the scripted mixture on its train tasks in an embedded sandbox, fit
+the model, write it with the offline Qwen3 tokenizer and a marker recording the recipe,
+the digest, the timings and the held-out fit; concurrent runs wait on a lock instead of
+building twice. Older builds are removed once a new one is complete."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from piexp.config.schema import RunConfig
+from piexp.console import ProgressReport, say
+from piexp.pretrain.recipe import LearnerRecipe, recipe_digest
+
+LEARNER_MODEL_NAME = "learner-local"
+RECIPE = LearnerRecipe()
+MARKER = "piexp_learner_model.json"
+#: Train tasks kept out of the fit, to measure it (held-out NLL and token accuracy).
+HELDOUT_TASKS = 12
+
+
+def _models_root() -> Path:
+    from piexp.tokenizer import piexp_cache_dir
+
+    return piexp_cache_dir() / "models" / LEARNER_MODEL_NAME
+
+
+def data_config(recipe: LearnerRecipe = RECIPE) -> RunConfig:
+    from piexp.config.compose import load
+
+    tasks = recipe.tasks_per_family + recipe.copy_tasks_per_family
+    return load([*recipe.data_overrides, f"tasks.train_per_family={tasks}"])
+
+
+def _digest(config: RunConfig, recipe: LearnerRecipe) -> str:
+    shaping = {"families": config.families, "family": config.model_dump(mode="json")["family"],
+               "languages": config.train_languages, "limits": config.limits.model_dump(mode="json"),
+               "reward": config.reward.model_dump(mode="json"), "renderer": config.model.renderer,
+               "seed": config.seed}
+    return recipe_digest(recipe, Path(__file__).resolve().parents[1], shaping)
+
+
+def learner_model_dir(recipe: LearnerRecipe = RECIPE) -> Path:
+    return _models_root() / _digest(data_config(recipe), recipe)
+
+
+def read_marker(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((path / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _policy_draw(recipe: LearnerRecipe, count: int) -> list[str]:
+    names = [name for name, _ in recipe.policy_shares]
+    shares = [share for _, share in recipe.policy_shares]
+    rng = random.Random(recipe.seed)
+    return rng.choices(names, weights=shares, k=count)
+
+
+SandboxOpener = Callable[[], contextlib.AbstractContextManager[str]]
+
+
+def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RECIPE) -> Path:
+    """The model folder for `recipe`, built first if this machine has no build of it;
+    `open_sandbox()` yields a /run_code URL for the build's episodes (the caller's
+    sandbox settings; opened only when a build is needed)."""
+    config = data_config(recipe)
+    target = _models_root() / _digest(config, recipe)
+    if read_marker(target) is not None:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run building the same model: wait for it
+        if read_marker(target) is None:
+            with open_sandbox() as sandbox_url:
+                _build(config, recipe, target, sandbox_url)
+    for stale in target.parent.iterdir():
+        if stale.is_dir() and stale != target and not stale.name.startswith("."):
+            shutil.rmtree(stale, ignore_errors=True)
+    return target
+
+
+def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from piexp.env.splits import build_splits
+    from piexp.pretrain.data import answer_windows, scripted_trajectories, token_sequences
+    from piexp.pretrain.training import fit
+    from piexp.service.tiny_model import copy_tokenizer_files
+    from piexp.tokenizer import register_offline_tokenizers
+
+    started = time.monotonic()
+    say(f"{LEARNER_MODEL_NAME}: building the base model once for this machine ({target.name}); "
+        "it is cached for later runs")
+    # The episodes are rendered with the Qwen3 tokenizer the model will use, registered
+    # offline under the model's name (the folder does not exist yet).
+    register_offline_tokenizers([config.model.name])
+    by_family: dict[str, list[Any]] = {}
+    for task in build_splits(config).train:
+        by_family.setdefault(task.family, []).append(task)
+    # Per family: the first tasks_per_family tasks for the behaviour mix, the rest for
+    # the answer windows (oracle only).
+    tasks = [t for family in by_family.values() for t in family[: recipe.tasks_per_family]]
+    copy_tasks = [t for family in by_family.values() for t in family[recipe.tasks_per_family:]]
+    policies = _policy_draw(recipe, len(tasks)) + ["oracle"] * len(copy_tasks)
+    everything = tasks + copy_tasks
+    with ProgressReport(f"{LEARNER_MODEL_NAME}: scripted episodes", len(everything)) as progress:
+        trajectories, rewards = asyncio.run(
+            scripted_trajectories(config, sandbox_url, everything, policies, progress))
+    rolled_out = time.monotonic()
+    # The last HELDOUT_TASKS tasks of each part measure the fit.
+    mix, copy = len(tasks), len(copy_tasks)
+    train = token_sequences(trajectories[: mix - HELDOUT_TASKS], rewards[: mix - HELDOUT_TASKS],
+                            policies[: mix - HELDOUT_TASKS])
+    heldout = token_sequences(trajectories[mix - HELDOUT_TASKS: mix], rewards[mix - HELDOUT_TASKS: mix],
+                              policies[mix - HELDOUT_TASKS: mix])
+    copies = answer_windows(token_sequences(trajectories[mix: mix + copy - HELDOUT_TASKS],
+                                            rewards[mix: mix + copy - HELDOUT_TASKS],
+                                            policies[mix: mix + copy - HELDOUT_TASKS]), recipe.copy_window)
+    heldout_answers = answer_windows(token_sequences(trajectories[mix + copy - HELDOUT_TASKS:],
+                                                     rewards[mix + copy - HELDOUT_TASKS:],
+                                                     policies[mix + copy - HELDOUT_TASKS:]), recipe.copy_window)
+    torch.manual_seed(recipe.seed)
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
+    steps = recipe.steps
+    tokens = sum(int(sum(s.weights)) for s in train)
+    with ProgressReport(f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)",
+                        steps, unit="steps") as progress:
+        report = fit(model, train, heldout, recipe, progress, copies, heldout_answers)
+    staging = target.with_name(f".{target.name}.building")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    copy_tokenizer_files(staging)
+    by_policy: dict[str, list[float]] = {}
+    for policy, reward in zip(policies[:mix], rewards[:mix], strict=True):
+        by_policy.setdefault(policy, []).append(reward)
+    marker = {
+        "model": LEARNER_MODEL_NAME, "digest": target.name, "recipe": recipe.to_json(),
+        "episodes": len(everything), "sequences": len(train), "target_tokens": tokens,
+        "mean_reward_by_policy": {p: sum(r) / len(r) for p, r in sorted(by_policy.items())},
+        "rollout_s": round(rolled_out - started, 1), "fit_s": round(time.monotonic() - rolled_out, 1),
+        "threads": report.threads, "final_step_nll": report.step_losses[-1],
+        "heldout_nll": report.heldout_nll, "heldout_token_accuracy": report.heldout_token_accuracy,
+        "answer_windows": len(copies), "heldout_answer_accuracy": report.heldout_answer_accuracy,
+    }
+    (staging / MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    say(f"{LEARNER_MODEL_NAME}: built in {time.monotonic() - started:.0f} s (episodes {marker['rollout_s']} s, "
+        f"fit {marker['fit_s']} s); held-out NLL {report.heldout_nll:.3f}, "
+        f"token accuracy {report.heldout_token_accuracy:.3f}, answers copied {report.heldout_answer_accuracy:.2f}")

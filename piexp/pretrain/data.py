@@ -1,0 +1,94 @@
+"""Episodes of scripted policies as token sequences: each train task is rolled out once,
+through tinker-cookbook's rollout code, the run's renderer, piexp's tools and the real
+sandbox, by the policy given for it; each trajectory becomes the sequences a model is
+trained on (tinker-cookbook's `trajectory_to_data`: observations as context, the
+policy's actions as weighted targets). The warm start uses the same rollouts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from piexp.config.schema import RunConfig
+from piexp.tasks import Task
+
+#: Episodes rolled out at once (each holds a sandbox run while it executes).
+CONCURRENT_EPISODES = 8
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One training sequence: `tokens` in, `targets` out (the next token at each position),
+    `weights` 1 where the policy acted."""
+
+    policy: str
+    reward: float
+    episode: int  # index of the episode it comes from
+    tokens: list[int]
+    targets: list[int]
+    weights: list[float]
+
+
+async def scripted_trajectories(
+    config: RunConfig, sandbox_url: str, tasks: Sequence[Task], policies: Sequence[str], progress: Any = None
+) -> tuple[list[Any], list[float]]:
+    """One episode per task by the scripted policy named at the same index (tasks cycle
+    through the run's train languages): the trajectories and their total rewards."""
+    from tinker_cookbook.rl.rollouts import do_group_rollout
+
+    from piexp.env.dataset import episode_settings
+    from piexp.env.episode import WorkspaceGroupBuilder, get_run_renderer
+    from piexp.env.splits import build_splits
+    from piexp.policies import make_policy
+
+    splits = build_splits(config)
+    settings = episode_settings(config, sandbox_url)
+    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+    known = [*splits.train, *splits.eval, *tasks]
+    made = {name: make_policy(name, renderer, known) for name in sorted(set(policies))}
+    languages = config.train_languages
+    gate = asyncio.Semaphore(CONCURRENT_EPISODES)
+
+    async def one(index: int, task: Task) -> Any:
+        builder = WorkspaceGroupBuilder(task=task, language=languages[index % len(languages)],
+                                        settings=settings, group_size=1)
+        async with gate:
+            group = await do_group_rollout(builder, made[policies[index]])
+        if progress is not None:
+            progress.advance()
+        return group
+
+    groups = await asyncio.gather(*(one(i, task) for i, task in enumerate(tasks)))
+    return [g.trajectories_G[0] for g in groups], [float(g.get_total_rewards()[0]) for g in groups]
+
+
+def token_sequences(trajectories: Sequence[Any], rewards: Sequence[float], policies: Sequence[str]) -> list[TokenSequence]:
+    from tinker_cookbook.rl.data_processing import trajectory_to_data
+
+    sequences = []
+    for episode, (trajectory, reward, policy) in enumerate(zip(trajectories, rewards, policies, strict=True)):
+        for datum in trajectory_to_data(trajectory, 1.0):
+            sequences.append(TokenSequence(
+                policy=policy, reward=reward, episode=episode, tokens=datum.model_input.to_ints(),
+                targets=[int(t) for t in datum.loss_fn_inputs["target_tokens"].tolist()],
+                weights=[float(w) for w in datum.loss_fn_inputs["mask"].tolist()],
+            ))
+    return sequences
+
+
+def answer_windows(sequences: Sequence[TokenSequence], window: int) -> list[TokenSequence]:
+    """Each episode's last sequence (its answer turn) cut to the answer and the `window`
+    tokens before it."""
+    last: dict[int, TokenSequence] = {}
+    for sequence in sequences:
+        last[sequence.episode] = sequence
+    windows = []
+    for sequence in last.values():
+        first = next(i for i, w in enumerate(sequence.weights) if w > 0)
+        start = max(0, first - window)
+        windows.append(TokenSequence(policy=sequence.policy, reward=sequence.reward, episode=sequence.episode,
+                                     tokens=sequence.tokens[start:], targets=sequence.targets[start:],
+                                     weights=sequence.weights[start:]))
+    return windows

@@ -1,0 +1,83 @@
+"""The recipe of the `learner-local` base model: its architecture, the episodes it is
+pre-trained on and the optimisation, as one frozen record, and the content digest that
+names its cache entry (the recipe plus every source file that shapes the episodes'
+tokens, so a change to a prompt, a tool, a renderer hook or a reference program builds a
+new model instead of reusing a stale one)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The piexp packages whose code decides the pre-training episodes' tokens.
+SOURCE_PACKAGES = ("env", "policies", "tasks", "tokenizer", "pretrain")
+SOURCE_MODULES = ("languages.py", "cookbook_compat.py")
+
+
+@dataclass(frozen=True)
+class LearnerRecipe:
+    # Composed like a run's command line: the workspace tasks the model learns from
+    # (experiments/learn_offline.yaml holds their families and sizes, one place for both).
+    data_overrides: tuple[str, ...] = ("experiment=learn_offline",)
+    tasks_per_family: int = 200  # train-split tasks rolled out (one episode each)
+    # Scripted policies the episodes come from, with their shares: the base model's
+    # behaviour mix. Only `oracle` solves a task (reward 1; crash earns 0.15 shaped, 0
+    # binary); RL has to discover that. (With `wrong` as a third behaviour a 2-layer
+    # model mixed up the two long programs' texts at this training budget.)
+    policy_shares: tuple[tuple[str, float], ...] = (("oracle", 1 / 3), ("crash", 2 / 3))
+    seed: int = 0  # weights init, episode order, policy draw, negative samples
+    # Qwen3 at toy size; vocabulary and special ids are Qwen3's.
+    architecture: dict[str, Any] = field(default_factory=lambda: {
+        "vocab_size": 151936, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": False,
+        "max_position_embeddings": 32768, "bos_token_id": 151643, "eos_token_id": 151645,
+        "pad_token_id": 151643,
+    })
+    batch_sequences: int = 8  # sequences per optimiser step
+    learning_rate: float = 5e-3  # AdamW peak, cosine decay to 0 over all steps
+    # Stating what the program printed means copying its digits from the tool output, an
+    # induction behaviour a 2-layer model needs far more examples of than the mix holds
+    # (in a first build, 1 in 3 episodes: the answers were wrong every time). So the last
+    # turn of `copy_tasks_per_family` more oracle episodes per family is added, cut to
+    # its answer and the `copy_window` tokens before it (the tool output): cheap
+    # sequences that teach the copy and nothing about which behaviour to choose.
+    copy_tasks_per_family: int = 1500
+    copy_window: int = 64
+    copy_batch_sequences: int = 32  # copy windows per optimiser step
+    steps: int = 900  # optimiser steps
+    # Each step's loss: the cross-entropy at every weighted position over the data's own
+    # tokens plus `sampled_negatives` others drawn afresh (a sampled softmax, ~50x cheaper
+    # than the 152k-wide one here), plus the exact cross-entropy over the whole
+    # vocabulary at `exact_positions` of them drawn at random, so that every token absent
+    # from the data is pushed down at every step (without it, sampling at temperature 1
+    # wandered into the vocabulary's tail within a few tokens).
+    sampled_negatives: int = 2048
+    exact_positions: int = 64
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def source_digest(package_root: Path) -> str:
+    """SHA-256 over the files (name and bytes) that shape the episodes' tokens."""
+    digest = hashlib.sha256()
+    files: list[Path] = []
+    for name in SOURCE_PACKAGES:
+        files.extend(p for p in (package_root / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files.extend(package_root / name for name in SOURCE_MODULES)
+    for path in sorted(files):
+        digest.update(str(path.relative_to(package_root)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def recipe_digest(recipe: LearnerRecipe, package_root: Path, data_config: dict[str, Any]) -> str:
+    """The cache key: the recipe, the composed data config and the source digest."""
+    payload = json.dumps({"recipe": recipe.to_json(), "data_config": data_config,
+                          "sources": source_digest(package_root)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -1,0 +1,131 @@
+"""Fit the learner model to token sequences: next-token cross-entropy on the weighted
+positions only (the policy's actions), AdamW with warm-up and cosine decay; each step's
+loss is a sampled softmax at every position plus the exact softmax at a random few (see
+`LearnerRecipe`). Deterministic for a recipe on one machine."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from piexp.pretrain.data import TokenSequence
+from piexp.pretrain.recipe import LearnerRecipe
+
+
+@dataclass
+class FitReport:
+    step_losses: list[float]  # exact-softmax mean NLL of each step's sampled positions
+    heldout_nll: float  # exact-softmax mean NLL per weighted token on the held-out sequences
+    heldout_token_accuracy: float  # share of held-out weighted tokens whose argmax is the target
+    heldout_answer_accuracy: float  # share of held-out oracle answers whose every token is the argmax
+    threads: int
+
+
+def _threads() -> int:
+    # torch's default takes every core and spins while it waits: on a loaded machine two
+    # threads ran a step 6x slower than one. One thread per core left idle, at most 4.
+    cores = len(os.sched_getaffinity(0))
+    return max(1, min(4, cores - int(os.getloadavg()[0])))
+
+
+def fit(model: Any, sequences: Sequence[TokenSequence], heldout: Sequence[TokenSequence],
+        recipe: LearnerRecipe, progress: Any = None, copies: Sequence[TokenSequence] = (),
+        heldout_answers: Sequence[TokenSequence] = ()) -> FitReport:
+    """Fit `model` to `sequences` (and, each step, `recipe.copy_batch_sequences` of the
+    answer windows `copies`); measure it on `heldout` and `heldout_answers`."""
+    import torch
+
+    torch.set_num_threads(_threads())
+    torch.manual_seed(recipe.seed)
+    generator = torch.Generator().manual_seed(recipe.seed)
+    vocab = model.config.vocab_size
+    data = [(torch.tensor(s.tokens), torch.tensor(s.targets), torch.tensor(s.weights) > 0) for s in sequences]
+    seen = sorted({t for s in (*sequences, *copies) for t in (*s.tokens, *s.targets)})
+    shortlist = torch.tensor(seen)
+    outside = torch.ones(vocab, dtype=torch.bool)
+    outside[shortlist] = False
+    outside_ids = outside.nonzero().squeeze(1)
+    head = model.lm_head.weight
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
+    total = recipe.steps
+    order: list[int] = []
+    copy_order: list[int] = []
+    shuffler = random.Random(recipe.seed)
+    pad = model.config.pad_token_id
+    losses: list[float] = []
+    for step in range(total):
+        while len(order) < recipe.batch_sequences:
+            order.extend(shuffler.sample(range(len(data)), len(data)))
+        batch = [data[order.pop()] for _ in range(recipe.batch_sequences)]
+        warm = min(1.0, (step + 1) / 20)
+        for group in optimizer.param_groups:
+            group["lr"] = recipe.learning_rate * warm * 0.5 * (1 + math.cos(math.pi * step / total))
+        negatives = outside_ids[torch.randperm(len(outside_ids), generator=generator)[: recipe.sampled_negatives]]
+        candidates = torch.cat([shortlist, negatives])
+        position = torch.full((vocab,), -1, dtype=torch.long)
+        position[candidates] = torch.arange(len(candidates))
+        optimizer.zero_grad(set_to_none=True)
+        hidden_parts = [model.model(input_ids=tokens[None]).last_hidden_state[0][mask] for tokens, _, mask in batch]
+        label_parts = [targets[mask] for _, targets, mask in batch]
+        if copies and recipe.copy_batch_sequences:
+            while len(copy_order) < recipe.copy_batch_sequences:
+                copy_order.extend(shuffler.sample(range(len(copies)), len(copies)))
+            chosen_copies = [copies[copy_order.pop()] for _ in range(recipe.copy_batch_sequences)]
+            # One padded batch: padding goes on the right, where a causal model's earlier
+            # positions cannot see it, and carries no weight.
+            width = max(len(c.tokens) for c in chosen_copies)
+            tokens = torch.full((len(chosen_copies), width), pad, dtype=torch.long)
+            targets = torch.full((len(chosen_copies), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chosen_copies), width), dtype=torch.bool)
+            for row, c in enumerate(chosen_copies):
+                tokens[row, : len(c.tokens)] = torch.tensor(c.tokens)
+                targets[row, : len(c.targets)] = torch.tensor(c.targets)
+                mask[row, : len(c.weights)] = torch.tensor(c.weights) > 0
+            hidden_parts.append(model.model(input_ids=tokens).last_hidden_state[mask])
+            label_parts.append(targets[mask])
+        hidden = torch.cat(hidden_parts)
+        labels = torch.cat(label_parts)
+        sampled = torch.nn.functional.cross_entropy(hidden @ head[candidates].T, position[labels])
+        chosen = torch.randperm(len(labels), generator=generator)[: recipe.exact_positions]
+        exact = torch.nn.functional.cross_entropy(hidden[chosen] @ head.T, labels[chosen])
+        (sampled + exact).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(exact.item())
+        if progress is not None:
+            progress.advance(note=f"nll {exact.item():.3f}")
+    nll, accuracy = evaluate(model, heldout)
+    answers = sum(_all_argmax(model, answer) for answer in heldout_answers) / max(len(heldout_answers), 1)
+    return FitReport(step_losses=losses, heldout_nll=nll, heldout_token_accuracy=accuracy,
+                     heldout_answer_accuracy=answers, threads=_threads())
+
+
+def _all_argmax(model: Any, sequence: TokenSequence) -> bool:
+    import torch
+
+    with torch.no_grad():
+        mask = torch.tensor(sequence.weights) > 0
+        logits = model(input_ids=torch.tensor(sequence.tokens)[None]).logits[0][mask]
+        return bool((logits.argmax(-1) == torch.tensor(sequence.targets)[mask]).all())
+
+
+def evaluate(model: Any, sequences: Sequence[TokenSequence]) -> tuple[float, float]:
+    """Exact-softmax mean NLL and argmax accuracy per weighted token."""
+    import torch
+
+    head = model.lm_head.weight
+    nll, right, count = 0.0, 0, 0
+    with torch.no_grad():
+        for s in sequences:
+            mask = torch.tensor(s.weights) > 0
+            hidden = model.model(input_ids=torch.tensor(s.tokens)[None]).last_hidden_state[0][mask]
+            logits = hidden @ head.T
+            targets = torch.tensor(s.targets)[mask]
+            nll += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
+            right += int((logits.argmax(-1) == targets).sum())
+            count += int(mask.sum())
+    return nll / max(count, 1), right / max(count, 1)

@@ -1,0 +1,102 @@
+"""learner-local's pre-training: the cache key follows everything that shapes the model,
+a build is made once and reused, and the fit learns the data while pushing the rest of
+the vocabulary down (the property whose absence made sampled text wander off)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from piexp.pretrain import build
+from piexp.pretrain.data import TokenSequence
+from piexp.pretrain.recipe import LearnerRecipe, recipe_digest, source_digest
+
+TINY = dataclasses.replace(LearnerRecipe(), tasks_per_family=4, copy_tasks_per_family=3, steps=2, batch_sequences=2, sampled_negatives=64,
+                           exact_positions=4)
+
+
+def test_digest_follows_recipe_data_config_and_sources(tmp_path: Path) -> None:
+    root = tmp_path / "piexp"
+    for package in ("env", "policies", "tasks", "tokenizer", "pretrain"):
+        (root / package).mkdir(parents=True)
+        (root / package / "a.py").write_text("x = 1\n")
+    for module in ("languages.py", "cookbook_compat.py"):
+        (root / module).write_text("y = 2\n")
+    recipe = LearnerRecipe()
+    first = recipe_digest(recipe, root, {"families": ["json_tree"]})
+    assert first == recipe_digest(recipe, root, {"families": ["json_tree"]})
+    assert first != recipe_digest(dataclasses.replace(recipe, steps=recipe.steps + 1), root, {"families": ["json_tree"]})
+    assert first != recipe_digest(recipe, root, {"families": ["csv_agg"]})
+    before = source_digest(root)
+    (root / "tasks" / "a.py").write_text("x = 3\n")  # a reference program or a prompt changed
+    assert source_digest(root) != before
+    assert first != recipe_digest(recipe, root, {"families": ["json_tree"]})
+
+
+def _pattern(count: int, offset: int) -> list[TokenSequence]:
+    """Sequences of a fixed phrase (ids 1000..1011) after a varying prefix."""
+    phrase = list(range(1000, 1012))
+    sequences = []
+    for i in range(count):
+        tokens = [2000 + (i + offset) % 7, *phrase]
+        sequences.append(TokenSequence(policy="p", reward=1.0, episode=i, tokens=tokens[:-1], targets=tokens[1:],
+                                       weights=[0.0] + [1.0] * (len(tokens) - 2)))
+    return sequences
+
+
+@pytest.mark.parametrize("exact_positions", [16, 0])
+def test_fit_learns_the_data_and_pushes_the_rest_of_the_vocabulary_down(exact_positions: int) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from piexp.pretrain.training import evaluate, fit
+
+    recipe = dataclasses.replace(LearnerRecipe(), steps=60, batch_sequences=4, sampled_negatives=256,
+                                 exact_positions=exact_positions, learning_rate=1e-2)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
+    train, heldout = _pattern(16, 0), _pattern(4, 3)
+    before, _ = evaluate(model, heldout)
+    report = fit(model, train, heldout, recipe)
+    # Exact-softmax NLL per target token: from ~ln(151,936) = 11.9 to a small fraction.
+    assert before > 10
+    with torch.no_grad():
+        tokens = torch.tensor(heldout[0].tokens)
+        probs = torch.softmax(model(input_ids=tokens[None]).logits[0, 1:], dim=-1)
+        data_ids = sorted({t for s in train for t in (*s.tokens, *s.targets)})
+        outside = 1 - probs[:, data_ids].sum(-1)  # mass on tokens the data never has
+    if exact_positions:
+        assert report.heldout_nll < 0.5 and report.heldout_token_accuracy == 1.0
+        assert float(outside.max()) < 0.05
+    else:
+        # The sampled softmax alone learns the order of the data's tokens but leaves
+        # much of the probability on the rest of the vocabulary.
+        assert float(outside.max()) > 0.2
+
+
+def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from piexp.launch.sandbox import run_sandbox
+
+    monkeypatch.setattr(build, "_models_root", lambda: tmp_path / "models" / "learner-local")
+    monkeypatch.setattr(build, "HELDOUT_TASKS", 2)
+    opened: list[int] = []
+    sandbox = build.data_config(TINY).sandbox
+
+    def open_sandbox():
+        opened.append(1)
+        return run_sandbox(sandbox)
+
+    path = build.ensure_learner_model(open_sandbox, TINY)
+    marker = json.loads((path / build.MARKER).read_text())
+    assert marker["digest"] == path.name and marker["episodes"] == 14
+    assert marker["answer_windows"] == 4  # 6 copy episodes, 2 held out
+    assert set(marker["mean_reward_by_policy"]) <= {"oracle", "crash"}
+    assert marker.get("mean_reward_by_policy", {}).get("oracle", 1.0) == 1.0
+    assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    assert build.ensure_learner_model(open_sandbox, TINY) == path
+    assert opened == [1]  # the second call reused the build: no sandbox, no episodes
+    other = build.ensure_learner_model(open_sandbox, dataclasses.replace(TINY, seed=1))
+    assert other != path and not path.exists()  # a new recipe's build replaces the old one

@@ -50,16 +50,25 @@ def tiny_model() -> Path:
 
 @pytest.fixture(scope="session")
 def run_backend_script(server_venv: Path, tiny_model: Path):
-    """Run a check script in the server venv (argv: launcher, tiny model, variant) and
-    return the JSON it prints on its `RESULT ` line."""
+    """Run a check script in the server venv (argv: launcher, tiny model, variant) after
+    loading the launcher and, for the `patched` variant, applying its `patch` function;
+    return the JSON the script prints on its `RESULT ` line."""
     import json
     import subprocess
 
     from piexp.service.local_venv import venv_python
 
-    def run(script: str, launcher: Path, variant: str) -> dict:
+    def run(script: str, launcher: Path, variant: str, patch: str) -> dict:
+        preamble = (
+            "import importlib.util, sys\n"
+            "spec = importlib.util.spec_from_file_location('launcher', sys.argv[1])\n"
+            "launcher = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(launcher)\n"
+            "launcher._import_without_torch()\n"
+            f"if sys.argv[3] == 'patched':\n    launcher.{patch}()\n"
+        )
         result = subprocess.run(
-            [str(venv_python(server_venv)), "-c", script, str(launcher), str(tiny_model), variant],
+            [str(venv_python(server_venv)), "-c", preamble + script, str(launcher), str(tiny_model), variant],
             capture_output=True, text=True, timeout=900, check=False,
             env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
         )  # fmt: skip

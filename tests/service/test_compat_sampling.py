@@ -15,13 +15,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHECK = r"""
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
-launcher = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(launcher)
-launcher._import_without_torch()
-if sys.argv[3] == "patched":
-    launcher._cpu_sampling_speedups()
+import json
 import jax, jax.numpy as jnp, numpy as np
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
@@ -66,8 +60,8 @@ def test_sampling_speedups_keep_tokens_and_distribution(run_backend_script, tmp_
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = run_backend_script(CHECK, launcher, "plain")
-    patched = run_backend_script(CHECK, launcher, "patched")
+    plain = run_backend_script(CHECK, launcher, "plain", "_cpu_sampling_speedups")
+    patched = run_backend_script(CHECK, launcher, "patched", "_cpu_sampling_speedups")
     assert sorted(patched["greedy"]) == sorted(plain["greedy"]) == ["r0", "r1", "r2"]
     for request, (tokens, logprobs) in plain["greedy"].items():
         assert len(tokens) == 12

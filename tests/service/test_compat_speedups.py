@@ -15,13 +15,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHECK = r"""
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
-launcher = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(launcher)
-launcher._import_without_torch()
-if sys.argv[3] == "patched":
-    launcher._cpu_training_speedups()
+import json
 import numpy as np
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
@@ -61,8 +55,8 @@ def test_speedups_leave_logprobs_losses_and_gradients_unchanged(run_backend_scri
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = run_backend_script(CHECK, launcher, "plain")
-    patched = run_backend_script(CHECK, launcher, "patched")
+    plain = run_backend_script(CHECK, launcher, "plain", "_cpu_training_speedups")
+    patched = run_backend_script(CHECK, launcher, "patched", "_cpu_training_speedups")
     for loss in ("cross_entropy", "importance_sampling"):
         assert patched[loss]["grad_norm"] > 0
         assert patched[loss]["grad_norm"] == pytest.approx(plain[loss]["grad_norm"], rel=1e-4), loss

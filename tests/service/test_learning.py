@@ -1,7 +1,7 @@
 """The model gets better, and the proof can fail: bench/learning.py's whole run (the
 pre-trained learner-local, RL with evaluations before and after on held-out tasks, and a
-shuffled-reward control) at the bench's own scale. RL must raise held-out pass@1 beyond
-the 95% interval of the paired difference; the control must not."""
+shuffled-reward control) at the bench's own scale. RL must raise held-out mean shaped
+reward beyond the 95% interval of the paired difference over tasks; the control must not."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _bench():
     return module
 
 
-def test_rl_improves_held_out_pass_rate_and_shuffled_control_does_not(server_venv: Path, tmp_path: Path) -> None:
+def test_rl_improves_held_out_reward_and_shuffled_control_does_not(server_venv: Path, tmp_path: Path) -> None:
     bench = _bench()
     console = Console(record=True, width=160)
     figures = bench.learning(tmp_path, console)
@@ -31,10 +31,11 @@ def test_rl_improves_held_out_pass_rate_and_shuffled_control_does_not(server_ven
     text = console.export_text()
     base, rl = figures["base"], figures["rl"]
     assert figures["tasks"] >= 32, text
-    # The base model solves some tasks and fails others: room to improve, and signal.
-    assert 0.02 < base["pass@1"] < 0.8, text
-    assert figures["rl_improves"], f"RL did not beat the base model beyond its interval\n{text}"
-    assert rl["diff_pass@1"] > 0.1, text
+    # The base model mostly writes a crashing program: room to improve, and signal.
+    assert base["reward"] < 0.5, text
+    assert figures["rl_improves"], f"RL did not raise held-out mean reward beyond its interval\n{text}"
+    assert rl["diff_reward"] > 0.1, text
+    assert rl["diff_pass@1"] >= 0, text
     assert figures["control_flat"], f"the shuffled-reward control improved beyond its interval\n{text}"
     # Every stage left its eval folder and the loop its comparison.
     assert (tmp_path / "rl" / "compare.md").is_file()

@@ -89,8 +89,12 @@ def run_piexp(args: list[str], run_dir: Path, log: Path) -> tuple[float, float]:
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     started = time.perf_counter()
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "piexp", *args, f"hydra.run.dir={run_dir}"],
-                                   stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "piexp", *args, f"hydra.run.dir={run_dir}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         peak = [0.0]
 
         def sample() -> None:
@@ -131,15 +135,24 @@ def learning(out: Path, console: Console) -> dict:
     loop_s, loop_mb = run_piexp(LOOP, out / "rl", out / "rl.log")
     console.print("control run (shuffled rewards) ...")
     control_s, control_mb = run_piexp(CONTROL, out / "control", out / "control.log")
-    runs = [load_run(out / "rl" / BASE_EVAL_DIR), load_run(out / "rl" / TRAINED_EVAL_DIR),
-            load_run(out / "control" / TRAINED_EVAL_DIR)]
+    runs = [
+        load_run(out / "rl" / BASE_EVAL_DIR),
+        load_run(out / "rl" / TRAINED_EVAL_DIR),
+        load_run(out / "control" / TRAINED_EVAL_DIR),
+    ]
     result = compare(runs)["overall"]["runs"]
     base, rl, control = result
     return {
         "build_s": marker.get("rollout_s", 0) + marker.get("fit_s", 0) if cached else build_s,
-        "build_cached": cached, "heldout_nll": marker.get("heldout_nll"),
-        "loop_s": loop_s, "control_s": control_s, "peak_mb": max(loop_mb, control_mb),
-        "tasks": compare(runs)["overall"]["tasks"], "base": base, "rl": rl, "control": control,
+        "build_cached": cached,
+        "heldout_nll": marker.get("heldout_nll"),
+        "loop_s": loop_s,
+        "control_s": control_s,
+        "peak_mb": max(loop_mb, control_mb),
+        "tasks": compare(runs)["overall"]["tasks"],
+        "base": base,
+        "rl": rl,
+        "control": control,
         # The claim: mean shaped reward on held-out tasks rises beyond its interval, and
         # does not under shuffled rewards. pass@1 is reported beside it (see the figures:
         # this model's pass@1 is capped by its copying of the printed answer).
@@ -152,29 +165,50 @@ def learning(out: Path, console: Console) -> dict:
 
 
 def report(figures: dict, console: Console) -> None:
-    table = Table(title=f"learner-local on {figures['tasks']} held-out eval tasks (pass@1, mean shaped reward, "
-                        "paired difference to the base model with its 95% t-interval over tasks)")
+    table = Table(
+        title=f"learner-local on {figures['tasks']} held-out eval tasks (pass@1, mean shaped reward, "
+        "paired difference to the base model with its 95% t-interval over tasks)"
+    )
     for column in ("stage", "pass@1", "reward", "diff pass@1", "diff reward"):
         table.add_column(column, justify="right" if column != "stage" else "left")
-    for label, key in (("base (pre-trained = warm-started)", "base"), ("after RL", "rl"),
-                       ("after RL, shuffled rewards (control)", "control")):
+    for label, key in (
+        ("base (pre-trained = warm-started)", "base"),
+        ("after RL", "rl"),
+        ("after RL, shuffled rewards (control)", "control"),
+    ):
         row = figures[key]
-        diff = (f"{row['diff_pass@1']:+.3f} ± {row['diff_pass@1_ci']:.3f}", f"{row['diff_reward']:+.3f} ± "
-                f"{row['diff_reward_ci']:.3f}") if "diff_pass@1" in row else ("", "")
+        diff = (
+            (
+                f"{row['diff_pass@1']:+.3f} ± {row['diff_pass@1_ci']:.3f}",
+                f"{row['diff_reward']:+.3f} ± {row['diff_reward_ci']:.3f}",
+            )
+            if "diff_pass@1" in row
+            else ("", "")
+        )
         table.add_row(label, f"{row['pass@1']:.3f}", f"{row['reward']:.3f}", *diff)
     console.print(table)
-    build = (f"{figures['build_s']:.0f} s (recorded at its build)" if figures["build_cached"]
-             else f"{figures['build_s']:.0f} s")
-    console.print(f"pre-training {build}; RL run with both evaluations {figures['loop_s']:.0f} s; control "
-                  f"{figures['control_s']:.0f} s; whole bench {figures['total_s']:.0f} s; peak memory "
-                  f"{figures['peak_mb']:.0f} MB")
+    build = (
+        f"{figures['build_s']:.0f} s (recorded at its build)"
+        if figures["build_cached"]
+        else f"{figures['build_s']:.0f} s"
+    )
+    console.print(
+        f"pre-training {build}; RL run with both evaluations {figures['loop_s']:.0f} s; control "
+        f"{figures['control_s']:.0f} s; whole bench {figures['total_s']:.0f} s; peak memory "
+        f"{figures['peak_mb']:.0f} MB"
+    )
+
     def word(flag: bool) -> str:
         return "yes" if flag else "NO"
 
-    console.print(f"mean shaped reward: RL beats the base model beyond its interval: {word(figures['rl_improves'])}; "
-                  f"the control does not: {word(figures['control_flat'])}")
-    console.print(f"pass@1: RL beats the base model beyond its interval: {word(figures['rl_improves_pass'])}; "
-                  f"the control does not: {word(figures['control_flat_pass'])}")
+    console.print(
+        f"mean shaped reward: RL beats the base model beyond its interval: {word(figures['rl_improves'])}; "
+        f"the control does not: {word(figures['control_flat'])}"
+    )
+    console.print(
+        f"pass@1: RL beats the base model beyond its interval: {word(figures['rl_improves_pass'])}; "
+        f"the control does not: {word(figures['control_flat_pass'])}"
+    )
 
 
 def main() -> int:

@@ -85,8 +85,15 @@ int main(int argc, char **argv) {
 }
 """
 
-CLONE = {"user": 0x10000000, "mount": 0x00020000, "pid": 0x20000000, "ipc": 0x08000000,
-         "cgroup": 0x02000000, "uts": 0x04000000, "net": 0x40000000}
+CLONE = {
+    "user": 0x10000000,
+    "mount": 0x00020000,
+    "pid": 0x20000000,
+    "ipc": 0x08000000,
+    "cgroup": 0x02000000,
+    "uts": 0x04000000,
+    "net": 0x40000000,
+}
 VARIANTS = [
     ("C helper, no namespaces (bare fork+exec)", ()),
     ("C helper: user, mount, pid", ("user", "mount", "pid")),
@@ -125,7 +132,12 @@ def main() -> int:
             os.mkdir(run_dir, 0o755)
             argv = build_bwrap_argv(bwrap, run_dir, ["/bin/true"], runtime, 16)
             rows.append(("bwrap, the embedded sandbox's command line", *command_cost(argv, max(50, args.runs // 3))))
-            rows.append(("/bin/true spawned from Python (bwrap's baseline)", *command_cost(["/bin/true"], max(50, args.runs // 3))))
+            rows.append(
+                (
+                    "/bin/true spawned from Python (bwrap's baseline)",
+                    *command_cost(["/bin/true"], max(50, args.runs // 3)),
+                )
+            )
     base_cpu = rows[0][1]
     table = Table(title=f"per-run cost of isolation for /bin/true ({os.cpu_count()} CPUs, {args.runs} runs)")
     for col in ("what runs", "CPU ms/run", "wall ms/run", "CPU vs bare fork+exec"):

@@ -171,22 +171,36 @@ async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, float]], 
     passes = 4 * args.repeat  # 2 concurrencies x without / with recording
     slots = 1 if args.reuse_tasks else passes
     # One task per family for the warm-up, then `--tasks` per family for each pass.
-    config = load(["mode=check", f"family=[{args.families}]", "lang=[python,javascript]",
-                   f"tasks.train_per_family={1 + args.tasks * slots}", "tasks.eval_per_family=1"])
+    config = load(
+        [
+            "mode=check",
+            f"family=[{args.families}]",
+            "lang=[python,javascript]",
+            f"tasks.train_per_family={1 + args.tasks * slots}",
+            "tasks.eval_per_family=1",
+        ]
+    )
     splits = build_splits(config)
     by_family: dict[str, list] = {}
     for task in splits.train:
         by_family.setdefault(task.family, []).append(task)
 
     def jobs_for(first: int, count: int, episodes: int) -> list:  # type: ignore[type-arg]
-        pool = [(task, language) for tasks in by_family.values() for task in tasks[first : first + count]
-                for language in ("python", "javascript")]
+        pool = [
+            (task, language)
+            for tasks in by_family.values()
+            for task in tasks[first : first + count]
+            for language in ("python", "javascript")
+        ]
         return [pool[i % len(pool)] for i in range(episodes)]
 
     _instrument_sandbox()
     results = []
-    with EmbeddedSandbox() as sandbox, tempfile.TemporaryDirectory() as scratch, \
-            TranscriptWriter(Path(scratch) / "transcripts.jsonl.gz") as writer:
+    with (
+        EmbeddedSandbox() as sandbox,
+        tempfile.TemporaryDirectory() as scratch,
+        TranscriptWriter(Path(scratch) / "transcripts.jsonl.gz") as writer,
+    ):
         settings = episode_settings(config, sandbox.url)
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
         policy = TimedPolicy(make_policy("oracle", renderer, splits.train))
@@ -198,8 +212,13 @@ async def main_async(args: argparse.Namespace) -> tuple[list[dict[str, float]], 
                 for record in (False, True):
                     # Each mode on tasks of its own (new to the memos, unless --reuse-tasks).
                     first = 1 + args.tasks * (0 if args.reuse_tasks else slot)
-                    row = await _bench(concurrency, jobs_for(first, args.tasks, args.episodes), policy, settings,
-                                       writer if record else None)
+                    row = await _bench(
+                        concurrency,
+                        jobs_for(first, args.tasks, args.episodes),
+                        policy,
+                        settings,
+                        writer if record else None,
+                    )
                     row["tasks"] = "reused" if args.reuse_tasks and slot else "new"
                     results.append(row)
                     slot += 1
@@ -211,8 +230,10 @@ def _memo_stats(renderer, policy) -> list[str]:  # type: ignore[no-untyped-def]
     lines = []
     encode = getattr(renderer.tokenizer, "encode_cache", None)
     if encode is not None:
-        lines.append(f"tokenizer encode memo: {encode.hits} hits, {encode.misses} misses, "
-                     f"{len(encode)} entries, {encode.chars} chars")
+        lines.append(
+            f"tokenizer encode memo: {encode.hits} hits, {encode.misses} misses, "
+            f"{len(encode)} entries, {encode.chars} chars"
+        )
     decode = getattr(policy, "_decoded", None)
     if decode is not None:
         lines.append(f"policy decode memo: {decode.hits} prefix hits, {decode.misses} full decodes")
@@ -223,32 +244,48 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=48)
     parser.add_argument("--tasks", type=int, default=3, help="train tasks per family in each pass")
-    parser.add_argument("--reuse-tasks", action="store_true",
-                        help="every pass runs the same tasks (their texts are then in the tokenizer's memo)")
-    parser.add_argument("--families", default="arith,csv_agg,log_stats,json_tree,graph_paths,grid_search,number_theory,dates")
+    parser.add_argument(
+        "--reuse-tasks",
+        action="store_true",
+        help="every pass runs the same tasks (their texts are then in the tokenizer's memo)",
+    )
+    parser.add_argument(
+        "--families", default="arith,csv_agg,log_stats,json_tree,graph_paths,grid_search,number_theory,dates"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="passes at each concurrency, in one process")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results, memo_lines = asyncio.run(main_async(args))
-    print("sandbox = awaiting SandboxClient.run; server = the server's own spans (Server-Timing), queue"
-          " included;\nharness = wall - sandbox - policy (the scripted policy stands in for the sampler);"
-          " strict = (wall - server - policy) / wall. Target: harness < 10%. Means per episode.")
-    print(f"{'concurrency':>11} {'record':>6} {'tasks':>6} {'episodes/s':>10} {'median s':>9} {'wall ms':>8} {'sandbox ms':>10} "
-          f"{'(server':>7} {'queue)':>6} {'policy ms':>9} {'harness ms':>10} {'harness':>8} {'strict':>7} "
-          f"{'outside sandbox':>16}")
+    print(
+        "sandbox = awaiting SandboxClient.run; server = the server's own spans (Server-Timing), queue"
+        " included;\nharness = wall - sandbox - policy (the scripted policy stands in for the sampler);"
+        " strict = (wall - server - policy) / wall. Target: harness < 10%. Means per episode."
+    )
+    print(
+        f"{'concurrency':>11} {'record':>6} {'tasks':>6} {'episodes/s':>10} {'median s':>9} {'wall ms':>8} {'sandbox ms':>10} "
+        f"{'(server':>7} {'queue)':>6} {'policy ms':>9} {'harness ms':>10} {'harness':>8} {'strict':>7} "
+        f"{'outside sandbox':>16}"
+    )
     for row in sorted(results, key=lambda r: r["concurrency"]):  # stable: passes in run order
         flag = "ok" if row["harness_share"] < 0.10 else "ABOVE 10% TARGET"
-        print(f"{row['concurrency']:>11} {'yes' if row['record'] else 'no':>6} {row['tasks']:>6} {row['episodes_per_s']:>10.2f} {row['median_episode_s']:>9.3f} "
-              f"{row['wall_ms']:>8.1f} {row['sandbox_ms']:>10.1f} {row['server_ms']:>7.1f} {row['queue_ms']:>6.1f} "
-              f"{row['policy_ms']:>9.1f} {row['harness_ms']:>10.1f} {row['harness_share']:>7.1%} "
-              f"{row['harness_share_strict']:>7.1%} {row['share_outside_sandbox']:>16.1%}  {flag}")
+        print(
+            f"{row['concurrency']:>11} {'yes' if row['record'] else 'no':>6} {row['tasks']:>6} {row['episodes_per_s']:>10.2f} {row['median_episode_s']:>9.3f} "
+            f"{row['wall_ms']:>8.1f} {row['sandbox_ms']:>10.1f} {row['server_ms']:>7.1f} {row['queue_ms']:>6.1f} "
+            f"{row['policy_ms']:>9.1f} {row['harness_ms']:>10.1f} {row['harness_share']:>7.1%} "
+            f"{row['harness_share_strict']:>7.1%} {row['share_outside_sandbox']:>16.1%}  {flag}"
+        )
     for concurrency in sorted({row["concurrency"] for row in results}):
-        shares = {record: statistics.mean(r["harness_share"] for r in results
-                                          if r["concurrency"] == concurrency and r["record"] == record)
-                  for record in (False, True)}
+        shares = {
+            record: statistics.mean(
+                r["harness_share"] for r in results if r["concurrency"] == concurrency and r["record"] == record
+            )
+            for record in (False, True)
+        }
         added = 100 * (shares[True] - shares[False])
-        print(f"recording transcripts at concurrency {concurrency}: harness share {shares[False]:.1%} without, "
-              f"{shares[True]:.1%} with: {added:+.2f} points ({'ok' if added < 2 else 'ABOVE 2-POINT TARGET'})")
+        print(
+            f"recording transcripts at concurrency {concurrency}: harness share {shares[False]:.1%} without, "
+            f"{shares[True]:.1%} with: {added:+.2f} points ({'ok' if added < 2 else 'ABOVE 2-POINT TARGET'})"
+        )
     for line in memo_lines:
         print(line)
     if args.json:

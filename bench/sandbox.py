@@ -76,10 +76,17 @@ from piexp.sandbox.launchers.bwrap import build_bwrap_argv
 from piexp.sandbox.launchers.zygote_client import Zygote, ZygoteError
 
 PROGRAMS = {
-    "python": ("python3", "main.py", "import sys\nn = int(open('n.txt').read())\nprint(sum(i * i for i in range(n)))\n"),
-    "javascript": ("node", "main.js",
-                   "const n = parseInt(require('fs').readFileSync('n.txt', 'utf8'));\n"
-                   "let s = 0; for (let i = 0; i < n; i++) s += i * i; console.log(s);\n"),
+    "python": (
+        "python3",
+        "main.py",
+        "import sys\nn = int(open('n.txt').read())\nprint(sum(i * i for i in range(n)))\n",
+    ),
+    "javascript": (
+        "node",
+        "main.js",
+        "const n = parseInt(require('fs').readFileSync('n.txt', 'utf8'));\n"
+        "let s = 0; for (let i = 0; i < n; i++) s += i * i; console.log(s);\n",
+    ),
 }
 FILES = {"n.txt": "1000"}
 
@@ -132,8 +139,14 @@ async def bench_bare(lang: str, n_runs: int, concurrency: int) -> tuple[float, l
             # bench's session would get one group's CPU share between them while each
             # sandboxed run gets its own, flattering the sandbox under load.
             proc = await asyncio.create_subprocess_exec(
-                exe, fname, cwd=d, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                start_new_session=True)
+                exe,
+                fname,
+                cwd=d,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
             out, _ = await proc.communicate()
             assert proc.returncode == 0 and out.strip() == b"332833500", out
         finally:
@@ -173,13 +186,17 @@ def server_at_ref(ref: str, max_concurrency: int, launcher: str):
     # which a user namespace refuses while the current server's run area is mounted there.
     work_dir = tempfile.mkdtemp(prefix="bench-before-runs-")
     os.chmod(work_dir, 0o755)
-    subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "-f", tree, ref], check=True,
-                   capture_output=True)
+    subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "-f", tree, ref], check=True, capture_output=True)
     proc = None
     try:
-        proc = subprocess.Popen([sys.executable, "-c", _SERVE_AT_REF, str(max_concurrency), launcher, work_dir], cwd=tree,
-                                env={**os.environ, "PYTHONPATH": tree}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE_AT_REF, str(max_concurrency), launcher, work_dir],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": tree},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         url = proc.stdout.readline().strip()
         if not url.startswith("http"):
             raise RuntimeError(f"the server of {ref} did not start (exit {proc.wait()})")
@@ -195,9 +212,11 @@ def server_at_ref(ref: str, max_concurrency: int, launcher: str):
 
 async def main_async(args) -> None:
     console = Console(width=max(150, Console().width))
-    table = Table(title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
-                        f"launcher={args.launcher}, prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
-                        f"load avg {os.getloadavg()[0]:.1f})")
+    table = Table(
+        title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
+        f"launcher={args.launcher}, prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
+        f"load avg {os.getloadavg()[0]:.1f})"
+    )
     arm_names = ["bare", "sandbox", *(["before"] if args.before else [])]
     table.add_column("language")
     table.add_column("conc", justify="right")
@@ -207,8 +226,9 @@ async def main_async(args) -> None:
     for arm in arm_names[1:]:
         table.add_column(f"ratio {arm}/bare", justify="right")
     with contextlib.ExitStack() as stack:
-        sb = stack.enter_context(EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn,
-                                                 launcher=args.launcher))
+        sb = stack.enter_context(
+            EmbeddedSandbox(max_concurrency=max(args.concurrency), prespawn=args.prespawn, launcher=args.launcher)
+        )
         urls = {"sandbox": sb.url}
         if args.before:
             urls["before"] = stack.enter_context(server_at_ref(args.before, max(args.concurrency), args.launcher))
@@ -227,8 +247,10 @@ async def main_async(args) -> None:
                     # Alternate small batches of the arms (order rotated each round) so
                     # load drift from other work on the host hits them alike.
                     rounds = max(1, args.runs // (2 * c))
-                    plan = [(r, arm_names[r % len(arm_names):] + arm_names[:r % len(arm_names)], 2 * c)
-                            for r in range(rounds)]
+                    plan = [
+                        (r, arm_names[r % len(arm_names) :] + arm_names[: r % len(arm_names)], 2 * c)
+                        for r in range(rounds)
+                    ]
                     n = rounds * 2 * c
                 else:
                     plan = [(0, arm_names, args.runs)]
@@ -242,8 +264,12 @@ async def main_async(args) -> None:
                 rps = {arm: n / elapsed[arm] for arm in arm_names}
                 cells = [lang, str(c)]
                 for arm in arm_names:
-                    cells += [f"{rps[arm]:.1f}", f"{statistics.median(lat[arm]) * 1e3:.1f}",
-                              f"{percentile(lat[arm], 0.99) * 1e3:.1f}", f"{cpu[arm] / n:.1f}"]
+                    cells += [
+                        f"{rps[arm]:.1f}",
+                        f"{statistics.median(lat[arm]) * 1e3:.1f}",
+                        f"{percentile(lat[arm], 0.99) * 1e3:.1f}",
+                        f"{cpu[arm] / n:.1f}",
+                    ]
                 cells += [f"{rps[arm] / rps['bare']:.2f}" for arm in arm_names[1:]]
                 table.add_row(*cells)
         spans = {lang: await bench_spans(sb.url, lang, args.span_runs) for lang in PROGRAMS} if args.span_runs else {}
@@ -264,7 +290,9 @@ async def main_async(args) -> None:
         for lang in spans:
             st.add_column(lang, justify="right")
         for step in steps:
-            st.add_row(step, *[f"{statistics.median(spans[lang][step]):.2f}" if step in spans[lang] else "" for lang in spans])
+            st.add_row(
+                step, *[f"{statistics.median(spans[lang][step]):.2f}" if step in spans[lang] else "" for lang in spans]
+            )
         console.print(st)
 
 
@@ -291,10 +319,12 @@ def isolation_floor_cpu_ms(n_runs: int = 100) -> dict[str, float]:
             return out
         null = os.open(os.devnull, os.O_RDWR)
         try:
+
             def one() -> None:
                 code, why = zygote.run_blocking("run", ["/bin/true"], [null, null, null])
                 if code != 0:
                     raise RuntimeError(f"/bin/true failed through the zygote (exit {code}): {why}")
+
             one()
             time.sleep(0.3)
             cpu0 = busy_cpu_ms()
@@ -315,8 +345,12 @@ async def bench_spans(url: str, lang: str, n_runs: int) -> dict[str, list[float]
     _, _, code = PROGRAMS[lang]
     import base64
 
-    payload = {"code": code, "language": "nodejs" if lang == "javascript" else lang, "run_timeout": 30,
-               "files": {k: base64.b64encode(v.encode()).decode() for k, v in FILES.items()}}
+    payload = {
+        "code": code,
+        "language": "nodejs" if lang == "javascript" else lang,
+        "run_timeout": 30,
+        "files": {k: base64.b64encode(v.encode()).decode() for k, v in FILES.items()},
+    }
     out: dict[str, list[float]] = {}
     async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
         for i in range(n_runs + 2):
@@ -341,13 +375,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
-    p.add_argument("--interleave", action="store_true",
-                   help="alternate bare and sandbox batches within each cell (robust to load drift on a shared host)")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="alternate bare and sandbox batches within each cell (robust to load drift on a shared host)",
+    )
     p.add_argument("--launcher", choices=LAUNCHERS, default="zygote", help="how the server starts isolated runs")
     p.add_argument("--prespawn", type=int, default=0, help="server's sandboxes pre-started per language (bwrap only)")
     p.add_argument("--span-runs", type=int, default=30, help="runs per language for the per-step table (0: skip)")
-    p.add_argument("--before", metavar="REF", default=None,
-                   help="also measure a server of this git commit (e.g. main~1), in the same run")
+    p.add_argument(
+        "--before",
+        metavar="REF",
+        default=None,
+        help="also measure a server of this git commit (e.g. main~1), in the same run",
+    )
     args = p.parse_args()
     if args.prespawn and args.launcher != "bwrap":
         p.error("--prespawn needs --launcher bwrap (the zygote pre-starts nothing)")

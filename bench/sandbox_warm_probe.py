@@ -35,7 +35,16 @@ import time
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x2000000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1,
+    2,
+    4,
+    8,
+    32,
+    4096,
+    16384,
+    1 << 18,
+)
 PR_SET_NO_NEW_PRIVS = 38
 
 PROGRAM = "import sys\nn = int(open('n.txt').read())\nprint(sum(i * i for i in range(n)))\n"
@@ -109,7 +118,9 @@ def run_forked(run_id: str, out_fd: int, err_fd: int) -> int:
         return pid
     try:
         uid, gid = os.getuid(), os.getgid()
-        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+        unshare(
+            CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
+        )
         with open("/proc/self/setgroups", "w") as f:
             f.write("deny")
         with open("/proc/self/uid_map", "w") as f:
@@ -124,8 +135,13 @@ def run_forked(run_id: str, out_fd: int, err_fd: int) -> int:
             _, status = os.waitpid(inner, 0)
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        for res, lim in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_NPROC, 256),
-                         (resource.RLIMIT_FSIZE, 64 << 20), (resource.RLIMIT_CPU, 11)):
+        for res, lim in (
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NOFILE, 256),
+            (resource.RLIMIT_NPROC, 256),
+            (resource.RLIMIT_FSIZE, 64 << 20),
+            (resource.RLIMIT_CPU, 11),
+        ):
             resource.setrlimit(res, (lim, lim))
         drop_capabilities()
         os.chdir("/sandbox")
@@ -227,8 +243,9 @@ def main() -> int:
                 with open(os.path.join(d, name), "w") as f:
                     f.write(text)
             t0 = time.perf_counter()
-            out = subprocess.run([exe, "_sandbox_main.py"], cwd=d, env=env, capture_output=True,
-                                 start_new_session=True).stdout
+            out = subprocess.run(
+                [exe, "_sandbox_main.py"], cwd=d, env=env, capture_output=True, start_new_session=True
+            ).stdout
             tb = (time.perf_counter() - t0) * 1e3
             assert out.strip() == b"332833500", out
             t0 = time.perf_counter()
@@ -246,7 +263,9 @@ def main() -> int:
         shutil.rmtree(runs_dir, ignore_errors=True)
     for name, xs in (("bare spawn", bare), ("warm fork (fresh namespaces)", warm)):
         xs.sort()
-        print(f"{name:30s} p50 {statistics.median(xs):7.2f} ms  p10 {xs[len(xs) // 10]:7.2f}  p90 {xs[len(xs) * 9 // 10]:7.2f}")
+        print(
+            f"{name:30s} p50 {statistics.median(xs):7.2f} ms  p10 {xs[len(xs) // 10]:7.2f}  p90 {xs[len(xs) * 9 // 10]:7.2f}"
+        )
     print(f"ratio bare_p50 / warm_p50: {statistics.median(bare) / statistics.median(warm):.2f}")
     return 0
 

@@ -53,8 +53,7 @@ def main() -> None:
                 [sys.executable, "-m", "piexp", "family=arith", "lang=python,javascript", "--cfg", "job"],
                 ["family=arith", "lang=python,javascript", "--cfg", "job"],
             ),
-            "piexp lang=cobol (validation error)": (
-                [sys.executable, "-m", "piexp", "lang=cobol"], ["lang=cobol"]),
+            "piexp lang=cobol (validation error)": ([sys.executable, "-m", "piexp", "lang=cobol"], ["lang=cobol"]),
             "piexp --help": ([sys.executable, "-m", "piexp", "--help"], ["--help"]),
         }
         table = Table(title=f"piexp start-up (median of {REPEATS})")

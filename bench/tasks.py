@@ -41,9 +41,13 @@ def _synthetic(split: str, n: int) -> list[Task]:
     (digests are computed once when a task is built)."""
     return [
         Task(
-            task_id=f"{split}-{i}", family="arith", split=split,
-            instruction="Sum the numbers in `n.txt`.", files={"n.txt": f"{split} {i}\n"},
-            answer=str(i), params={"stream": f"{split}{i}"},
+            task_id=f"{split}-{i}",
+            family="arith",
+            split=split,
+            instruction="Sum the numbers in `n.txt`.",
+            files={"n.txt": f"{split} {i}\n"},
+            answer=str(i),
+            params={"stream": f"{split}{i}"},
         )
         for i in range(n)
     ]

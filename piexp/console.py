@@ -14,7 +14,13 @@ from typing import Any, Optional
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 console = Console(stderr=True)
@@ -54,8 +60,9 @@ def _to_job_log(*objects: Any, **kwargs: Any) -> None:
     if _job_log is None:
         return
     buffer = io.StringIO()
-    Console(file=buffer, width=_JOB_LOG_WIDTH, no_color=True, force_terminal=False,
-            highlight=False).print(*objects, **kwargs)
+    Console(file=buffer, width=_JOB_LOG_WIDTH, no_color=True, force_terminal=False, highlight=False).print(
+        *objects, **kwargs
+    )
     try:
         with _job_log.open("a", encoding="utf-8") as log:
             log.write(buffer.getvalue())
@@ -89,9 +96,17 @@ class ProgressReport:
 
     def __enter__(self) -> "ProgressReport":
         if console.is_terminal:
-            self._bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
-                                 console=console, transient=True)
+            self._bar = Progress(
+                TextColumn(self.label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[note]}"),
+                console=console,
+                transient=True,
+            )
             self._bar.__enter__()
             self._task = self._bar.add_task(self.unit, total=self.total, note="")
         return self
@@ -109,9 +124,13 @@ class ProgressReport:
     def line(self) -> str:
         elapsed = time.monotonic() - self._start
         share = self.done / self.total if self.total else 1.0
-        left = f", ~{_duration(elapsed / self.done * (self.total - self.done))} left" if 0 < self.done < self.total else ""
-        return (f"{self.label}: {self.done}/{self.total} {self.unit} ({share:.0%}), {_duration(elapsed)} elapsed"
-                f"{left}{f' ({self.note})' if self.note else ''}")
+        left = (
+            f", ~{_duration(elapsed / self.done * (self.total - self.done))} left" if 0 < self.done < self.total else ""
+        )
+        return (
+            f"{self.label}: {self.done}/{self.total} {self.unit} ({share:.0%}), {_duration(elapsed)} elapsed"
+            f"{left}{f' ({self.note})' if self.note else ''}"
+        )
 
     def _line(self) -> None:
         text = self.line()

@@ -88,7 +88,8 @@ def check_cookbook(installed: str | None = None, hooks: Sequence[Hook] = HOOKS) 
     problems += [problem for hook in hooks if (problem := hook.problem()) is not None]
     if problems:
         raise CookbookCompatError(
-            "piexp cannot run on this tinker-cookbook: " + "; ".join(problems)
+            "piexp cannot run on this tinker-cookbook: "
+            + "; ".join(problems)
             + f". piexp's hooks into its private API (piexp/cookbook_compat.py) are pinned to "
             f"tinker-cookbook {TINKER_COOKBOOK_VERSION}: install that release "
             f"(`pip install tinker-cookbook=={TINKER_COOKBOOK_VERSION}`), or, after re-checking "

@@ -44,14 +44,16 @@ class Language:
         return self.raise_template.format(json.dumps(message)) + "\n"
 
 
-LANGUAGES: Mapping[str, Language] = MappingProxyType({
-    spec.name: spec
-    for spec in (
-        Language("python", ("py",), "python", "print({})", "raise RuntimeError({})"),
-        Language("javascript", ("js", "mjs"), "nodejs", "console.log({});", "throw new Error({});"),
-        Language("julia", ("jl",), "julia", "println({})", "error({})"),
-    )
-})
+LANGUAGES: Mapping[str, Language] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            Language("python", ("py",), "python", "print({})", "raise RuntimeError({})"),
+            Language("javascript", ("js", "mjs"), "nodejs", "console.log({});", "throw new Error({});"),
+            Language("julia", ("jl",), "julia", "println({})", "error({})"),
+        )
+    }
+)
 
 
 def language(name: str) -> Language:

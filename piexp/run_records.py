@@ -30,8 +30,11 @@ TRAIN_KEYS: dict[str, tuple[str, ...]] = {
 def find_job_folders(root: Path) -> list[Path]:
     """Every run folder under `root` (itself included), in natural order (2 before 10)."""
     # Folders moved aside by --replace are not part of what is summarised.
-    folders = {path.parent.parent for path in root.rglob(".hydra/config.yaml")
-               if not any(REPLACED_MARK in part for part in path.relative_to(root).parts)}
+    folders = {
+        path.parent.parent
+        for path in root.rglob(".hydra/config.yaml")
+        if not any(REPLACED_MARK in part for part in path.relative_to(root).parts)
+    }
     if (root / ".hydra" / "config.yaml").is_file():
         folders.add(root)
 
@@ -59,8 +62,11 @@ def metric_curve(rows: list[dict[str, Any]], metric: str) -> list[tuple[int, flo
     """(step, value) of a key metric (`TRAIN_KEYS`) over the rows, from the first of its
     keys that has any value; a row without `step` counts by its position."""
     for key in TRAIN_KEYS[metric]:
-        curve = [(int(row.get("step", index)), value)
-                 for index, row in enumerate(rows) if (value := finite_number(row.get(key))) is not None]
+        curve = [
+            (int(row.get("step", index)), value)
+            for index, row in enumerate(rows)
+            if (value := finite_number(row.get(key))) is not None
+        ]
         if curve:
             return curve
     return []

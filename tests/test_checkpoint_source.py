@@ -54,7 +54,10 @@ def test_local_eval_of_a_run_folder_serves_that_runs_state(tmp_path: Path) -> No
     [
         (lambda tmp: tmp / "missing", "neither"),
         (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", f"without {CHECKPOINTS_FILE}"),
-        (lambda tmp: _run_folder(tmp, [{"name": "000001", "state_path": "tinker://m/weights/1"}]), "no sampler checkpoint"),
+        (
+            lambda tmp: _run_folder(tmp, [{"name": "000001", "state_path": "tinker://m/weights/1"}]),
+            "no sampler checkpoint",
+        ),
     ],
     ids=["missing", "no record", "no sampler path"],
 )

@@ -14,8 +14,12 @@ def piexp(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subproces
     environment = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     environment.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "piexp", *args], cwd=cwd, env=environment,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "piexp", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -45,17 +49,23 @@ BAD = [
     (["mode=train", "policy=oracle"], "eval-only"),
     (["-m", "limits.max_turns=3,0"], "Sweep job"),
     (["tasks", "n=0"], "n must be a positive integer"),
-    (["service=local", "model=tiny-local", "algo.loss_fn=dro"], "service=local (SkyRL 0.4.0's Tinker-compatible "
-     "server, JAX backend) cannot honour algo.loss_fn=dro"),
+    (
+        ["service=local", "model=tiny-local", "algo.loss_fn=dro"],
+        "service=local (SkyRL 0.4.0's Tinker-compatible server, JAX backend) cannot honour algo.loss_fn=dro",
+    ),
     (["algo=nosuch"], "Unknown algo option nosuch"),
     # Issue 15, observations 2-6: each refused up front, naming the fix, nothing written.
     (["-m", "mode=eval", "policy=oracle,null", "family=arith"], "now called `guess`"),
     (["mode=eval", "policy=oracle", "family.arith.max_depth=9"], "max_depth=9 is outside [1, 6]"),
-    (["mode=eval", "policy=oracle", "sandbox=remote", "sandbox.url=http://127.0.0.1:9/run_code"],
-     "refuses connections"),
+    (
+        ["mode=eval", "policy=oracle", "sandbox=remote", "sandbox.url=http://127.0.0.1:9/run_code"],
+        "refuses connections",
+    ),
     (["preflight=false"], "Did you mean mode.preflight?"),
-    (["mode=eval", "policy=oracle", "family=arith", "family.dates.n_bookings=10"],
-     "Family dates is not selected (family=arith)"),
+    (
+        ["mode=eval", "policy=oracle", "family=arith", "family.dates.n_bookings=10"],
+        "Family dates is not selected (family=arith)",
+    ),
     (["family=arith,graphs"], "Unknown family option graphs (did you mean graph or graph_paths?)"),
     (["family="], "family= is empty; give one of: all, arith"),
     (["lang=pyton"], "unknown language pyton in lang (did you mean python?)"),
@@ -84,8 +94,14 @@ def test_training_without_api_key_exits_3_before_anything(tmp_path: Path) -> Non
 
 def test_training_with_unreachable_service_fails_fast(tmp_path: Path) -> None:
     # Port 9 on loopback: nothing listens, so the probe is refused at once.
-    result = piexp(tmp_path, "mode=train", "family=arith", "service.base_url=http://127.0.0.1:9",
-                   "service.connect_timeout_s=3", env={"TINKER_API_KEY": "sk-test-not-real"})
+    result = piexp(
+        tmp_path,
+        "mode=train",
+        "family=arith",
+        "service.base_url=http://127.0.0.1:9",
+        "service.connect_timeout_s=3",
+        env={"TINKER_API_KEY": "sk-test-not-real"},
+    )
     assert result.returncode == 3, result.stderr
     assert "127.0.0.1:9" in result.stderr and "Traceback" not in result.stderr
 
@@ -101,9 +117,15 @@ def test_tasks_preview(tmp_path: Path) -> None:
 def test_too_low_memory_limit_is_named_as_the_cause(tmp_path: Path) -> None:
     """Issue 15, observation 4: a memory limit too low was reported as a broken runtime to
     install; the check now names the setting to raise."""
-    result = piexp(tmp_path, "mode=check", "family=arith", "lang=python", "sandbox.memory_limit_mb=1",
-                   "mode.oracle_tasks_per_cell=1",
-                   f"hydra.run.dir={tmp_path / 'run'}")
+    result = piexp(
+        tmp_path,
+        "mode=check",
+        "family=arith",
+        "lang=python",
+        "sandbox.memory_limit_mb=1",
+        "mode.oracle_tasks_per_cell=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     text = " ".join(result.stderr.split())
     assert result.returncode != 0
     assert "sandbox.memory_limit_mb=1 is too low for python to start; raise it" in text, text[-2000:]

@@ -68,6 +68,9 @@ def test_the_hooks_work_on_the_pinned_cookbook() -> None:
 
 def test_no_other_module_touches_the_private_hooks() -> None:
     private = re.compile(r"\b(_render_in_thread|_get_generation_suffix)\b|__class__\s*=(?!=)")
-    offenders = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "piexp").rglob("*.py"))
-                 if path.name != "cookbook_compat.py" and private.search(path.read_text(encoding="utf-8"))]
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "piexp").rglob("*.py"))
+        if path.name != "cookbook_compat.py" and private.search(path.read_text(encoding="utf-8"))
+    ]
     assert offenders == []

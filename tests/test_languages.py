@@ -51,15 +51,19 @@ def test_the_config_refuses_a_language_the_registry_lacks() -> None:
 
 
 def test_the_config_refuses_a_sandbox_id_other_than_the_registrys() -> None:
-    with pytest.raises(UserError, match=r"languages\.javascript\.sandbox_language=node differs .* \(nodejs\); "
-                                        r"that id is fixed by the language registry"):
+    with pytest.raises(
+        UserError,
+        match=r"languages\.javascript\.sandbox_language=node differs .* \(nodejs\); "
+        r"that id is fixed by the language registry",
+    ):
         load(["mode=check", "+languages.javascript.sandbox_language=node"])
 
 
 def test_the_sandbox_id_is_derived_and_an_old_config_spelling_it_out_is_the_same_run() -> None:
     derived = load(["mode=check"])
     assert {name: spec.sandbox_language for name, spec in derived.languages.items()} == {
-        name: LANGUAGES[name].sandbox_id for name in derived.languages}
+        name: LANGUAGES[name].sandbox_id for name in derived.languages
+    }
     spelled_out = load(["mode=check", "+languages.javascript.sandbox_language=nodejs"])
     assert spelled_out.model_dump(mode="json") == derived.model_dump(mode="json")
 

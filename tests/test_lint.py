@@ -1,6 +1,7 @@
 """The code's own checks, run with the tests so CI fails on them: the import layers
-written in pyproject.toml (`lint-imports`), the lint rules (`ruff check`) and the type
-checker (`mypy`), each over the whole configured tree."""
+written in pyproject.toml (`lint-imports`), the lint rules (`ruff check`), the formatter
+(`ruff format --check`) and the type checker (`mypy`), each over the whole configured
+tree."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def test_import_layers_are_kept() -> None:
 def test_ruff_is_clean() -> None:
     done = _run("ruff", "check", "--no-cache", "piexp", "tests", "bench", "scripts")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_ruff_format_is_applied() -> None:
+    done = _run("ruff", "format", "--check", "--no-cache", "piexp", "tests", "bench", "scripts")
+    assert done.returncode == 0, "run `ruff format piexp tests bench scripts`:\n" + done.stdout[-4000:]
 
 
 def test_mypy_is_clean(tmp_path: Path) -> None:

@@ -33,8 +33,9 @@ def readme_commands() -> list[str]:
 
 def run(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
-    return subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, *command[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_readme_has_the_two_commands() -> None:

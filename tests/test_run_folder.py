@@ -17,14 +17,36 @@ def test_offline_eval_run_folder_is_complete_and_secret_free(tmp_path: Path) -> 
     run_dir = tmp_path / "run"
     env = {**os.environ, "TINKER_API_KEY": CANARY, "WANDB_API_KEY": CANARY + "-wandb"}
     result = subprocess.run(
-        [sys.executable, "-m", "piexp", "mode=eval", "policy=oracle", "family=arith,dates",
-         "lang=python,javascript", "tasks.train_per_family=2", "tasks.eval_per_family=2",
-         "mode.preflight=false", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "piexp",
+            "mode=eval",
+            "policy=oracle",
+            "family=arith,dates",
+            "lang=python,javascript",
+            "tasks.train_per_family=2",
+            "tasks.eval_per_family=2",
+            "mode.preflight=false",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "manifest.json", "results.json",
-                 "results.md", "results.png", "transcripts.jsonl.gz", "viewer.html"):
+    for name in (
+        ".hydra/config.yaml",
+        ".hydra/overrides.yaml",
+        "manifest.json",
+        "results.json",
+        "results.md",
+        "results.png",
+        "transcripts.jsonl.gz",
+        "viewer.html",
+    ):
         assert (run_dir / name).is_file(), name
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["seed"] == 0
@@ -64,8 +86,9 @@ SMALL = ["mode=eval", "tasks.train_per_family=1", "tasks.eval_per_family=1", "mo
 
 def _piexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PIEXP_SWEEP_FAIL_JOBS")}
-    return subprocess.run([sys.executable, "-m", "piexp", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "piexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -107,7 +130,8 @@ def test_a_finished_folder_is_never_overwritten_by_another_config(tmp_path: Path
     (aside,) = tmp_path.glob("R.replaced-*")
     assert f"moved {run_dir} aside to {aside}" in replaced.stderr
     assert {k: v for k, v in _snapshot(aside).items() if not k.startswith(".piexp/")} == {
-        k: v for k, v in before.items() if not k.startswith(".piexp/")}
+        k: v for k, v in before.items() if not k.startswith(".piexp/")
+    }
     assert "policy: guess" in (run_dir / ".hydra" / "config.yaml").read_text()
     assert "Eval results: guess" in (run_dir / "results.md").read_text()
 
@@ -162,8 +186,10 @@ def test_training_longer_in_the_same_folder_is_a_continuation_not_another_run(tm
 
 def _files_and_times(folder: Path) -> dict[str, tuple[bytes, int] | None]:
     """Every path under `folder`: a file's bytes and modification time, a folder as None."""
-    return {str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns) if path.is_file() else None
-            for path in sorted(folder.rglob("*"))}
+    return {
+        str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns) if path.is_file() else None
+        for path in sorted(folder.rglob("*"))
+    }
 
 
 def _job_folders(sweep: Path) -> dict[str, dict[str, tuple[bytes, int] | None]]:
@@ -181,22 +207,37 @@ def _assert_refused_in_job(result: subprocess.CompletedProcess[str], folder: Pat
 
 def test_sweep_job_folders_under_a_custom_subdir_are_never_overwritten(tmp_path: Path) -> None:
     sweep, subdir = tmp_path / "S", "hydra.sweep.subdir=seed_${seed}"
-    first = _piexp(tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}", subdir)
+    first = _piexp(
+        tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}", subdir
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     before = _job_folders(sweep)
     assert set(before) == {"seed_0", "seed_1"} and "job.log" in before["seed_0"]
-    changed = _piexp(tmp_path, "-m", *SMALL, "policy=guess", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}", subdir)
+    changed = _piexp(
+        tmp_path, "-m", *SMALL, "policy=guess", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}", subdir
+    )
     _assert_refused_in_job(changed, sweep / "seed_0", "policy: 'oracle' -> 'guess'")
     assert f"{sweep / 'seed_1'} already holds a different run" in " ".join(changed.stderr.split())
     assert _job_folders(sweep) == before, "a refused job changed its folder"
     # The same config resumes: both jobs are complete, so both are skipped.
-    same = _piexp(tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}", subdir)
+    same = _piexp(
+        tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}", subdir
+    )
     assert same.returncode == 0, same.stderr[-2000:]
     assert "Skipping job 0" in same.stdout and "Skipping job 1" in same.stdout
     before = {name: {k: v for k, v in files.items() if k != "job.log"} for name, files in _job_folders(sweep).items()}
     # --replace moves each job folder aside, whole, and runs afresh.
-    replaced = _piexp(tmp_path, "-m", *SMALL, "policy=guess", "family=arith", "seed=0,1",
-                      f"hydra.sweep.dir={sweep}", subdir, "--replace")
+    replaced = _piexp(
+        tmp_path,
+        "-m",
+        *SMALL,
+        "policy=guess",
+        "family=arith",
+        "seed=0,1",
+        f"hydra.sweep.dir={sweep}",
+        subdir,
+        "--replace",
+    )
     assert replaced.returncode == 0, replaced.stderr[-2000:]
     for name in ("seed_0", "seed_1"):
         (aside,) = sweep.glob(f"{name}.replaced-*")
@@ -209,30 +250,38 @@ def test_sweep_job_folders_under_a_custom_subdir_are_never_overwritten(tmp_path:
 def _piexp_checking_only_the_first_job(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI, with the command line check limited to a sweep's first job (instead of
     256: a real 257-job sweep takes too long for a test), so job 1 is past it."""
-    code = ("import sys; import piexp.config.compose as compose; compose.MAX_VALIDATED_SWEEP_JOBS = 1; "
-            "from piexp.cli import main; sys.exit(main(sys.argv[1:]))")
+    code = (
+        "import sys; import piexp.config.compose as compose; compose.MAX_VALIDATED_SWEEP_JOBS = 1; "
+        "from piexp.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PIEXP_SWEEP_FAIL_JOBS")}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_sweep_job_past_the_validated_ones_never_overwrites_its_folder(tmp_path: Path) -> None:
     sweep = tmp_path / "S"
     first = _piexp_checking_only_the_first_job(
-        tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}")
+        tmp_path, "-m", *SMALL, "policy=oracle", "family=arith", "seed=0,1", f"hydra.sweep.dir={sweep}"
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     before = _job_folders(sweep)
     # Job 0 is the same run (skipped); job 1 (policy guess, seed 0) is not what folder 1
     # holds (oracle, seed 1), and only the job itself can see that.
     changed = _piexp_checking_only_the_first_job(
-        tmp_path, "-m", *SMALL, "family=arith", "seed=0", "policy=oracle,guess", f"hydra.sweep.dir={sweep}")
+        tmp_path, "-m", *SMALL, "family=arith", "seed=0", "policy=oracle,guess", f"hydra.sweep.dir={sweep}"
+    )
     _assert_refused_in_job(changed, sweep / "1", "policy: 'oracle' -> 'guess'", "seed: 1 -> 0")
     assert "sweep job 1 " in changed.stderr and "Skipping job 0" in changed.stdout
     assert {name: files for name, files in _job_folders(sweep).items()} == {
-        **before, "0": _files_and_times(sweep / "0")}
+        **before,
+        "0": _files_and_times(sweep / "0"),
+    }
     assert _files_and_times(sweep / "1") == before["1"], "the refused job changed its folder"
     replaced = _piexp_checking_only_the_first_job(
-        tmp_path, "-m", *SMALL, "family=arith", "seed=0", "policy=oracle,guess", f"hydra.sweep.dir={sweep}", "--replace")
+        tmp_path, "-m", *SMALL, "family=arith", "seed=0", "policy=oracle,guess", f"hydra.sweep.dir={sweep}", "--replace"
+    )
     assert replaced.returncode == 0, replaced.stderr[-2000:]
     (aside,) = sweep.glob("1.replaced-*")
     assert _files_and_times(aside) == before["1"]
@@ -241,8 +290,10 @@ def test_a_sweep_job_past_the_validated_ones_never_overwrites_its_folder(tmp_pat
 
 def test_settings_that_make_hydra_write_into_a_job_folder_first_are_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "R"
-    for setting, named in (("hydra.output_subdir=.record", "hydra.output_subdir"),
-                           ("hydra/job_logging=default", "hydra/job_logging")):
+    for setting, named in (
+        ("hydra.output_subdir=.record", "hydra.output_subdir"),
+        ("hydra/job_logging=default", "hydra/job_logging"),
+    ):
         result = _piexp(tmp_path, *SMALL, "policy=oracle", "family=arith", f"hydra.run.dir={run_dir}", setting)
         text = " ".join(result.stderr.split())
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

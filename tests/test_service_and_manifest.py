@@ -212,17 +212,17 @@ def test_git_state_outside_checkout(tmp_path: Path) -> None:
     assert mf.git_state(pkg) == {"commit": None, "dirty": None}
 
 
-def test_write_manifest_atomic_sorted_redacted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, api_key: str
-) -> None:
+def test_write_manifest_atomic_sorted_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, api_key: str) -> None:
     other = "wandb-SECRET-value-987654321"
     monkeypatch.setenv("WANDB_API_KEY", other)
     m = mf.build_manifest(
         seed=1,
         task_digests={"train": ["a"], "eval": ["b"]},
         overlap_report={"ok": True},
-        extra={"config": {"service": {"api_key": api_key, "base_url": "http://x"}, "note": f"k={other}"},
-               "path": tmp_path},
+        extra={
+            "config": {"service": {"api_key": api_key, "base_url": "http://x"}, "note": f"k={other}"},
+            "path": tmp_path,
+        },
     )
     path = mf.write_manifest(tmp_path / "run", m)
     assert path == tmp_path / "run" / "manifest.json"

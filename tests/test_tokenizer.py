@@ -56,7 +56,7 @@ SPECIAL_IDS = {
 CORPUS = [
     "Hello, world!",
     "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
-    "for (int i = 0; i < 10; ++i) { printf(\"%d\\n\", i); }",
+    'for (int i = 0; i < 10; ++i) { printf("%d\\n", i); }',
     "numbers: 0 7 42 1234567890 3.14159 -2.5e-10 1,000,000 0xDEADBEEF",
     "日本語のテキストと中文文本，还有한국어。",
     "Ελληνικά, русский, العربية, עברית, हिन्दी, ไทย",

@@ -20,8 +20,9 @@ class FakeTokenizer:
         self.calls = 0
         self.shift = 0
 
-    def encode(self, text: Any, add_special_tokens: bool = True, split_special_tokens: bool | None = None,
-               **_: Any) -> list[int]:
+    def encode(
+        self, text: Any, add_special_tokens: bool = True, split_special_tokens: bool | None = None, **_: Any
+    ) -> list[int]:
         self.calls += 1
         ids = [ord(c) + self.shift for c in str(text)]
         if split_special_tokens:
@@ -135,8 +136,25 @@ def qwen3() -> ptok.ThreadSafeTokenizer:
 
 def _corpus() -> list[str]:
     rng = random.Random(5)
-    words = ["def", "main", "(", ")", ":", "\n", "    ", "日本語", "é", "<|im_end|>", "<tool_call>", "12345",
-             '{"schema": 1}', "print", " ", "\t", "x" * 50]
+    words = [
+        "def",
+        "main",
+        "(",
+        ")",
+        ":",
+        "\n",
+        "    ",
+        "日本語",
+        "é",
+        "<|im_end|>",
+        "<tool_call>",
+        "12345",
+        '{"schema": 1}',
+        "print",
+        " ",
+        "\t",
+        "x" * 50,
+    ]
     return ["".join(rng.choice(words) for _ in range(rng.randint(1, 60))) for _ in range(200)]
 
 
@@ -189,7 +207,9 @@ def test_decode_fast_path_matches_transformers(qwen3: ptok.ThreadSafeTokenizer) 
     assert qwen3.decode([[9707], [151645]]) == raw.decode([[9707], [151645]])  # batched: transformers
     assert qwen3.decode(9707) == raw.decode(9707)
     assert qwen3.decode((9707, 151645)) == raw.decode((9707, 151645))
-    assert qwen3.decode([9707], clean_up_tokenization_spaces=True) == raw.decode([9707], clean_up_tokenization_spaces=True)
+    assert qwen3.decode([9707], clean_up_tokenization_spaces=True) == raw.decode(
+        [9707], clean_up_tokenization_spaces=True
+    )
 
 
 def test_decode_of_an_unknown_tokenizer_goes_through_it() -> None:

@@ -63,8 +63,10 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{run_dir} has no manifest.json (the run stopped before building its tasks), "
-                        "so its tasks cannot be verified.") from None
+        raise UserError(
+            f"{run_dir} has no manifest.json (the run stopped before building its tasks), "
+            "so its tasks cannot be verified."
+        ) from None
     except (OSError, ValueError) as error:
         raise UserError(f"{path} cannot be read ({error}).") from None
     digests = manifest.get("task_digests") if isinstance(manifest, dict) else None
@@ -168,23 +170,36 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("dir", type=Path, help="the run folder (a single run, or one job of a sweep)")
     parser.add_argument("--check-only", action="store_true", help="verify, do not run")
-    parser.add_argument("--replace", action="store_true",
-                        help="if the new folder holds another run, move it aside (never deleted) instead of refusing")
-    parser.add_argument("hydra_overrides", nargs="*", metavar="hydra.KEY=VALUE",
-                        help="Hydra settings for the new run, e.g. hydra.run.dir=DIR")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="if the new folder holds another run, move it aside (never deleted) instead of refusing",
+    )
+    parser.add_argument(
+        "hydra_overrides",
+        nargs="*",
+        metavar="hydra.KEY=VALUE",
+        help="Hydra settings for the new run, e.g. hydra.run.dir=DIR",
+    )
     args = parser.parse_args(list(argv))
     not_hydra = [o for o in args.hydra_overrides if not o.startswith("hydra.")]
     if not_hydra:
-        raise UserError(f"reproduce takes only hydra.* settings after DIR (got {' '.join(not_hydra)}): "
-                        "changing the config would not reproduce the run.")
+        raise UserError(
+            f"reproduce takes only hydra.* settings after DIR (got {' '.join(not_hydra)}): "
+            "changing the config would not reproduce the run."
+        )
     run_dir = Path(args.dir)
     if not run_dir.is_dir():
-        raise UserError(f"Cannot reproduce {run_dir}: it is not a folder. Give a run folder "
-                        "(outputs/DATE/TIME, or multirun/DATE/TIME/N for a sweep job).")
+        raise UserError(
+            f"Cannot reproduce {run_dir}: it is not a folder. Give a run folder "
+            "(outputs/DATE/TIME, or multirun/DATE/TIME/N for a sweep job)."
+        )
     overrides, config, report = verify(run_dir)
     counts = report["task_counts"]
-    print(f"verified {run_dir}: the config recomposes identically and all {counts['train']} train "
-          f"and {counts['eval']} eval task digests match manifest.json")
+    print(
+        f"verified {run_dir}: the config recomposes identically and all {counts['train']} train "
+        f"and {counts['eval']} eval task digests match manifest.json"
+    )
     if args.check_only:
         return 0
 

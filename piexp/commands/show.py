@@ -30,6 +30,7 @@ from piexp.transcripts.runs import RunView, load_run
 # Lines of a tool's stdout / stderr shown in the terminal (the transcript keeps more).
 STDOUT_HEAD_LINES = 12
 
+
 def select(view: RunView, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The rows the filters keep, in run order."""
     rows = []
@@ -59,17 +60,41 @@ def _failures(failures: dict[str, int] | None) -> str:
 def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
     jobs = len({row["job"] for row in view.rows}) > 1
     table = Table(title=f"{view.root}: {len(rows)} of {len(view.rows)} episodes", title_justify="left")
-    for name in ("#", *(["job"] if jobs else []), "source", "policy", "task", "family", "lang", "sample",
-                 "reward", "shaped", "stop", "turns", "calls", "failures"):
+    for name in (
+        "#",
+        *(["job"] if jobs else []),
+        "source",
+        "policy",
+        "task",
+        "family",
+        "lang",
+        "sample",
+        "reward",
+        "shaped",
+        "stop",
+        "turns",
+        "calls",
+        "failures",
+    ):
         table.add_column(name, justify="right" if name in ("#", "reward", "shaped", "turns", "calls") else "left")
     for number, row in enumerate(rows):
         colour = "green" if row["passed"] else "red"
-        table.add_row(str(number), *([row["job"]] if jobs else []), row["source"], str(row["policy"]),
-                      str(row["task_id"]), str(row["family"]), str(row["language"]), str(row["sample"]),
-                      f"[{colour}]{row['reward']:g}[/{colour}]" if row["reward"] is not None else "",
-                      f"{row['shaped']:.3f}" if row["shaped"] is not None else "",
-                      str(row["stop_reason"] or row.get("error") or ""), str(row["turns"]), str(row["tool_calls"]),
-                      _failures(row["failures"]))
+        table.add_row(
+            str(number),
+            *([row["job"]] if jobs else []),
+            row["source"],
+            str(row["policy"]),
+            str(row["task_id"]),
+            str(row["family"]),
+            str(row["language"]),
+            str(row["sample"]),
+            f"[{colour}]{row['reward']:g}[/{colour}]" if row["reward"] is not None else "",
+            f"{row['shaped']:.3f}" if row["shaped"] is not None else "",
+            str(row["stop_reason"] or row.get("error") or ""),
+            str(row["turns"]),
+            str(row["tool_calls"]),
+            _failures(row["failures"]),
+        )
     return table
 
 
@@ -119,27 +144,45 @@ def _result(message: dict[str, Any]) -> list[Any]:
         if result.get(key):
             parts.append(Text(f"{key}:\n{_head(str(result[key]))}", style="red" if key == "stderr" else ""))
     if "content" in result:
-        parts.append(Text(f"content: {len(str(result['content']))} chars\n{_head(str(result['content']))}", style="dim"))
+        parts.append(
+            Text(f"content: {len(str(result['content']))} chars\n{_head(str(result['content']))}", style="dim")
+        )
     return parts
 
 
 def conversation(row: dict[str, Any], transcript: dict[str, Any] | None) -> Group:
-    head = Text(f"{row['source']} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
-                f"sample {row['sample']}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
-                f"stop {row['stop_reason']}; answer {row['answer']}", style="bold")
+    head = Text(
+        f"{row['source']} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
+        f"sample {row['sample']}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
+        f"stop {row['stop_reason']}; answer {row['answer']}",
+        style="bold",
+    )
     if transcript is None:
         return Group(head, Text("no transcript was recorded for this episode", style="yellow"))
     parts: list[Any] = [head]
-    parts.append(Text("reward breakdown: " + ", ".join(f"{k} {v:g}" for k, v in (transcript.get("metrics") or {}).items())))
-    parts.append(Text(f"tool-call failures: {_failures(transcript.get('failures')) or 'none'} "
-                      f"({(transcript.get('failures') or {}).get('calls', 0)} calls)"))
+    parts.append(
+        Text("reward breakdown: " + ", ".join(f"{k} {v:g}" for k, v in (transcript.get("metrics") or {}).items()))
+    )
+    parts.append(
+        Text(
+            f"tool-call failures: {_failures(transcript.get('failures')) or 'none'} "
+            f"({(transcript.get('failures') or {}).get('calls', 0)} calls)"
+        )
+    )
     turns = transcript.get("turns") or []
-    parts.append(Text("tokens per turn (prompt -> sampled): "
-                      + ", ".join(f"{t['prompt_tokens']}->{t['sampled_tokens']}" for t in turns)
-                      + f"; wall {transcript.get('wall_s')} s", style="dim"))
+    parts.append(
+        Text(
+            "tokens per turn (prompt -> sampled): "
+            + ", ".join(f"{t['prompt_tokens']}->{t['sampled_tokens']}" for t in turns)
+            + f"; wall {transcript.get('wall_s')} s",
+            style="dim",
+        )
+    )
     truncated = transcript.get("truncated") or {}
     if truncated.get("fields"):
-        parts.append(Text(f"truncated: {truncated['fields']} field(s), {truncated['chars_cut']} chars cut", style="yellow"))
+        parts.append(
+            Text(f"truncated: {truncated['fields']} field(s), {truncated['chars_cut']} chars cut", style="yellow")
+        )
     if transcript.get("omitted"):
         parts.append(Text(str(transcript["omitted"]), style="yellow"))
     for message in transcript.get("prompt") or []:
@@ -185,8 +228,15 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--stop-reason", action="append", help="only this stop reason (repeatable)")
     parser.add_argument("--task", help="only task ids containing this text")
     parser.add_argument("--json", action="store_true", help="print JSON (the listing, or the transcript)")
-    parser.add_argument("--html", nargs="?", type=Path, const=True, default=None, metavar="PATH",
-                        help="write the run viewer (default RUN/viewer.html) instead")
+    parser.add_argument(
+        "--html",
+        nargs="?",
+        type=Path,
+        const=True,
+        default=None,
+        metavar="PATH",
+        help="write the run viewer (default RUN/viewer.html) instead",
+    )
     parser.add_argument("--against", type=Path, help="with --html: a second run shown side by side")
     args = parser.parse_intermixed_args(list(argv))  # RUN N may follow the options
     if args.against is not None and args.html is None:
@@ -207,8 +257,10 @@ def main(argv: Sequence[str]) -> int:
             _console().print(listing(rows, view))
         return 0
     if not 0 <= args.episode < len(rows):
-        raise UserError(f"There is no episode {args.episode}: the listing of {args.run} with these filters has "
-                        f"{len(rows)} (numbered from 0). Run the same command without the number to see them.")
+        raise UserError(
+            f"There is no episode {args.episode}: the listing of {args.run} with these filters has "
+            f"{len(rows)} (numbered from 0). Run the same command without the number to see them."
+        )
     row = rows[args.episode]
     transcript = view.transcripts.get(row["id"])
     if args.json:

@@ -23,14 +23,18 @@ _CLEAR = "\033[2J\033[H"
 def find_status(target: Path) -> SweepStatus:
     """The status table of a sweep folder or a single run folder."""
     if not target.is_dir():
-        raise UserError(f"Cannot show the status of {target}: it is not a folder. Give a sweep folder "
-                        "(hydra.sweep.dir) or a run folder.")
+        raise UserError(
+            f"Cannot show the status of {target}: it is not a folder. Give a sweep folder "
+            "(hydra.sweep.dir) or a run folder."
+        )
     for folder in (target, target / STATUS_SUBDIR):
         if (folder / STATUS_JSON).is_file():
             return SweepStatus(folder)
-    raise UserError(f"Cannot show the status of {target}: it holds neither {STATUS_JSON} (a sweep folder) "
-                    f"nor {STATUS_SUBDIR / STATUS_JSON} (a run folder); it is not a piexp run, or its first "
-                    "job has not started yet.")
+    raise UserError(
+        f"Cannot show the status of {target}: it holds neither {STATUS_JSON} (a sweep folder) "
+        f"nor {STATUS_SUBDIR / STATUS_JSON} (a run folder); it is not a piexp run, or its first "
+        "job has not started yet."
+    )
 
 
 def render(status: SweepStatus) -> str:
@@ -41,11 +45,18 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="piexp status",
         description="Status of every job of a sweep folder (or of one run folder); running jobs are "
-                    "judged by process and heartbeat, so a dead one shows as interrupted or stale.",
+        "judged by process and heartbeat, so a dead one shows as interrupted or stale.",
     )
     parser.add_argument("dir", type=Path, help="a sweep folder (hydra.sweep.dir) or a run folder")
-    parser.add_argument("--watch", nargs="?", type=float, const=5.0, default=None, metavar="SECONDS",
-                        help="redraw every SECONDS (default 5) until Ctrl-C")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=5.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 5) until Ctrl-C",
+    )
     args = parser.parse_args(list(argv))
     if args.watch is not None and args.watch <= 0:
         raise UserError(f"--watch needs a positive number of seconds, not {args.watch:g}.")

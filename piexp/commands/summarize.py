@@ -32,7 +32,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from piexp.commands.job_summary import (
-    KEY_METRICS, JobSummary, finished_values, seed_groups, summarize_job, sweep_states, varying_overrides,
+    KEY_METRICS,
+    JobSummary,
+    finished_values,
+    seed_groups,
+    summarize_job,
+    sweep_states,
+    varying_overrides,
 )
 from piexp.commands.summary_plots import plot_cells, plot_metric, plot_seed_means
 from piexp.errors import UserError
@@ -57,8 +63,14 @@ def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
     header.append("tool_failures")
     rows = []
     for job, varying in zip(jobs, varying_overrides(jobs)):
-        row = [job.name, job.mode, job.state, " ".join(varying), " ".join(job.overrides),
-               "" if job.steps is None else str(job.steps)]
+        row = [
+            job.name,
+            job.mode,
+            job.state,
+            " ".join(varying),
+            " ".join(job.overrides),
+            "" if job.steps is None else str(job.steps),
+        ]
         for metric in KEY_METRICS:
             row += [_fmt(job.finals.get(metric)), _fmt(job.bests.get(metric))]
         row.append(job.tool_failures)
@@ -79,10 +91,15 @@ def markdown(root: Path, header: list[str], rows: list[list[str]]) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|") or "-"
 
-    lines = [f"# Summary of {root}", "", f"{len(rows)} job(s). pass@1: eval split, binary reward; "
-             "reward: mean reward in the run's reward mode (eval runs) or training-batch reward (train runs).", "",
-             "| " + " | ".join(header[i] for i in shown) + " |",
-             "| " + " | ".join("---" for _ in shown) + " |"]
+    lines = [
+        f"# Summary of {root}",
+        "",
+        f"{len(rows)} job(s). pass@1: eval split, binary reward; "
+        "reward: mean reward in the run's reward mode (eval runs) or training-batch reward (train runs).",
+        "",
+        "| " + " | ".join(header[i] for i in shown) + " |",
+        "| " + " | ".join("---" for _ in shown) + " |",
+    ]
     for row in rows:
         lines.append("| " + " | ".join(cell(row[i]) for i in shown) + " |")
     return "\n".join(lines) + "\n"
@@ -104,9 +121,13 @@ def seed_groups_markdown(jobs: Sequence[JobSummary]) -> str:
     groups = seed_groups(jobs)
     if all(len(members) < 2 for members in groups.values()):
         return ""
-    lines = ["", "Over seeds (jobs that differ only by seed; mean ± 95% confidence interval, complete jobs):", "",
-             "| setting | seeds | " + " | ".join(f"final_{m}" for m in KEY_METRICS) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in KEY_METRICS) + " |"]
+    lines = [
+        "",
+        "Over seeds (jobs that differ only by seed; mean ± 95% confidence interval, complete jobs):",
+        "",
+        "| setting | seeds | " + " | ".join(f"final_{m}" for m in KEY_METRICS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in KEY_METRICS) + " |",
+    ]
     for setting, members in groups.items():
         cells = []
         for metric in KEY_METRICS:
@@ -125,8 +146,13 @@ def cells_markdown(jobs: Sequence[JobSummary]) -> str:
     names = list(dict.fromkeys(name for job in jobs for name in job.cells))
     if not names:
         return ""
-    lines = ["", "## pass@1 by family x language", "", "| job | " + " | ".join(names) + " |",
-             "|---|" + "---|" * len(names)]
+    lines = [
+        "",
+        "## pass@1 by family x language",
+        "",
+        "| job | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for job in jobs:
         if job.cells:
             lines.append(f"| {job.name} | " + " | ".join(_fmt(job.cells.get(name)) for name in names) + " |")
@@ -137,16 +163,22 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     """Write the summary files of `root` into `out_dir` (default: root); returns them."""
     root = Path(root)
     if not root.exists():
-        raise UserError(f"Cannot summarize {root}: it does not exist. Give a run folder "
-                        "(outputs/DATE/TIME) or a multirun folder (multirun/DATE/TIME).")
+        raise UserError(
+            f"Cannot summarize {root}: it does not exist. Give a run folder "
+            "(outputs/DATE/TIME) or a multirun folder (multirun/DATE/TIME)."
+        )
     if not root.is_dir():
-        raise UserError(f"Cannot summarize {root}: it is not a folder. Give a run folder "
-                        "(outputs/DATE/TIME) or a multirun folder (multirun/DATE/TIME).")
+        raise UserError(
+            f"Cannot summarize {root}: it is not a folder. Give a run folder "
+            "(outputs/DATE/TIME) or a multirun folder (multirun/DATE/TIME)."
+        )
     folders = find_job_folders(root)
     if not folders:
-        raise UserError(f"Cannot summarize {root}: no piexp run was found in it (a run folder holds "
-                        ".hydra/config.yaml). Give a run folder (outputs/DATE/TIME) or a multirun "
-                        "folder (multirun/DATE/TIME).")
+        raise UserError(
+            f"Cannot summarize {root}: no piexp run was found in it (a run folder holds "
+            ".hydra/config.yaml). Give a run folder (outputs/DATE/TIME) or a multirun "
+            "folder (multirun/DATE/TIME)."
+        )
     out_dir = Path(out_dir) if out_dir is not None else root
     out_dir.mkdir(parents=True, exist_ok=True)
     states = sweep_states(root)
@@ -154,8 +186,10 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     header, rows = table_rows(jobs)
     written = {"csv": out_dir / f"{OUTPUT_STEM}.csv", "md": out_dir / f"{OUTPUT_STEM}.md"}
     write_csv(written["csv"], header, rows)
-    written["md"].write_text(markdown(root, header, rows) + cells_markdown(jobs) + states_markdown(jobs)
-                             + seed_groups_markdown(jobs), encoding="utf-8")
+    written["md"].write_text(
+        markdown(root, header, rows) + cells_markdown(jobs) + states_markdown(jobs) + seed_groups_markdown(jobs),
+        encoding="utf-8",
+    )
     for metric in KEY_METRICS:
         path = out_dir / f"{OUTPUT_STEM}_{metric}.png"
         if plot_metric(metric, jobs, path):

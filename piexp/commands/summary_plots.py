@@ -60,7 +60,13 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
         axes.bar(positions, heights, color="tab:blue")
         for x, value in zip(positions, heights):
             axes.annotate(f"{value:.3f}", (x, value), ha="center", va="bottom", fontsize="small")
-        axes.set_xticks(positions, labels, rotation=30 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center", fontsize="small")
+        axes.set_xticks(
+            positions,
+            labels,
+            rotation=30 if len(bars) > 3 else 0,
+            ha="right" if len(bars) > 3 else "center",
+            fontsize="small",
+        )
         axes.set_title(f"{metric} per run")
         if metric == "pass@1":
             axes.set_ylim(0, 1.05)
@@ -75,8 +81,11 @@ def plot_metric(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
 def plot_seed_means(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool:
     """One bar per setting run with several seeds: the mean over its finished seeds with
     a 95% confidence interval; False (nothing written) when no setting has two seeds."""
-    groups = {setting: values for setting, members in seed_groups(jobs).items()
-              if len(values := finished_values(members, metric)) >= 2}
+    groups = {
+        setting: values
+        for setting, members in seed_groups(jobs).items()
+        if len(values := finished_values(members, metric)) >= 2
+    }
     if not groups:
         return False
     import matplotlib
@@ -87,8 +96,13 @@ def plot_seed_means(metric: str, jobs: Sequence[JobSummary], path: Path) -> bool
     stats = {setting: mean_ci95(values) for setting, values in groups.items()}
     figure, axes = plt.subplots(figsize=(8, 1.0 + 0.4 * len(stats)))
     positions = list(range(len(stats)))[::-1]
-    axes.barh(positions, [mean for mean, _ in stats.values()], xerr=[half or 0.0 for _, half in stats.values()],
-              color="tab:blue", capsize=4)
+    axes.barh(
+        positions,
+        [mean for mean, _ in stats.values()],
+        xerr=[half or 0.0 for _, half in stats.values()],
+        color="tab:blue",
+        capsize=4,
+    )
     axes.set_yticks(positions, [f"{setting} ({len(groups[setting])} seeds)" for setting in stats], fontsize="small")
     axes.set_xlabel(f"final {metric}, mean over seeds ± 95% CI")
     if metric == "pass@1":
@@ -116,13 +130,23 @@ def plot_cells(jobs: Sequence[JobSummary], path: Path) -> bool:
     figure, axes = plt.subplots(figsize=(2.5 + 1.1 * len(names), 1.2 + 0.35 * len(rows)))
     image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize="small")
-    axes.set_yticks(range(len(rows)), [_label(job, varying) for job, varying in zip(rows, varying_overrides(rows))],
-                    fontsize="small")
+    axes.set_yticks(
+        range(len(rows)),
+        [_label(job, varying) for job, varying in zip(rows, varying_overrides(rows))],
+        fontsize="small",
+    )
     for r, row in enumerate(values):
         for c, value in enumerate(row):
             if value == value:  # not nan
-                axes.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize="x-small",
-                          color="black" if value > 0.6 else "white")
+                axes.text(
+                    c,
+                    r,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize="x-small",
+                    color="black" if value > 0.6 else "white",
+                )
     axes.set_title("pass@1 by family x language")
     figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
     figure.tight_layout()

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 
 from piexp.errors import UserError
 
-USAGE = ("usage: python -m piexp tasks [family=...] [lang=...] [n=N] [split=train|eval] [other overrides]; "
-         "python -m piexp tasks family=NAME --params (each difficulty parameter, its range, default and effect)")
+USAGE = (
+    "usage: python -m piexp tasks [family=...] [lang=...] [n=N] [split=train|eval] [other overrides]; "
+    "python -m piexp tasks family=NAME --params (each difficulty parameter, its range, default and effect)"
+)
 
 
 def _take(args: list[str], key: str, default: str) -> str:
@@ -49,8 +51,11 @@ def main(argv: Sequence[str]) -> int:
     languages = config.train_languages if split == "train" else config.eval_languages
     language = languages[0]
     tasks = build_tasks(
-        split=split, tasks_per_family=int(n_text), seed=config.seed,
-        families=config.families, params=config.family,
+        split=split,
+        tasks_per_family=int(n_text),
+        seed=config.seed,
+        families=config.families,
+        params=config.family,
     )
     spec = config.languages[language]
     print(render_preview(tasks, lambda task: workspace_prompt(task, language, spec)))

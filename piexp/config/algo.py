@@ -27,7 +27,9 @@ class _Strict(BaseModel):
 class LossFnConfig(_Strict):
     """The loss function's ratio clipping (ppo, cispo, gspo); null = the service's default."""
 
-    clip_low_threshold: Annotated[float, Field(gt=0, le=1)] | None = None  # lower clip of the ratio p/q (PPO: 1 - eps_low)
+    clip_low_threshold: Annotated[float, Field(gt=0, le=1)] | None = (
+        None  # lower clip of the ratio p/q (PPO: 1 - eps_low)
+    )
     clip_high_threshold: Annotated[float, Field(ge=1)] | None = None  # upper clip of the ratio p/q (PPO: 1 + eps_high)
 
     def as_dict(self) -> dict[str, float] | None:
@@ -44,8 +46,10 @@ class KLReference(_Strict):
     @model_validator(mode="after")
     def _tinker_path(self) -> KLReference:
         if self.load_checkpoint_path is not None and not self.load_checkpoint_path.startswith("tinker://"):
-            raise ValueError(f"algo.kl_reference_config.load_checkpoint_path must be a tinker:// path, "
-                             f"got {self.load_checkpoint_path!r}")
+            raise ValueError(
+                f"algo.kl_reference_config.load_checkpoint_path must be a tinker:// path, "
+                f"got {self.load_checkpoint_path!r}"
+            )
         return self
 
 
@@ -56,8 +60,12 @@ class RolloutErrorTolerance(_Strict):
     # fail_fast: any error stops training; retry: RetryOnFailure; min_viable_group: MinViableGroup.
     strategy: Literal["model_default", "fail_fast", "retry", "min_viable_group"] = "model_default"
     max_retries: NonNegativeInt = 3  # retry / min_viable_group: retries per group, in all
-    per_rollout_timeout: PositiveFloat | None = None  # retry / min_viable_group: seconds before a rollout is retried; null = none
-    min_successful: PositiveInt | None = None  # min_viable_group: trajectories a group keeps at least; null = 75% of the group
+    per_rollout_timeout: PositiveFloat | None = (
+        None  # retry / min_viable_group: seconds before a rollout is retried; null = none
+    )
+    min_successful: PositiveInt | None = (
+        None  # min_viable_group: trajectories a group keeps at least; null = 75% of the group
+    )
 
 
 class TerminationPolicy(_Strict):
@@ -74,9 +82,13 @@ class TerminationPolicy(_Strict):
 class ParseErrors(_Strict):
     """What a malformed model turn (unparsable tool call) does (the cookbook's ParseErrorPolicy)."""
 
-    enabled: bool = False  # false = the model's default (one-shot: reward -0.1 and the episode ends; Inkling: agentic())
+    enabled: bool = (
+        False  # false = the model's default (one-shot: reward -0.1 and the episode ends; Inkling: agentic())
+    )
     max_consecutive: NonNegativeInt = 0  # content parse failures in a row answered with a corrective message
-    retry_message_template: str = "The previous message had a formatting issue.\nError: {details}"  # that message; {details} = the error
+    retry_message_template: str = (
+        "The previous message had a formatting issue.\nError: {details}"  # that message; {details} = the error
+    )
     penalty_per_error: NonNegativeFloat = 0.0  # reward of a retried malformed turn is -penalty_per_error
     terminal_reward: float = 0.0  # reward of the turn that ends the episode on a parse error
     mask_error_turns: bool = False  # leave malformed turns out of the loss
@@ -112,7 +124,9 @@ class AlgoSettings(_Strict):
     kl_reference_config: KLReference = KLReference()  # the KL reference policy
     compute_post_kl: bool = False  # log the KL between the sampling and the updated policy (extra cost)
     remove_constant_reward_groups: bool = False  # drop groups whose rewards are all equal (no signal)
-    shuffle_rewards: bool = False  # control: permute total rewards within each group before advantages (a run that must NOT learn)
+    shuffle_rewards: bool = (
+        False  # control: permute total rewards within each group before advantages (a run that must NOT learn)
+    )
     rollout_error_tolerance: RolloutErrorTolerance = RolloutErrorTolerance()  # failing rollouts
     termination: TerminationPolicy = TerminationPolicy()  # rewards of limit-stopped trajectories
     parse_errors: ParseErrors = ParseErrors()  # malformed tool calls
@@ -129,19 +143,26 @@ class AlgoSettings(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> AlgoSettings:
-        if self.async_config.max_steps_off_policy is not None and self.stream_minibatch_config.num_minibatches is not None:
+        if (
+            self.async_config.max_steps_off_policy is not None
+            and self.stream_minibatch_config.num_minibatches is not None
+        ):
             raise ValueError("algo.async_config and algo.stream_minibatch_config exclude each other (set one)")
         if self.kl_penalty_coef == 0 and self.kl_reference_config != KLReference():
             raise ValueError("algo.kl_reference_config is only used with algo.kl_penalty_coef > 0")
         if self.shuffle_rewards and self.termination.zero_reward_on_limit:
-            raise ValueError("algo.shuffle_rewards cannot be combined with algo.termination.zero_reward_on_limit: the "
-                             "clamp, applied after the shuffle by each episode's own stop reason, would leak a signal")
+            raise ValueError(
+                "algo.shuffle_rewards cannot be combined with algo.termination.zero_reward_on_limit: the "
+                "clamp, applied after the shuffle by each episode's own stop reason, would leak a signal"
+            )
         tolerance = self.rollout_error_tolerance
         if tolerance.min_successful is not None and tolerance.strategy != "min_viable_group":
             raise ValueError("algo.rollout_error_tolerance.min_successful is only used with strategy=min_viable_group")
         if self.loss_fn_config.as_dict() and self.loss_fn not in ("ppo", "cispo", "gspo"):
-            raise ValueError(f"algo.loss_fn_config (clip thresholds) is only used by ppo, cispo and gspo, "
-                             f"not algo.loss_fn={self.loss_fn}")
+            raise ValueError(
+                f"algo.loss_fn_config (clip thresholds) is only used by ppo, cispo and gspo, "
+                f"not algo.loss_fn={self.loss_fn}"
+            )
         if self.span_chart_every:
             import importlib.util
 

@@ -65,9 +65,21 @@ def rewrite_list_overrides(argv: Sequence[str]) -> list[str]:
 
 def split_hydra_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate Hydra's own flags (`--cfg job`, `-m`, ...) from config overrides."""
-    flags_with_value = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp",
-                        "--config-name", "-cn", "--config-dir", "-cd", "--info", "-i",
-                        "--experimental-rerun"}
+    flags_with_value = {
+        "--cfg",
+        "-c",
+        "--package",
+        "-p",
+        "--config-path",
+        "-cp",
+        "--config-name",
+        "-cn",
+        "--config-dir",
+        "-cd",
+        "--info",
+        "-i",
+        "--experimental-rerun",
+    }
     overrides: list[str] = []
     flags: list[str] = []
     index = 0

@@ -41,14 +41,20 @@ def _local_problems(algo: AlgoSettings, model_name: str) -> list[str]:
     if algo.kl_penalty_coef > 0:
         reference = algo.kl_reference_config
         if reference.base_model not in (None, model_name):
-            problems.append(f"algo.kl_reference_config.base_model={reference.base_model} (the server serves "
-                            f"only the trained base model, {model_name})")
+            problems.append(
+                f"algo.kl_reference_config.base_model={reference.base_model} (the server serves "
+                f"only the trained base model, {model_name})"
+            )
         if reference.load_checkpoint_path is not None:
-            problems.append("algo.kl_reference_config.load_checkpoint_path (the SDK then sends base_model and "
-                            "model_path together, and the server accepts exactly one)")
+            problems.append(
+                "algo.kl_reference_config.load_checkpoint_path (the SDK then sends base_model and "
+                "model_path together, and the server accepts exactly one)"
+            )
     if algo.ttl_seconds != DEFAULT_TTL_SECONDS:
-        problems.append(f"algo.ttl_seconds={algo.ttl_seconds} (the server has no checkpoint expiry; "
-                        f"checkpoints stay in the run's local_service/ folder)")
+        problems.append(
+            f"algo.ttl_seconds={algo.ttl_seconds} (the server has no checkpoint expiry; "
+            f"checkpoints stay in the run's local_service/ folder)"
+        )
     if algo.rolling_ttl_seconds != DEFAULT_ROLLING_TTL_SECONDS:
         problems.append(f"algo.rolling_ttl_seconds={algo.rolling_ttl_seconds} (the server has no checkpoint expiry)")
     return problems

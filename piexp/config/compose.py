@@ -47,7 +47,9 @@ def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> Us
     first_line = text.splitlines()[0] if text else type(error).__name__
     bad_key = re.match(r"Could not override '([^']+)'", first_line)
     if bad_key:
-        return UserError(f"Unknown key {bad_key[1]!r}: the config has no such option.{_key_hint(bad_key[1], overrides)}")
+        return UserError(
+            f"Unknown key {bad_key[1]!r}: the config has no such option.{_key_hint(bad_key[1], overrides)}"
+        )
     return UserError(f"Invalid command-line override: {first_line}")
 
 
@@ -103,7 +105,11 @@ def _format_validation_error(error: ValidationError) -> str:
         if item["type"] == "extra_forbidden":
             message = "is not a known option here"
         value = item.get("input")
-        shown = f" (got {value!r})" if item["type"] not in ("extra_forbidden", "value_error") and not isinstance(value, dict) else ""
+        shown = (
+            f" (got {value!r})"
+            if item["type"] not in ("extra_forbidden", "value_error") and not isinstance(value, dict)
+            else ""
+        )
         # A message that names its own option (`algo.x ...`) needs no location in front.
         named = not location or message.startswith(f"{location}.")
         problems.append(f"{message}{shown}" if named else f"{location}: {message}{shown}")

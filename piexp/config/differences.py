@@ -30,8 +30,10 @@ def config_differences(
             elif isinstance(left, dict) and isinstance(right, dict):
                 walk(left, right, f"{dotted}.")
             elif left != right:
-                lines.append(f"{dotted}: {'(absent)' if left is ... else show(left)} -> "
-                             f"{'(absent)' if right is ... else show(right)}")
+                lines.append(
+                    f"{dotted}: {'(absent)' if left is ... else show(left)} -> "
+                    f"{'(absent)' if right is ... else show(right)}"
+                )
 
     walk(saved, recomposed, "")
     return lines

@@ -20,13 +20,17 @@ def check_configured_languages(languages: Mapping[str, LanguageSettings]) -> Non
     for name, settings in languages.items():
         known = LANGUAGES.get(name)
         if known is None:
-            problems.append(f"languages.{name} is not a language piexp knows (valid languages: "
-                            f"{', '.join(LANGUAGES)}; a new one needs reference programs and an entry in "
-                            "piexp/languages.py)")
+            problems.append(
+                f"languages.{name} is not a language piexp knows (valid languages: "
+                f"{', '.join(LANGUAGES)}; a new one needs reference programs and an entry in "
+                "piexp/languages.py)"
+            )
         elif settings.sandbox_language not in (None, known.sandbox_id):
-            problems.append(f"languages.{name}.sandbox_language={settings.sandbox_language} differs from "
-                            f"the sandbox id piexp runs {name} under ({known.sandbox_id}); that id is fixed "
-                            "by the language registry (piexp/languages.py), so remove the setting (it is "
-                            "only accepted, equal to the registry's, from configs saved by earlier piexp)")
+            problems.append(
+                f"languages.{name}.sandbox_language={settings.sandbox_language} differs from "
+                f"the sandbox id piexp runs {name} under ({known.sandbox_id}); that id is fixed "
+                "by the language registry (piexp/languages.py), so remove the setting (it is "
+                "only accepted, equal to the registry's, from configs saved by earlier piexp)"
+            )
     if problems:
         raise UserError("Invalid configuration: " + "; ".join(problems) + ".")

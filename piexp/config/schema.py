@@ -16,8 +16,10 @@ OFFLINE_POLICIES = ("oracle", "guess", "crash", "wrong", "edit")
 EVAL_POLICIES = (*OFFLINE_POLICIES, "model")
 # The scripted policy that states a number without using a tool was called `null`, which
 # Hydra reads as "no value" (the model policy) inside sweep lists and presets.
-RENAMED_POLICY_HINT = ("the scripted policy that answers without tools is now called `guess` (policy=guess); "
-                       "`null` is refused because Hydra reads it as no value, which selects the model policy")
+RENAMED_POLICY_HINT = (
+    "the scripted policy that answers without tools is now called `guess` (policy=guess); "
+    "`null` is refused because Hydra reads it as no value, which selects the model policy"
+)
 
 
 class _Strict(BaseModel):
@@ -65,7 +67,9 @@ class Limits(_Strict):
     sandbox_timeout_s: PositiveInt = 10
     # tinker-cookbook RolloutLimits budgets, enforced by its rollout runner (null = none):
     max_sampled_tokens: PositiveInt | None = None  # sampled tokens per episode, all turns together
-    max_turn_tokens: PositiveInt | None = None  # sampled tokens per turn; a cut turn goes on (needs a cumulative budget to end)
+    max_turn_tokens: PositiveInt | None = (
+        None  # sampled tokens per turn; a cut turn goes on (needs a cumulative budget to end)
+    )
     rollout_timeout_s: PositiveFloat | None = None  # wall-clock budget of one episode; it ends, still graded
     sampling_turn_timeout_s: PositiveFloat | None = None  # wall-clock budget of one sampling call; it fails
 
@@ -154,7 +158,9 @@ class TrainMode(_Strict):
     preflight: bool = True
     wandb_project: str | None = None
     eval_before: bool = False  # first evaluate the base model (mode=eval policy=model) into <run>/eval_base/
-    eval_after: bool = False  # then evaluate the final checkpoint into <run>/eval_trained/ (and compare, with eval_before)
+    eval_after: bool = (
+        False  # then evaluate the final checkpoint into <run>/eval_trained/ (and compare, with eval_before)
+    )
 
 
 class EvalMode(_Strict):
@@ -199,7 +205,8 @@ class RunConfig(_Strict):
         # A differing id is kept for check_configured_languages to refuse.
         return {
             name: settings.model_copy(update={"sandbox_language": LANGUAGES[name].sandbox_id})
-            if settings.sandbox_language is None and name in LANGUAGES else settings
+            if settings.sandbox_language is None and name in LANGUAGES
+            else settings
             for name, settings in languages.items()
         }
 
@@ -276,16 +283,22 @@ class RunConfig(_Strict):
         if self.warm_start.sft_steps:
             ignored.append("warm_start.sft_steps")
         if self.algo != AlgoSettings():
-            changed = [key for key in type(self.algo).model_fields if getattr(self.algo, key) != getattr(AlgoSettings(), key)]
+            changed = [
+                key for key in type(self.algo).model_fields if getattr(self.algo, key) != getattr(AlgoSettings(), key)
+            ]
             ignored.append("algo (" + ", ".join(f"algo.{key}" for key in changed) + ")")
         if ignored:
-            raise ValueError(f"{', '.join(ignored)} {'is a training option' if len(ignored) == 1 else 'are training options'}"
-                             f" (mode=train) that mode={self.mode.name} would ignore; drop it or use mode=train")
+            raise ValueError(
+                f"{', '.join(ignored)} {'is a training option' if len(ignored) == 1 else 'are training options'}"
+                f" (mode=train) that mode={self.mode.name} would ignore; drop it or use mode=train"
+            )
         if self.mode.name == "check":
             policy_options = [key for key in ("policy", "k", "checkpoint") if getattr(self, key) is not None]
             if policy_options:
-                raise ValueError(f"{', '.join(policy_options)} would be ignored by mode=check (it runs the oracle and "
-                                 "the other scripted policies itself); use mode=eval to evaluate a policy")
+                raise ValueError(
+                    f"{', '.join(policy_options)} would be ignored by mode=check (it runs the oracle and "
+                    "the other scripted policies itself); use mode=eval to evaluate a policy"
+                )
 
     def _check_algo_fits_training(self, mode: TrainMode) -> None:
         """Batch arithmetic the cookbook asserts mid-run, and what the service can honour."""
@@ -299,8 +312,9 @@ class RunConfig(_Strict):
             )
         floor = algo.rollout_error_tolerance.min_successful
         if floor is not None and floor > mode.group_size:
-            raise ValueError(f"algo.rollout_error_tolerance.min_successful ({floor}) exceeds mode.group_size "
-                             f"({mode.group_size})")
+            raise ValueError(
+                f"algo.rollout_error_tolerance.min_successful ({floor}) exceeds mode.group_size ({mode.group_size})"
+            )
         refuse_unsupported_algo(self.service.name, algo, self.model.name)
 
     @property

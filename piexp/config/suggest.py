@@ -59,8 +59,10 @@ def unknown_key_hint(key: str, keys: Sequence[str], selected_families: Sequence[
     parts = key.split(".")
     if parts[0] == "family" and len(parts) > 1 and parts[1] in FAMILIES and parts[1] not in selected_families:
         chosen = ",".join(selected_families) or "none"
-        return (f" Family {parts[1]} is not selected (family={chosen}); select it too, e.g. "
-                f"family={chosen},{parts[1]} {key}=...")
+        return (
+            f" Family {parts[1]} is not selected (family={chosen}); select it too, e.g. "
+            f"family={chosen},{parts[1]} {key}=..."
+        )
     last = parts[-1]
     same_leaf = [candidate for candidate in keys if candidate.split(".")[-1] == last and candidate != key]
     if same_leaf:

@@ -98,9 +98,7 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         splits = build_splits(config)
         settings = episode_settings(config, self.sandbox_url)
         assert config.mode.name == "train", "the dataset builder serves training runs"
-        train = group_builders(
-            splits.train, config.train_languages, settings, config.mode.group_size, evaluation=False
-        )
+        train = group_builders(splits.train, config.train_languages, settings, config.mode.group_size, evaluation=False)
         evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
         train_dataset: RLDataset = RepeatingDataset(train, config.mode.groups_per_batch, config.mode.max_steps)
         if config.algo.shuffle_rewards:  # the control run: rewards permuted within each group

@@ -63,9 +63,7 @@ class WorkspaceReward:
 
     def grade(self, history: list[Message]) -> tuple[float, dict[str, float]]:
         payloads = tool_payloads(history)
-        mutation = any(
-            p.get("tool") in {"write", "edit"} and p.get("status") == "ok" for p in payloads
-        )
+        mutation = any(p.get("tool") in {"write", "edit"} and p.get("status") == "ok" for p in payloads)
         bash_results = [p for p in payloads if p.get("tool") == "bash"]
         executed = any(p.get("status") == "ok" for p in bash_results)
         output_correct = any(bool(p.get("output_correct")) for p in bash_results)
@@ -79,10 +77,7 @@ class WorkspaceReward:
         else:
             w = self.weights
             reward = (
-                w.mutation * mutation
-                + w.execution * executed
-                + w.output * output_correct
-                + w.answer * final_correct
+                w.mutation * mutation + w.execution * executed + w.output * output_correct + w.answer * final_correct
             )
         return reward, {
             "tool_called": float(bool(payloads)),

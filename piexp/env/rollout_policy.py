@@ -78,7 +78,9 @@ def rollout_error_tolerance(algo: AlgoSettings) -> RolloutStrategy | None:
     if tolerance.strategy == "fail_fast":
         return FailFast()
     if tolerance.strategy == "retry":
-        return RetryOnFailure(max_retries=tolerance.max_retries,
-                              per_rollout_timeout=tolerance.per_rollout_timeout or 0)
-    return MinViableGroup(min_successful=tolerance.min_successful, max_retries=tolerance.max_retries,
-                          per_rollout_timeout=tolerance.per_rollout_timeout)
+        return RetryOnFailure(max_retries=tolerance.max_retries, per_rollout_timeout=tolerance.per_rollout_timeout or 0)
+    return MinViableGroup(
+        min_successful=tolerance.min_successful,
+        max_retries=tolerance.max_retries,
+        per_rollout_timeout=tolerance.per_rollout_timeout,
+    )

@@ -75,9 +75,7 @@ class WorkspaceTools:
         return copy.deepcopy(specs)
 
     def _result(self, tool_name: str, **payload: Any) -> ToolResult:
-        return simple_tool_result(
-            json.dumps({"schema": RESULT_SCHEMA, "tool": tool_name, **payload}, sort_keys=True)
-        )
+        return simple_tool_result(json.dumps({"schema": RESULT_SCHEMA, "tool": tool_name, **payload}, sort_keys=True))
 
     @tool
     async def read(self, path: Annotated[str, "Workspace-relative file path."]) -> ToolResult:
@@ -129,9 +127,7 @@ class WorkspaceTools:
         except ValueError as error:
             return self._result("bash", status="error", error=str(error))
         if len(argv) != 2 or argv[0] not in self.language.runtimes:
-            return self._result(
-                "bash", status="error", error=f"use {self.language.runtimes[0]} <relative-file>"
-            )
+            return self._result("bash", status="error", error=f"use {self.language.runtimes[0]} <relative-file>")
         path = normalize_workspace_path(argv[1])
         if path is None or path not in self.files:
             return self._result("bash", status="error", error="program file not found")

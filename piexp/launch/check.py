@@ -66,8 +66,10 @@ async def probe_runtimes(config: RunConfig, sandbox_url: str) -> dict[str, dict[
 
     async def probe(name: str) -> tuple[str, dict[str, Any]]:
         _ok, response = await client.run(
-            code=registered_language(name).print_statement(HELLO), files={},
-            timeout=config.limits.sandbox_timeout_s, language=name,
+            code=registered_language(name).print_statement(HELLO),
+            files={},
+            timeout=config.limits.sandbox_timeout_s,
+            language=name,
         )
         result = response.get("run_result")
         if not isinstance(result, dict):
@@ -89,8 +91,10 @@ def runtime_advice(name: str, info: dict[str, Any], config: RunConfig) -> str:
     limit too low is a memory limit too low, not a runtime to install."""
     detail = str(info.get("detail") or "")
     if "memory limit" in detail:
-        return (f"sandbox.memory_limit_mb={config.sandbox.memory_limit_mb} is too low for {name} to start; "
-                "raise it (the default is 1024)")
+        return (
+            f"sandbox.memory_limit_mb={config.sandbox.memory_limit_mb} is too low for {name} to start; "
+            "raise it (the default is 1024)"
+        )
     if "time limit" in detail or "timed out" in detail.lower():
         return f"{name} did not start within limits.sandbox_timeout_s={config.limits.sandbox_timeout_s}; raise it"
     return f"the run asks for {name} (lang/eval_lang): install it or drop it from the run"
@@ -132,9 +136,9 @@ def plan_episodes(config: RunConfig, splits: RunSplits, languages: Sequence[str]
                     continue
                 mine = [task for task in split_tasks if task.family == family]
                 pool.extend(mine)
-                episodes.extend(Episode("oracle", task, language) for task in mine[:settings.oracle_tasks_per_cell])
+                episodes.extend(Episode("oracle", task, language) for task in mine[: settings.oracle_tasks_per_cell])
             for policy in SAMPLED_POLICIES:
-                episodes.extend(Episode(policy, task, language) for task in pool[:settings.sample_tasks_per_cell])
+                episodes.extend(Episode(policy, task, language) for task in pool[: settings.sample_tasks_per_cell])
     return episodes
 
 
@@ -205,8 +209,11 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
         tasks = [*splits.train, *splits.eval]
         policies = {name: make_policy(name, renderer, tasks) for name in ("oracle", *SAMPLED_POLICIES)}
         records = await run_episodes(
-            plan_episodes(config, splits, runnable), policies, settings,
-            label="check", max_concurrency=check_settings(config).max_concurrency,
+            plan_episodes(config, splits, runnable),
+            policies,
+            settings,
+            label="check",
+            max_concurrency=check_settings(config).max_concurrency,
         )
         weight = config.reward.weights.answer
         for record in records:
@@ -224,8 +231,10 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             "overlap": splits.overlap_report,
             "cells": cells,
             "violations": violations,
-            "tool_failures": {"overall": summarize_failures(r.failures for r in records),
-                              "cells": failure_cells(records, config.families, requested)},
+            "tool_failures": {
+                "overall": summarize_failures(r.failures for r in records),
+                "cells": failure_cells(records, config.families, requested),
+            },
             "episodes": [r.to_json() for r in records],
             "wall_s": round(time.perf_counter() - started, 3),
         }
@@ -285,7 +294,8 @@ def _table(config: RunConfig, cells: dict[str, dict[str, Any]], runtimes: dict[s
     languages = list(next(iter(cells.values())).keys()) if cells else []
     table = Table(
         title="piexp check: family x language (episodes meeting expectations)",
-        caption="runtimes: " + ", ".join(
+        caption="runtimes: "
+        + ", ".join(
             f"{name} {info['status']}" + ("" if info.get("requested") else " (not requested)")
             for name, info in runtimes.items()
         ),

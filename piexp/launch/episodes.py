@@ -47,8 +47,16 @@ class Episode:
 class PlayEpisode(Protocol):
     """`piexp.policies.rollout.run_episode`'s signature (a caller may pass a stand-in)."""
 
-    def __call__(self, policy: TokenCompleter, policy_name: str, task: Task, language: str,
-                 settings: EpisodeSettings, *, sample: int = 0) -> Awaitable[EpisodeRecord]: ...
+    def __call__(
+        self,
+        policy: TokenCompleter,
+        policy_name: str,
+        task: Task,
+        language: str,
+        settings: EpisodeSettings,
+        *,
+        sample: int = 0,
+    ) -> Awaitable[EpisodeRecord]: ...
 
 
 async def run_episodes(
@@ -69,8 +77,14 @@ async def run_episodes(
 
     async def one(episode: Episode) -> EpisodeRecord:
         async with semaphore:
-            return await play(policies[episode.policy], episode.policy, episode.task, episode.language, settings,
-                              sample=episode.sample)
+            return await play(
+                policies[episode.policy],
+                episode.policy,
+                episode.task,
+                episode.language,
+                settings,
+                sample=episode.sample,
+            )
 
     records: list[EpisodeRecord] = []
     with ProgressReport(label, len(episodes)) as progress:

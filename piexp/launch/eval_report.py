@@ -19,7 +19,7 @@ from piexp.transcripts.failures import failure_markdown
 METRIC_MEANINGS = {
     "pass@j": "share of tasks solved by at least one of j samples (unbiased estimator over the k samples)",
     "binary": "mean binary reward: 1 only when the episode wrote or edited a file, ran a program that printed "
-              "the right answer, and stated it",
+    "the right answer, and stated it",
     "shaped": "mean shaped reward: weighted partial credit for those four steps (reward.weights), 1 when all hold",
     "tool_called": "share of episodes with at least one tool call",
     "mutation_succeeded": "share with a successful write or edit",
@@ -52,10 +52,18 @@ def _failing_tasks(results: dict[str, Any]) -> list[str]:
     for (family, language), rows in sorted(cells.items()):
         never = [r["task_id"] for r in rows if r["correct"] == 0]
         some = [f"{r['task_id']} ({r['correct']}/{r['n']})" for r in rows if r["correct"] > 0]
-        lines.append(f"- **{family} x {language}**: " + "; ".join(filter(None, [
-            f"never solved: {', '.join(never)}" if never else "",
-            f"solved by some samples: {', '.join(some)}" if some else "",
-        ])))
+        lines.append(
+            f"- **{family} x {language}**: "
+            + "; ".join(
+                filter(
+                    None,
+                    [
+                        f"never solved: {', '.join(never)}" if never else "",
+                        f"solved by some samples: {', '.join(some)}" if some else "",
+                    ],
+                )
+            )
+        )
     return lines + ["", "`python -m piexp show RUN --failed --task TASK_ID` prints such an episode's conversation.", ""]
 
 
@@ -63,20 +71,34 @@ def results_markdown(results: dict[str, Any]) -> str:
     k = results["k"]
     shown = _pass_columns(k)
     languages, cells = results["languages"], results["cells"]
-    subject = results["policy"] + (f" ({results['checkpoint'] or results['model']})" if results["policy"] == "model" else "")
+    subject = results["policy"] + (
+        f" ({results['checkpoint'] or results['model']})" if results["policy"] == "model" else ""
+    )
     lines = [f"# Eval results: {subject}", "", f"k = {k} samples per task; binary reward decides a pass.", ""]
-    lines += ["## pass@1 by family x language", "", "| family | " + " | ".join(languages) + " |",
-              "|---|" + "---|" * len(languages)]
+    lines += [
+        "## pass@1 by family x language",
+        "",
+        "| family | " + " | ".join(languages) + " |",
+        "|---|" + "---|" * len(languages),
+    ]
     for family, row in cells.items():
         lines.append(f"| {family} | " + " | ".join(f"{row[lang]['pass@1']:.3f}" for lang in languages) + " |")
     overall = results["overall"]
     lines.append("")
-    lines.append("Overall: " + ", ".join(f"pass@{j} {overall[f'pass@{j}']:.3f}" for j in shown)
-                 + f", shaped reward {overall['reward_shaped']:.3f} over {overall['episodes']} episodes.")
-    lines += ["", "## Per cell: outcomes", "",
-              "| family | language | tasks | episodes | " + " | ".join(f"pass@{j}" for j in shown)
-              + " | binary | shaped | stop reasons |",
-              "|---|---|---|---|" + "---|" * (len(shown) + 3)]
+    lines.append(
+        "Overall: "
+        + ", ".join(f"pass@{j} {overall[f'pass@{j}']:.3f}" for j in shown)
+        + f", shaped reward {overall['reward_shaped']:.3f} over {overall['episodes']} episodes."
+    )
+    lines += [
+        "",
+        "## Per cell: outcomes",
+        "",
+        "| family | language | tasks | episodes | "
+        + " | ".join(f"pass@{j}" for j in shown)
+        + " | binary | shaped | stop reasons |",
+        "|---|---|---|---|" + "---|" * (len(shown) + 3),
+    ]
     for family, row in cells.items():
         for language in languages:
             cell = row[language]
@@ -86,20 +108,34 @@ def results_markdown(results: dict[str, Any]) -> str:
                 + " | ".join(f"{cell[f'pass@{j}']:.3f}" for j in shown)
                 + f" | {cell['reward_binary']:.3f} | {cell['reward_shaped']:.3f} | {stops} |"
             )
-    lines += ["", "## Per cell: reward steps", "",
-              "| family | language | " + " | ".join(REWARD_METRICS) + " |",
-              "|---|---|" + "---|" * len(REWARD_METRICS)]
+    lines += [
+        "",
+        "## Per cell: reward steps",
+        "",
+        "| family | language | " + " | ".join(REWARD_METRICS) + " |",
+        "|---|---|" + "---|" * len(REWARD_METRICS),
+    ]
     for family, row in cells.items():
         for language in languages:
             cell = row[language]
-            lines.append(f"| {family} | {language} | "
-                         + " | ".join(f"{cell['metrics'][name]:.3f}" for name in REWARD_METRICS) + " |")
+            lines.append(
+                f"| {family} | {language} | "
+                + " | ".join(f"{cell['metrics'][name]:.3f}" for name in REWARD_METRICS)
+                + " |"
+            )
     lines += ["", *_failing_tasks(results)]
     lines += ["## What the columns mean", ""]
     lines += [f"- `{name}`: {meaning}" for name, meaning in METRIC_MEANINGS.items()]
-    lines += ["", failure_markdown(results["overall"]["tool_failures"], {
-        family: {language: cell["tool_failures"] for language, cell in row.items()} for family, row in cells.items()
-    })]
+    lines += [
+        "",
+        failure_markdown(
+            results["overall"]["tool_failures"],
+            {
+                family: {language: cell["tool_failures"] for language, cell in row.items()}
+                for family, row in cells.items()
+            },
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -118,15 +154,20 @@ def plot_heatmap(results: dict[str, Any], path: Path) -> None:
     axes.set_yticks(range(len(families)), labels=families)
     for row, family_values in enumerate(values):
         for column, value in enumerate(family_values):
-            axes.text(column, row, f"{value:.2f}", ha="center", va="center",
-                      color="black" if value > 0.6 else "white", fontsize=9)
+            axes.text(
+                column,
+                row,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                color="black" if value > 0.6 else "white",
+                fontsize=9,
+            )
     axes.set_title(f"pass@1: {results['policy']}")
     figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
-
-
 
 
 def summary_table(results: dict[str, Any]) -> Table:

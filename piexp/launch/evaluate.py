@@ -101,9 +101,7 @@ def summarize(records: Iterable[EpisodeRecord], k: int) -> dict[str, Any]:
         by_task[(record.task_id, record.language)].append(record)
     pass_k: dict[str, float] = {}
     for j in range(1, k + 1):
-        values = [
-            pass_at_k(len(rs), sum(r.reward == 1.0 for r in rs), j) for rs in by_task.values() if len(rs) >= j
-        ]
+        values = [pass_at_k(len(rs), sum(r.reward == 1.0 for r in rs), j) for rs in by_task.values() if len(rs) >= j]
         pass_k[f"pass@{j}"] = sum(values) / len(values) if values else 0.0
     count = len(records)
 
@@ -141,8 +139,13 @@ def build_results(config: RunConfig, records: Sequence[EpisodeRecord], k: int) -
         "overall": summarize(records, k),
         "cells": cells,
         "per_task": [
-            {"task_id": task_id, "family": rs[0].family, "language": language, "n": len(rs),
-             "correct": sum(r.reward == 1.0 for r in rs)}
+            {
+                "task_id": task_id,
+                "family": rs[0].family,
+                "language": language,
+                "n": len(rs),
+                "correct": sum(r.reward == 1.0 for r in rs),
+            }
             for (task_id, language), rs in sorted(_group(records).items())
         ],
     }
@@ -187,12 +190,18 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     claim_folder(run_dir, config)
     log = EpisodeLog(run_dir, EVAL_TRANSCRIPTS, {task.task_id: task.task_digest for task in splits.eval})
     finished: dict[EpisodeKey, EpisodeRecord] = log.finished()
-    episodes = [Episode(config.eval_policy, task, language, sample) for task in splits.eval
-                for language in config.eval_languages for sample in range(k)]
+    episodes = [
+        Episode(config.eval_policy, task, language, sample)
+        for task in splits.eval
+        for language in config.eval_languages
+        for sample in range(k)
+    ]
     todo = [episode for episode in episodes if episode.key not in finished]
     if finished:
-        say(f"resuming: {len(episodes) - len(todo)} of {len(episodes)} episodes already done in "
-            f"{run_dir / EPISODES_FILE}")
+        say(
+            f"resuming: {len(episodes) - len(todo)} of {len(episodes)} episodes already done in "
+            f"{run_dir / EPISODES_FILE}"
+        )
     errors: list[EpisodeRecord] = []
     started = time.perf_counter()
     try:
@@ -208,9 +217,13 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                     finished[record.key] = record
 
                 await run_episodes(
-                    todo, {config.eval_policy: policy}, episode_settings(config, sandbox_url),
-                    label=f"eval {config.eval_policy}", max_concurrency=config.mode.max_concurrency,
-                    on_record=store, play=run_episode,
+                    todo,
+                    {config.eval_policy: policy},
+                    episode_settings(config, sandbox_url),
+                    label=f"eval {config.eval_policy}",
+                    max_concurrency=config.mode.max_concurrency,
+                    on_record=store,
+                    play=run_episode,
                 )
     finally:
         await close_sandbox_clients()

@@ -56,9 +56,13 @@ def _eval_finished(config: RunConfig, eval_dir: Path) -> float | None:
         return None
     results = json.loads(results_path.read_text())
     same = (results.get("policy"), results.get("checkpoint"), results.get("k")) == (
-        config.eval_policy, config.checkpoint, config.samples_per_task)
+        config.eval_policy,
+        config.checkpoint,
+        config.samples_per_task,
+    )
     complete = not results.get("episodes_failed_to_run") and results["overall"]["episodes"] == results.get(
-        "episodes_expected")
+        "episodes_expected"
+    )
     return float(results["overall"]["pass@1"]) if same and complete else None
 
 
@@ -146,7 +150,8 @@ def run_loop(config: RunConfig, run_dir: Path, run_stage: RunStage) -> float | N
         record["eval_trained"] = {"sampler_path": source.sampler_path, "state_path": source.state_path}
         write_record()  # the checkpoint under evaluation, before its first episode
         record["eval_trained"].update(
-            _run_eval_stage("eval_trained", eval_stage_config(config, run_dir), run_dir / TRAINED_EVAL_DIR, run_stage))
+            _run_eval_stage("eval_trained", eval_stage_config(config, run_dir), run_dir / TRAINED_EVAL_DIR, run_stage)
+        )
         result = record["eval_trained"]["pass@1"]
     if mode.eval_before and mode.eval_after:
         say(write_comparison([run_dir / BASE_EVAL_DIR, run_dir / TRAINED_EVAL_DIR], run_dir))

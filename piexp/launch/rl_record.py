@@ -17,9 +17,16 @@ RECORD_NAME = "rl_train_config.json"
 # Values that depend on the machine or the moment rather than on the config (folder,
 # resolved service URL and model folder, warm-start checkpoint); their
 # sources are in .hydra/config.yaml, which reproduce checks on its own.
-RUN_LOCAL_FIELDS = frozenset({
-    "log_path", "base_url", "load_checkpoint_path", "wandb_name", "model_name", "kl_reference_config.base_model",
-})
+RUN_LOCAL_FIELDS = frozenset(
+    {
+        "log_path",
+        "base_url",
+        "load_checkpoint_path",
+        "wandb_name",
+        "model_name",
+        "kl_reference_config.base_model",
+    }
+)
 
 
 def describe(value: Any) -> Any:

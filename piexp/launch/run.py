@@ -61,8 +61,12 @@ def _run_mode(config: RunConfig, run_dir: Path) -> float | None:
             seed=config.seed,
             task_digests=splits.digests(),
             overlap_report=splits.overlap_report,
-            extra={"mode": config.mode.name, "families": config.families,
-                   "train_languages": config.train_languages, "eval_languages": config.eval_languages},
+            extra={
+                "mode": config.mode.name,
+                "families": config.families,
+                "train_languages": config.train_languages,
+                "eval_languages": config.eval_languages,
+            },
         ),
     )
     # Each mode's module is imported only when that mode runs: together they pull in the

@@ -68,13 +68,15 @@ def _refuse_hydra_writing_into_jobs(cfg: DictConfig) -> None:
     if OmegaConf.select(cfg, "hydra.output_subdir") is not None:
         raise UserError(
             "hydra.output_subdir cannot be set: piexp writes a run's record (.hydra/config.yaml, hydra.yaml, "
-            "overrides.yaml) itself, after checking that the folder holds no other run. Drop the setting.")
+            "overrides.yaml) itself, after checking that the folder holds no other run. Drop the setting."
+        )
     handlers = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.job_logging.handlers") or {}, resolve=False)
     if any(isinstance(handler, dict) and "filename" in handler for handler in handlers.values()):  # type: ignore[union-attr]
         raise UserError(
             "hydra/job_logging with a log file cannot be used: piexp writes job.log into the run folder itself, "
             "after checking that the folder holds no other run. Use hydra/job_logging=stdout (the default), "
-            "disabled or none.")
+            "disabled or none."
+        )
 
 
 def _held_run(folder: Path) -> tuple[RunConfig | None, str | None]:
@@ -101,10 +103,14 @@ def folder_conflict(folder: Path, config: RunConfig) -> str | None:
         return None
     # Training longer is a continuation, not another run: a train run rerun with a
     # larger mode.max_steps resumes from its last checkpoint.
-    longer = (held.mode.name == config.mode.name == "train"
-              and getattr(held.mode, "max_steps", 0) < getattr(config.mode, "max_steps", 0))
-    differences = config_differences(held.model_dump(mode="json"), config.model_dump(mode="json"),
-                                     ignore=frozenset({"mode.max_steps"} if longer else ()))
+    longer = held.mode.name == config.mode.name == "train" and getattr(held.mode, "max_steps", 0) < getattr(
+        config.mode, "max_steps", 0
+    )
+    differences = config_differences(
+        held.model_dump(mode="json"),
+        config.model_dump(mode="json"),
+        ignore=frozenset({"mode.max_steps"} if longer else ()),
+    )
     return f"differing keys (held -> new): {shown(differences)}" if differences else None
 
 
@@ -121,8 +127,11 @@ def move_aside(folder: Path) -> Path:
 def guard_folders(folders: Sequence[Path | None], configs: Sequence[RunConfig], *, replace: bool) -> list[str]:
     """Refuse (or with `replace`, move aside) every folder that holds a different run;
     returns one line per folder moved. Nothing is moved unless every conflict may be."""
-    conflicts = [(folder, why) for folder, config in zip(folders, configs)
-                 if folder is not None and (why := folder_conflict(folder, config)) is not None]
+    conflicts = [
+        (folder, why)
+        for folder, config in zip(folders, configs)
+        if folder is not None and (why := folder_conflict(folder, config)) is not None
+    ]
     if conflicts and not replace:
         folder, why = conflicts[0]
         more = f" ({len(conflicts) - 1} more job folder(s) likewise)" if len(conflicts) > 1 else ""
@@ -147,7 +156,10 @@ def claim_job_folder(run_dir: Path, task_cfg: DictConfig, config: RunConfig) -> 
     # The whole composed config, Hydra's node at its `hydra` key (typed as HydraConf only).
     hydra_cfg: Any = HydraConfig.instance().cfg
     assert hydra_cfg is not None
-    for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_cfg),
-                       ("overrides.yaml", hydra_cfg.hydra.overrides.task)):
+    for name, node in (
+        ("config.yaml", task_cfg),
+        ("hydra.yaml", hydra_cfg),
+        ("overrides.yaml", hydra_cfg.hydra.overrides.task),
+    ):
         (record / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
     return moved

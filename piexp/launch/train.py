@@ -22,9 +22,7 @@ PIEXP_SET_FIELDS = {
 }
 
 
-def cookbook_config(
-    config: RunConfig, run_dir: Path, sandbox_url: str, load_checkpoint_path: str | None = None
-) -> Any:
+def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_checkpoint_path: str | None = None) -> Any:
     """The tinker-cookbook `rl.train.Config` for this run. Its log path is the run folder;
     the loop resumes from the last checkpoint there by itself (never interactively)."""
     from tinker_cookbook.rl import train as rl_train
@@ -44,9 +42,7 @@ def cookbook_config(
     minibatches = algo.stream_minibatch_config.num_minibatches
     return rl_train.Config(
         learning_rate=config.model.learning_rate,
-        dataset_builder=WorkspaceDatasetBuilder(
-            config_json=config.model_dump_json(), sandbox_url=sandbox_url
-        ),
+        dataset_builder=WorkspaceDatasetBuilder(config_json=config.model_dump_json(), sandbox_url=sandbox_url),
         model_name=config.model.name,
         recipe_name="piexp_pi_workspace",
         renderer_name=config.model.renderer,
@@ -71,11 +67,16 @@ def cookbook_config(
         remove_constant_reward_groups=algo.remove_constant_reward_groups,
         rollout_error_tolerance=rollout_error_tolerance(algo),
         termination=termination_policy(algo),
-        async_config=(rl_train.AsyncConfig(max_steps_off_policy=off_policy, groups_per_batch=mode.groups_per_batch)
-                      if off_policy is not None else None),
+        async_config=(
+            rl_train.AsyncConfig(max_steps_off_policy=off_policy, groups_per_batch=mode.groups_per_batch)
+            if off_policy is not None
+            else None
+        ),
         stream_minibatch_config=(
             rl_train.StreamMinibatchConfig(groups_per_batch=mode.groups_per_batch, num_minibatches=minibatches)
-            if minibatches is not None else None),
+            if minibatches is not None
+            else None
+        ),
         rolling_save_every=algo.rolling_save_every,
         ttl_seconds=algo.ttl_seconds,
         rolling_ttl_seconds=algo.rolling_ttl_seconds,

@@ -48,7 +48,9 @@ def _sft_datums(trajectories: list[Any]) -> list[Any]:
     return datums
 
 
-async def _sft_step(training_client: Any, datums: list[Any], learning_rate: float, step: int, tokens: int) -> dict[str, Any]:
+async def _sft_step(
+    training_client: Any, datums: list[Any], learning_rate: float, step: int, tokens: int
+) -> dict[str, Any]:
     """One cross-entropy step on all `datums`: its mean NLL per weighted token, the
     optimizer's metrics, its wall time and tokens trained per second."""
     import tinker
@@ -151,6 +153,7 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
 
 
 # --------------------------------------------------------------------------- summary
+
 
 def write_summary(run_dir: Path) -> str:
     """`summary.md`: warm start (if any) and the RL reward per iteration, with whether

@@ -103,8 +103,12 @@ async def run_episode(
     rollout: the error is recorded, so one bad episode cannot hide the others.
     `record_transcript=False` leaves `record.transcript` None (bench/rollouts.py compares)."""
     record = EpisodeRecord(
-        policy=policy_name, task_id=task.task_id, family=task.family, split=task.split,
-        language=language, sample=sample,
+        policy=policy_name,
+        task_id=task.task_id,
+        family=task.family,
+        split=task.split,
+        language=language,
+        sample=sample,
     )
     builder = _KeepEnvs(
         WorkspaceGroupBuilder(task=task, language=language, settings=settings, group_size=1, evaluation=True)

@@ -233,8 +233,10 @@ class OraclePolicy(ScriptedPolicy):
     def plan(self, observation: Observation) -> list[Step]:
         return [
             self.read_all(observation),
-            Act((Call("write", {"path": observation.filename, "content": self.reference(observation)}),),
-                say="Writing the solution."),
+            Act(
+                (Call("write", {"path": observation.filename, "content": self.reference(observation)}),),
+                say="Writing the solution.",
+            ),
             self.run(observation),
             Answer(self.answer_printed),
         ]
@@ -256,8 +258,10 @@ class CrashPolicy(ScriptedPolicy):
 
     def plan(self, observation: Observation) -> list[Step]:
         return [
-            Act((Call("write", {"path": observation.filename, "content": programs.crash(observation.language)}),),
-                say="Writing the solution."),
+            Act(
+                (Call("write", {"path": observation.filename, "content": programs.crash(observation.language)}),),
+                say="Writing the solution.",
+            ),
             self.run(observation),
             Answer(self.answer_guess),
         ]
@@ -276,8 +280,10 @@ class WrongPolicy(ScriptedPolicy):
             Act(
                 (
                     Call("write", {"path": helper, "content": self.reference(observation)}),
-                    Call("write", {"path": observation.filename,
-                                   "content": programs.off_by_one(observation.language, helper)}),
+                    Call(
+                        "write",
+                        {"path": observation.filename, "content": programs.off_by_one(observation.language, helper)},
+                    ),
                 ),
                 say="Writing the solution.",
             ),
@@ -297,11 +303,15 @@ class EditPolicy(ScriptedPolicy):
         bug = programs.bug_line(observation.language)
         return [
             self.read_all(observation),
-            Act((Call("write", {"path": observation.filename, "content": bug + self.reference(observation)}),),
-                say="Writing the solution."),
+            Act(
+                (Call("write", {"path": observation.filename, "content": bug + self.reference(observation)}),),
+                say="Writing the solution.",
+            ),
             self.run(observation),
-            Act((Call("edit", {"path": observation.filename, "oldText": bug, "newText": ""}),),
-                say="The first line is a bug; removing it."),
+            Act(
+                (Call("edit", {"path": observation.filename, "oldText": bug, "newText": ""}),),
+                say="The first line is a bug; removing it.",
+            ),
             self.run(observation),
             Answer(self.answer_printed),
         ]

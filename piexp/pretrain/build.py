@@ -42,10 +42,15 @@ def data_config(recipe: LearnerRecipe = RECIPE) -> RunConfig:
 
 
 def _digest(config: RunConfig, recipe: LearnerRecipe) -> str:
-    shaping = {"families": config.families, "family": config.model_dump(mode="json")["family"],
-               "languages": config.train_languages, "limits": config.limits.model_dump(mode="json"),
-               "reward": config.reward.model_dump(mode="json"), "renderer": config.model.renderer,
-               "seed": config.seed}
+    shaping = {
+        "families": config.families,
+        "family": config.model_dump(mode="json")["family"],
+        "languages": config.train_languages,
+        "limits": config.limits.model_dump(mode="json"),
+        "reward": config.reward.model_dump(mode="json"),
+        "renderer": config.model.renderer,
+        "seed": config.seed,
+    }
     return recipe_digest(recipe, Path(__file__).resolve().parents[1], shaping)
 
 
@@ -101,8 +106,10 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     from piexp.tokenizer import register_offline_tokenizers
 
     started = time.monotonic()
-    say(f"{LEARNER_MODEL_NAME}: building the base model once for this machine ({target.name}); "
-        "it is cached for later runs")
+    say(
+        f"{LEARNER_MODEL_NAME}: building the base model once for this machine ({target.name}); "
+        "it is cached for later runs"
+    )
     # The episodes are rendered with the Qwen3 tokenizer the model will use, registered
     # offline under the model's name (the folder does not exist yet).
     register_offline_tokenizers([config.model.name])
@@ -112,31 +119,43 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     # Per family: the first tasks_per_family tasks for the behaviour mix, the rest for
     # the answer windows (oracle only).
     tasks = [t for family in by_family.values() for t in family[: recipe.tasks_per_family]]
-    copy_tasks = [t for family in by_family.values() for t in family[recipe.tasks_per_family:]]
+    copy_tasks = [t for family in by_family.values() for t in family[recipe.tasks_per_family :]]
     policies = _policy_draw(recipe, len(tasks)) + ["oracle"] * len(copy_tasks)
     everything = tasks + copy_tasks
     with ProgressReport(f"{LEARNER_MODEL_NAME}: scripted episodes", len(everything)) as progress:
-        trajectories, rewards = asyncio.run(
-            scripted_trajectories(config, sandbox_url, everything, policies, progress))
+        trajectories, rewards = asyncio.run(scripted_trajectories(config, sandbox_url, everything, policies, progress))
     rolled_out = time.monotonic()
     # The last HELDOUT_TASKS tasks of each part measure the fit.
     mix, copy = len(tasks), len(copy_tasks)
-    train = token_sequences(trajectories[: mix - HELDOUT_TASKS], rewards[: mix - HELDOUT_TASKS],
-                            policies[: mix - HELDOUT_TASKS])
-    heldout = token_sequences(trajectories[mix - HELDOUT_TASKS: mix], rewards[mix - HELDOUT_TASKS: mix],
-                              policies[mix - HELDOUT_TASKS: mix])
-    copies = answer_windows(token_sequences(trajectories[mix: mix + copy - HELDOUT_TASKS],
-                                            rewards[mix: mix + copy - HELDOUT_TASKS],
-                                            policies[mix: mix + copy - HELDOUT_TASKS]), recipe.copy_window)
-    heldout_answers = answer_windows(token_sequences(trajectories[mix + copy - HELDOUT_TASKS:],
-                                                     rewards[mix + copy - HELDOUT_TASKS:],
-                                                     policies[mix + copy - HELDOUT_TASKS:]), recipe.copy_window)
+    train = token_sequences(
+        trajectories[: mix - HELDOUT_TASKS], rewards[: mix - HELDOUT_TASKS], policies[: mix - HELDOUT_TASKS]
+    )
+    heldout = token_sequences(
+        trajectories[mix - HELDOUT_TASKS : mix], rewards[mix - HELDOUT_TASKS : mix], policies[mix - HELDOUT_TASKS : mix]
+    )
+    copies = answer_windows(
+        token_sequences(
+            trajectories[mix : mix + copy - HELDOUT_TASKS],
+            rewards[mix : mix + copy - HELDOUT_TASKS],
+            policies[mix : mix + copy - HELDOUT_TASKS],
+        ),
+        recipe.copy_window,
+    )
+    heldout_answers = answer_windows(
+        token_sequences(
+            trajectories[mix + copy - HELDOUT_TASKS :],
+            rewards[mix + copy - HELDOUT_TASKS :],
+            policies[mix + copy - HELDOUT_TASKS :],
+        ),
+        recipe.copy_window,
+    )
     torch.manual_seed(recipe.seed)
     model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
     steps = recipe.steps
     tokens = sum(int(sum(s.weights)) for s in train)
-    with ProgressReport(f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)",
-                        steps, unit="steps") as progress:
+    with ProgressReport(
+        f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)", steps, unit="steps"
+    ) as progress:
         report = fit(model, train, heldout, recipe, progress, copies, heldout_answers)
     staging = target.with_name(f".{target.name}.building")
     shutil.rmtree(staging, ignore_errors=True)
@@ -146,17 +165,27 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     for policy, reward in zip(policies[:mix], rewards[:mix], strict=True):
         by_policy.setdefault(policy, []).append(reward)
     marker = {
-        "model": LEARNER_MODEL_NAME, "digest": target.name, "recipe": recipe.to_json(),
-        "episodes": len(everything), "sequences": len(train), "target_tokens": tokens,
+        "model": LEARNER_MODEL_NAME,
+        "digest": target.name,
+        "recipe": recipe.to_json(),
+        "episodes": len(everything),
+        "sequences": len(train),
+        "target_tokens": tokens,
         "mean_reward_by_policy": {p: sum(r) / len(r) for p, r in sorted(by_policy.items())},
-        "rollout_s": round(rolled_out - started, 1), "fit_s": round(time.monotonic() - rolled_out, 1),
-        "threads": report.threads, "final_step_nll": report.step_losses[-1],
-        "heldout_nll": report.heldout_nll, "heldout_token_accuracy": report.heldout_token_accuracy,
-        "answer_windows": len(copies), "heldout_answer_accuracy": report.heldout_answer_accuracy,
+        "rollout_s": round(rolled_out - started, 1),
+        "fit_s": round(time.monotonic() - rolled_out, 1),
+        "threads": report.threads,
+        "final_step_nll": report.step_losses[-1],
+        "heldout_nll": report.heldout_nll,
+        "heldout_token_accuracy": report.heldout_token_accuracy,
+        "answer_windows": len(copies),
+        "heldout_answer_accuracy": report.heldout_answer_accuracy,
     }
     (staging / MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
-    say(f"{LEARNER_MODEL_NAME}: built in {time.monotonic() - started:.0f} s (episodes {marker['rollout_s']} s, "
+    say(
+        f"{LEARNER_MODEL_NAME}: built in {time.monotonic() - started:.0f} s (episodes {marker['rollout_s']} s, "
         f"fit {marker['fit_s']} s); held-out NLL {report.heldout_nll:.3f}, "
-        f"token accuracy {report.heldout_token_accuracy:.3f}, answers copied {report.heldout_answer_accuracy:.2f}")
+        f"token accuracy {report.heldout_token_accuracy:.3f}, answers copied {report.heldout_answer_accuracy:.2f}"
+    )

@@ -52,8 +52,9 @@ async def scripted_trajectories(
     gate = asyncio.Semaphore(CONCURRENT_EPISODES)
 
     async def one(index: int, task: Task) -> Any:
-        builder = WorkspaceGroupBuilder(task=task, language=languages[index % len(languages)],
-                                        settings=settings, group_size=1)
+        builder = WorkspaceGroupBuilder(
+            task=task, language=languages[index % len(languages)], settings=settings, group_size=1
+        )
         async with gate:
             group = await do_group_rollout(builder, made[policies[index]])
         if progress is not None:
@@ -64,17 +65,24 @@ async def scripted_trajectories(
     return [g.trajectories_G[0] for g in groups], [float(g.get_total_rewards()[0]) for g in groups]
 
 
-def token_sequences(trajectories: Sequence[Any], rewards: Sequence[float], policies: Sequence[str]) -> list[TokenSequence]:
+def token_sequences(
+    trajectories: Sequence[Any], rewards: Sequence[float], policies: Sequence[str]
+) -> list[TokenSequence]:
     from tinker_cookbook.rl.data_processing import trajectory_to_data
 
     sequences = []
     for episode, (trajectory, reward, policy) in enumerate(zip(trajectories, rewards, policies, strict=True)):
         for datum in trajectory_to_data(trajectory, 1.0):
-            sequences.append(TokenSequence(
-                policy=policy, reward=reward, episode=episode, tokens=datum.model_input.to_ints(),
-                targets=[int(t) for t in datum.loss_fn_inputs["target_tokens"].tolist()],
-                weights=[float(w) for w in datum.loss_fn_inputs["mask"].tolist()],
-            ))
+            sequences.append(
+                TokenSequence(
+                    policy=policy,
+                    reward=reward,
+                    episode=episode,
+                    tokens=datum.model_input.to_ints(),
+                    targets=[int(t) for t in datum.loss_fn_inputs["target_tokens"].tolist()],
+                    weights=[float(w) for w in datum.loss_fn_inputs["mask"].tolist()],
+                )
+            )
     return sequences
 
 
@@ -88,7 +96,14 @@ def answer_windows(sequences: Sequence[TokenSequence], window: int) -> list[Toke
     for sequence in last.values():
         first = next(i for i, w in enumerate(sequence.weights) if w > 0)
         start = max(0, first - window)
-        windows.append(TokenSequence(policy=sequence.policy, reward=sequence.reward, episode=sequence.episode,
-                                     tokens=sequence.tokens[start:], targets=sequence.targets[start:],
-                                     weights=sequence.weights[start:]))
+        windows.append(
+            TokenSequence(
+                policy=sequence.policy,
+                reward=sequence.reward,
+                episode=sequence.episode,
+                tokens=sequence.tokens[start:],
+                targets=sequence.targets[start:],
+                weights=sequence.weights[start:],
+            )
+        )
     return windows

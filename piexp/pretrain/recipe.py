@@ -30,12 +30,22 @@ class LearnerRecipe:
     policy_shares: tuple[tuple[str, float], ...] = (("oracle", 1 / 3), ("crash", 2 / 3))
     seed: int = 0  # weights init, episode order, policy draw, negative samples
     # Qwen3 at toy size; vocabulary and special ids are Qwen3's.
-    architecture: dict[str, Any] = field(default_factory=lambda: {
-        "vocab_size": 151936, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": False,
-        "max_position_embeddings": 32768, "bos_token_id": 151643, "eos_token_id": 151645,
-        "pad_token_id": 151643,
-    })
+    architecture: dict[str, Any] = field(
+        default_factory=lambda: {
+            "vocab_size": 151936,
+            "hidden_size": 64,
+            "intermediate_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "tie_word_embeddings": False,
+            "max_position_embeddings": 32768,
+            "bos_token_id": 151643,
+            "eos_token_id": 151645,
+            "pad_token_id": 151643,
+        }
+    )
     batch_sequences: int = 8  # sequences per optimiser step
     learning_rate: float = 5e-3  # AdamW peak, cosine decay to 0 over all steps
     # Stating what the program printed means copying its digits from the tool output, an
@@ -78,6 +88,7 @@ def source_digest(package_root: Path) -> str:
 
 def recipe_digest(recipe: LearnerRecipe, package_root: Path, data_config: dict[str, Any]) -> str:
     """The cache key: the recipe, the composed data config and the source digest."""
-    payload = json.dumps({"recipe": recipe.to_json(), "data_config": data_config,
-                          "sources": source_digest(package_root)}, sort_keys=True)
+    payload = json.dumps(
+        {"recipe": recipe.to_json(), "data_config": data_config, "sources": source_digest(package_root)}, sort_keys=True
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -32,9 +32,15 @@ def _threads() -> int:
     return max(1, min(4, cores - int(os.getloadavg()[0])))
 
 
-def fit(model: Any, sequences: Sequence[TokenSequence], heldout: Sequence[TokenSequence],
-        recipe: LearnerRecipe, progress: Any = None, copies: Sequence[TokenSequence] = (),
-        heldout_answers: Sequence[TokenSequence] = ()) -> FitReport:
+def fit(
+    model: Any,
+    sequences: Sequence[TokenSequence],
+    heldout: Sequence[TokenSequence],
+    recipe: LearnerRecipe,
+    progress: Any = None,
+    copies: Sequence[TokenSequence] = (),
+    heldout_answers: Sequence[TokenSequence] = (),
+) -> FitReport:
     """Fit `model` to `sequences` (and, each step, `recipe.copy_batch_sequences` of the
     answer windows `copies`); measure it on `heldout` and `heldout_answers`."""
     import torch
@@ -100,8 +106,13 @@ def fit(model: Any, sequences: Sequence[TokenSequence], heldout: Sequence[TokenS
             progress.advance(note=f"nll {exact.item():.3f}")
     nll, accuracy = evaluate(model, heldout)
     answers = sum(_all_argmax(model, answer) for answer in heldout_answers) / max(len(heldout_answers), 1)
-    return FitReport(step_losses=losses, heldout_nll=nll, heldout_token_accuracy=accuracy,
-                     heldout_answer_accuracy=answers, threads=_threads())
+    return FitReport(
+        step_losses=losses,
+        heldout_nll=nll,
+        heldout_token_accuracy=accuracy,
+        heldout_answer_accuracy=answers,
+        threads=_threads(),
+    )
 
 
 def _all_argmax(model: Any, sequence: TokenSequence) -> bool:

@@ -18,8 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serve", help="serve SandboxFusion's /run_code")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--listen-fd", type=int, default=None,
-                   help="serve on this inherited, bound and listening socket (ignores --host/--port)")
+    p.add_argument(
+        "--listen-fd",
+        type=int,
+        default=None,
+        help="serve on this inherited, bound and listening socket (ignores --host/--port)",
+    )
     add_settings_flags(p)
     p.add_argument("--die-with-parent", action="store_true", help="exit when the parent process dies")
     sub.add_parser("build-zygote", help="compile the sandbox's zygote launcher (cached; prints its path)")

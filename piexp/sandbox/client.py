@@ -84,7 +84,8 @@ class SandboxClient:
                     await asyncio.sleep(delay)
                 try:
                     resp = await self._http.post(
-                        self.url, json=payload,
+                        self.url,
+                        json=payload,
                         timeout=httpx.Timeout(connect=5.0, read=read_timeout, write=30.0, pool=None),
                     )
                 except httpx.TransportError as exc:

@@ -18,8 +18,14 @@ from .protocol import PROTOCOL_LANGUAGES
 from .settings import SandboxSettings
 
 
-def run_command(language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int, settings: SandboxSettings,
-                cgroups: Optional[Cgroups]) -> tuple[list[str], Limits]:
+def run_command(
+    language: str,
+    runtime: Runtime,
+    memory_mb: int,
+    cpu_time_s: int,
+    settings: SandboxSettings,
+    cgroups: Optional[Cgroups],
+) -> tuple[list[str], Limits]:
     """The argv that runs the program file and the limits of its run; `cgroups`: the
     cgroups the run gets (None: rlimits only)."""
     s = settings

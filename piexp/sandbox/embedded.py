@@ -94,8 +94,12 @@ class EmbeddedSandbox:
     def _argv(self) -> list[str]:
         assert self._socket is not None, "start() binds the socket first"
         argv = [
-            sys.executable, "-m", "piexp.sandbox", "serve",
-            "--listen-fd", str(self._socket.fileno()),
+            sys.executable,
+            "-m",
+            "piexp.sandbox",
+            "serve",
+            "--listen-fd",
+            str(self._socket.fileno()),
             "--die-with-parent",
             *settings_as_flags(self.settings),
         ]

@@ -27,15 +27,19 @@ def _decoded_size(b64: str) -> int:
 def _name_refusal(field: str, name: str, s: SandboxSettings) -> Optional[str]:
     size = len(name.encode("utf-8", errors="surrogatepass"))
     if size > s.max_file_name_bytes:
-        return (f"a name in {field} is {size} bytes long, above the server's cap of "
-                f"{s.max_file_name_bytes} (max_file_name_bytes)")
+        return (
+            f"a name in {field} is {size} bytes long, above the server's cap of "
+            f"{s.max_file_name_bytes} (max_file_name_bytes)"
+        )
     try:
         depth = len(safe_relative_path(name).split("/"))
     except UnsafePathError as exc:
         return str(exc)
     if depth > s.max_file_name_depth:
-        return (f"a name in {field} has {depth} path components, above the server's cap of "
-                f"{s.max_file_name_depth} (max_file_name_depth)")
+        return (
+            f"a name in {field} has {depth} path components, above the server's cap of "
+            f"{s.max_file_name_depth} (max_file_name_depth)"
+        )
     return None
 
 
@@ -43,8 +47,10 @@ def refusal(req: RunCodeRequest, s: SandboxSettings) -> Optional[str]:
     """Why `req` is refused (a message naming the cap and its setting), or None."""
     mem = req.memory_limit_MB
     if mem not in _DEFAULT_MEMORY and not 1 <= mem <= s.max_memory_limit_mb:
-        return (f"memory_limit_MB={mem} is not -1/0 (the default) or 1..{s.max_memory_limit_mb}, "
-                f"the server's cap (max_memory_limit_mb)")
+        return (
+            f"memory_limit_MB={mem} is not -1/0 (the default) or 1..{s.max_memory_limit_mb}, "
+            f"the server's cap (max_memory_limit_mb)"
+        )
     for name in ("run_timeout", "compile_timeout"):
         value = getattr(req, name)
         if not math.isfinite(value):
@@ -53,8 +59,7 @@ def refusal(req: RunCodeRequest, s: SandboxSettings) -> Optional[str]:
     fetch = req.fetch_files or []
     for field, count in (("files", len(files)), ("fetch_files", len(fetch))):
         if count > s.max_request_files:
-            return (f"{field} has {count} entries, above the server's cap of {s.max_request_files} "
-                    f"(max_request_files)")
+            return f"{field} has {count} entries, above the server's cap of {s.max_request_files} (max_request_files)"
     file_cap = s.max_request_file_mb << 20
     for name, content in files.items():
         why = _name_refusal("files", name, s)
@@ -62,8 +67,10 @@ def refusal(req: RunCodeRequest, s: SandboxSettings) -> Optional[str]:
             return why
         size = _decoded_size(content or "")
         if size > file_cap:
-            return (f"file {name[:100]!r} is {size} bytes, above the server's cap of "
-                    f"{s.max_request_file_mb} MB (max_request_file_mb)")
+            return (
+                f"file {name[:100]!r} is {size} bytes, above the server's cap of "
+                f"{s.max_request_file_mb} MB (max_request_file_mb)"
+            )
     for name in fetch:
         why = _name_refusal("fetch_files", name, s)
         if why:

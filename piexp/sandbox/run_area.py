@@ -168,8 +168,9 @@ class RunArea:
     _views: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, work_dir: Optional[str], user: RunUser, *, disk_quota_bytes: int, tmp_bytes: int,
-               inode_quota: int) -> "RunArea":
+    def create(
+        cls, work_dir: Optional[str], user: RunUser, *, disk_quota_bytes: int, tmp_bytes: int, inode_quota: int
+    ) -> "RunArea":
         base = os.path.realpath(work_dir or tempfile.gettempdir())
         reap_stale_areas(base)
         if user.switched and not user.can_reach(base):
@@ -179,8 +180,14 @@ class RunArea:
                 "as /tmp, or give that uid access"
             )
         path = tempfile.mkdtemp(prefix=AREA_PREFIX, dir=base)
-        area = cls(path, user, mounts=os.geteuid() == 0, disk_quota_bytes=disk_quota_bytes, tmp_bytes=tmp_bytes,
-                   inode_quota=inode_quota)
+        area = cls(
+            path,
+            user,
+            mounts=os.geteuid() == 0,
+            disk_quota_bytes=disk_quota_bytes,
+            tmp_bytes=tmp_bytes,
+            inode_quota=inode_quota,
+        )
         try:
             area._lock_fd = os.open(os.path.join(path, _LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             fcntl.flock(area._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -194,8 +201,10 @@ class RunArea:
                 except PermissionError:
                     # Root without CAP_SYS_ADMIN (a container's default): no mounts.
                     area.mounts = False
-                    log.warning("the sandbox server may not mount (no CAP_SYS_ADMIN): run directories get no "
-                                "byte or file quota; /tmp keeps the launcher's size cap")
+                    log.warning(
+                        "the sandbox server may not mount (no CAP_SYS_ADMIN): run directories get no "
+                        "byte or file quota; /tmp keeps the launcher's size cap"
+                    )
                 else:
                     _mount(None, path, None, MS_PRIVATE)
                     _mount(None, path, None, MS_SHARED)
@@ -250,9 +259,13 @@ class RunArea:
                 os.mkdir(d, 0o700)
                 made.append(d)
                 if self.mounts:
-                    _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV,
-                           f"size={size},nr_inodes={self.inode_quota},mode=0700,"
-                           f"uid={self.user.uid},gid={self.user.gid}")
+                    _mount(
+                        "tmpfs",
+                        d,
+                        "tmpfs",
+                        MS_NOSUID | MS_NODEV,
+                        f"size={size},nr_inodes={self.inode_quota},mode=0700,uid={self.user.uid},gid={self.user.gid}",
+                    )
                 elif self.user.switched:
                     os.chown(d, self.user.uid, self.user.gid)
         except BaseException:

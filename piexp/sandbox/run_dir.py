@@ -33,8 +33,9 @@ def safe_relative_path(name: str) -> str:
 
 
 @contextlib.contextmanager
-def _parent_dir(root: str, name: str, create: bool,
-                owner: Optional[tuple[int, int]] = None) -> Iterator[tuple[int, str]]:
+def _parent_dir(
+    root: str, name: str, create: bool, owner: Optional[tuple[int, int]] = None
+) -> Iterator[tuple[int, str]]:
     """(fd of the directory holding `name`, its base name), reached from `root` one
     component at a time with O_NOFOLLOW, so no symlink (planted by a previous step of
     the program) can redirect us outside the run dir. `create` makes missing dirs."""
@@ -67,7 +68,7 @@ def write_file(root: str, name: str, data: bytes, owner: Optional[tuple[int, int
                 os.fchown(fd, *owner)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
 

@@ -96,8 +96,13 @@ class Runner:
             except syscall_filter.SyscallFilterError as exc:
                 raise RuntimeError(f"{exc}; the sandbox does not run programs without its syscall filter") from exc
         user = RunUser.for_server(settings.run_uid, settings.run_gid)
-        area = RunArea.create(settings.work_dir, user, disk_quota_bytes=settings.disk_quota_mb << 20,
-                              tmp_bytes=settings.tmpfs_size_mb << 20, inode_quota=settings.inode_quota)
+        area = RunArea.create(
+            settings.work_dir,
+            user,
+            disk_quota_bytes=settings.disk_quota_mb << 20,
+            tmp_bytes=settings.tmpfs_size_mb << 20,
+            inode_quota=settings.inode_quota,
+        )
         cgroups = detect_cgroups() if settings.use_cgroups else None
         if bwrap is not None:
             # A sandbox's init outlives the outer bwrap by a moment; as a subreaper this
@@ -108,16 +113,21 @@ class Runner:
         try:
             # A runtime the run user cannot reach (a pyenv under a 0700 /root) is bound
             # from a read-only view of it in the run area.
-            runtimes = {lang: rt and dataclasses.replace(rt, bind_source=rt.bind_prefix and area.view_of(rt.bind_prefix))
-                        for lang, rt in runtimes.items()}
+            runtimes = {
+                lang: rt and dataclasses.replace(rt, bind_source=rt.bind_prefix and area.view_of(rt.bind_prefix))
+                for lang, rt in runtimes.items()
+            }
         except RuntimeError:
             area.close()
             raise
         except OSError as exc:
             area.close()
-            raise RuntimeError(f"could not make the runtimes reachable for the run user (uid {user.uid}): {exc}") from exc
-        spawner = Spawner(cgroups.home_tasks if cgroups is not None else None,
-                          user=(user.uid, user.gid) if user.switched else None)
+            raise RuntimeError(
+                f"could not make the runtimes reachable for the run user (uid {user.uid}): {exc}"
+            ) from exc
+        spawner = Spawner(
+            cgroups.home_tasks if cgroups is not None else None, user=(user.uid, user.gid) if user.switched else None
+        )
         host = Host(settings=settings, area=area, cgroups=cgroups, spawner=spawner, runtimes=runtimes)
         launcher: Launcher
         if bwrap is None:
@@ -129,8 +139,11 @@ class Runner:
         log.info(
             "sandbox runner: launcher=%s cgroups=%s prespawn=%d run uid/gid=%d/%d%s quotas=%s runtimes=%s",
             launcher.name if bwrap is None or launcher.name == "zygote" else bwrap,
-            cgroups.kind if cgroups else None, settings.prespawn,
-            user.uid, user.gid, " (the server's own)" if not user.switched else "",
+            cgroups.kind if cgroups else None,
+            settings.prespawn,
+            user.uid,
+            user.gid,
+            " (the server's own)" if not user.switched else "",
             "per-run tmpfs" if area.mounts else "none for the run dir (the server cannot mount)",
             {k: (v.binary if v else None) for k, v in runtimes.items()},
         )
@@ -160,8 +173,11 @@ class Runner:
             return RunCodeResponse(
                 status=RunStatus.failed,
                 run_result=CommandRunResult(
-                    status=CommandRunStatus.finished, execution_time=0.0, return_code=127,
-                    stdout="", stderr=f"{spec.binary}: command not found\n",
+                    status=CommandRunStatus.finished,
+                    execution_time=0.0,
+                    return_code=127,
+                    stdout="",
+                    stderr=f"{spec.binary}: command not found\n",
                 ),
             )
 
@@ -182,7 +198,9 @@ class Runner:
 
         timeout = float(req.run_timeout) if req.run_timeout and req.run_timeout > 0 else 10.0
         timeout = min(timeout, s.max_run_timeout_s)
-        memory_mb = req.memory_limit_MB if req.memory_limit_MB and req.memory_limit_MB > 0 else s.default_memory_limit_mb
+        memory_mb = (
+            req.memory_limit_MB if req.memory_limit_MB and req.memory_limit_MB > 0 else s.default_memory_limit_mb
+        )
         cpu = max(1, math.ceil(s.cpu_time_s if s.cpu_time_s is not None else timeout + 1))
         t.mark("parse")
 
@@ -211,8 +229,12 @@ class Runner:
                 budget -= len(data)
                 files[rel] = base64.b64encode(data).decode("ascii")
             ok = result.status == CommandRunStatus.finished and result.return_code == 0
-            note = (f"left out, past max_fetch_total_mb ({s.max_fetch_total_mb} MB of fetched files in all): "
-                    f"{', '.join(left_out)}" if left_out else "")
+            note = (
+                f"left out, past max_fetch_total_mb ({s.max_fetch_total_mb} MB of fetched files in all): "
+                f"{', '.join(left_out)}"
+                if left_out
+                else ""
+            )
             return RunCodeResponse(
                 status=RunStatus.success if ok else RunStatus.failed,
                 message=note,
@@ -226,8 +248,15 @@ class Runner:
             await asyncio.shield(self.launcher.dispose(launch))
             t.mark("cleanup")
 
-    async def _execute(self, launch: Launch, payload: dict[str, bytes], cpu_time_s: int, stdin: Optional[str],
-                       timeout: float, t: Timings) -> Union[CommandRunResult, RunCodeResponse]:
+    async def _execute(
+        self,
+        launch: Launch,
+        payload: dict[str, bytes],
+        cpu_time_s: int,
+        stdin: Optional[str],
+        timeout: float,
+        t: Timings,
+    ) -> Union[CommandRunResult, RunCodeResponse]:
         """Write the run's files into the prepared sandbox, start and release its program
         and run it to its end (or the time limit)."""
         s = self.settings
@@ -238,8 +267,10 @@ class Runner:
                 write_file(launch.run_dir, rel, data, self.host.run_user)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                return sandbox_error(f"refused: the request's files exceed the run directory's quota "
-                                     f"({s.disk_quota_mb} MB, {s.inode_quota} files)")
+                return sandbox_error(
+                    f"refused: the request's files exceed the run directory's quota "
+                    f"({s.disk_quota_mb} MB, {s.inode_quota} files)"
+                )
             return sandbox_error(f"could not write the run's files: {exc}")
         t.mark("files")
         try:
@@ -281,7 +312,8 @@ class Runner:
         t.mark("drain")
         if launch.error is not None:
             return CommandRunResult(
-                status=CommandRunStatus.error, execution_time=round(elapsed, 6),
+                status=CommandRunStatus.error,
+                execution_time=round(elapsed, 6),
                 stderr=f"{launch.error}\n{_decode(stderr)}",
             )
         stdout_s, stderr_s = _decode(stdout), _decode(stderr)

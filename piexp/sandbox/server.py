@@ -72,7 +72,8 @@ async def run_code(request: web.Request) -> web.StreamResponse:
     if reservation is None:
         return web.json_response(
             {"detail": f"too many request bytes queued (max_queued_request_mb={settings.max_queued_request_mb})"},
-            status=503, headers={"Retry-After": str(RETRY_AFTER_S)},
+            status=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     try:
         return await _run_code_reserved(request, settings, reservation)
@@ -80,8 +81,9 @@ async def run_code(request: web.Request) -> web.StreamResponse:
         reservation.release()
 
 
-async def _run_code_reserved(request: web.Request, settings: SandboxSettings,
-                             reservation: Reservation) -> web.StreamResponse:
+async def _run_code_reserved(
+    request: web.Request, settings: SandboxSettings, reservation: Reservation
+) -> web.StreamResponse:
     timings = Timings()
     try:
         async with asyncio.timeout(settings.request_read_timeout_s):
@@ -101,11 +103,15 @@ async def _run_code_reserved(request: web.Request, settings: SandboxSettings,
         return _unprocessable(exc.errors(include_url=False, include_context=False, include_input=False))
     del body
     if req.language not in PROTOCOL_LANGUAGES:
-        return _unprocessable([{
-            "loc": ["body", "language"],
-            "msg": f"unknown language {req.language!r}; expected one of {sorted(PROTOCOL_LANGUAGES)}",
-            "type": "enum",
-        }])
+        return _unprocessable(
+            [
+                {
+                    "loc": ["body", "language"],
+                    "msg": f"unknown language {req.language!r}; expected one of {sorted(PROTOCOL_LANGUAGES)}",
+                    "type": "enum",
+                }
+            ]
+        )
     why = refusal(req, settings)
     if why:
         return _json(sandbox_error(f"refused: {why}"), timings)
@@ -183,8 +189,9 @@ def serve(
     asyncio.run(_serve(create_app(settings), settings, host, port, sock))
 
 
-async def _serve(app: web.Application, settings: SandboxSettings, host: str, port: int,
-                 sock: Optional[socket.socket]) -> None:
+async def _serve(
+    app: web.Application, settings: SandboxSettings, host: str, port: int, sock: Optional[socket.socket]
+) -> None:
     """aiohttp's run_app, plus what it lacks: a connection limit (ConnectionLimit) on
     its protocol factory. `handler_cancellation`: a client that hangs up cancels its
     handler, so its run is killed (or, queued, never starts). aiohttp's keep-alive timer
@@ -195,7 +202,10 @@ async def _serve(app: web.Application, settings: SandboxSettings, host: str, por
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, handler_cancellation=True,
+        app,
+        handle_signals=False,
+        access_log=None,
+        handler_cancellation=True,
         keepalive_timeout=settings.request_read_timeout_s,
     )
     await runner.setup()

@@ -104,8 +104,9 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         elif f.name == "launcher":
             parser.add_argument("--launcher", choices=LAUNCHERS, default=defaults.launcher)
         else:
-            parser.add_argument("--" + f.name.replace("_", "-"), type=_FLAG_TYPES[str(f.type)],
-                                default=getattr(defaults, f.name))
+            parser.add_argument(
+                "--" + f.name.replace("_", "-"), type=_FLAG_TYPES[str(f.type)], default=getattr(defaults, f.name)
+            )
 
 
 def settings_from_flags(args: argparse.Namespace) -> SandboxSettings:

@@ -41,8 +41,9 @@ class SpawnedChild:
     sandbox init does; a zygote run's init takes its namespace down as it exits), so
     that killing it is still meaningful after it has been reaped."""
 
-    def __init__(self, pid: int, reap: Callable[[], int], stdout, stderr, stdin, transports: list,
-                 group_outlives_it: bool = True) -> None:
+    def __init__(
+        self, pid: int, reap: Callable[[], int], stdout, stderr, stdin, transports: list, group_outlives_it: bool = True
+    ) -> None:
         self.pid = pid
         self._reap = reap
         self.returncode: Optional[int] = None
@@ -125,8 +126,9 @@ def reap_pid(pid: int) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-async def adopt(pid: int, reap: Callable[[], int], stdout, stderr, stdin=None, *,
-                group_outlives_it: bool = True) -> SpawnedChild:
+async def adopt(
+    pid: int, reap: Callable[[], int], stdout, stderr, stdin=None, *, group_outlives_it: bool = True
+) -> SpawnedChild:
     """Wrap a started child: `stdout`/`stderr` (and `stdin`) are its pipes' other ends,
     as file objects."""
     loop = asyncio.get_running_loop()
@@ -144,7 +146,8 @@ async def adopt(pid: int, reap: Callable[[], int], stdout, stderr, stdin=None, *
         writer = None
         if stdin is not None:
             write_transport, protocol = await loop.connect_write_pipe(
-                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), stdin,
+                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop),
+                stdin,
             )
             transports.append(write_transport)
             writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
@@ -173,13 +176,18 @@ class Spawner:
     def joins_cgroups(self) -> bool:
         return self.home_tasks is not None
 
-    def _start(self, argv: list[str], options: dict, join_tasks: Sequence[str],
-               home_tasks: Sequence[str]) -> subprocess.Popen:
+    def _start(
+        self, argv: list[str], options: dict, join_tasks: Sequence[str], home_tasks: Sequence[str]
+    ) -> subprocess.Popen:
         try:
             if join_tasks:
                 join_cgroups_v1(join_tasks)
             return subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
                 **options,
             )
         finally:
@@ -188,21 +196,37 @@ class Spawner:
                     join_cgroups_v1(home_tasks)
                 except OSError as exc:
                     # Never start another child from a thread stuck in a run's cgroups.
-                    log.error("spawner thread %s could not return to the server's cgroups (%s); "
-                              "runs now join their cgroups the slow way", threading.get_native_id(), exc)
+                    log.error(
+                        "spawner thread %s could not return to the server's cgroups (%s); "
+                        "runs now join their cgroups the slow way",
+                        threading.get_native_id(),
+                        exc,
+                    )
                     self.home_tasks = None
 
-    async def spawn(self, argv: list[str], *, env: dict, pass_fds: Sequence[int] = (), stdin_pipe: bool = False,
-                    join_tasks: Sequence[str] = (), cwd: Optional[str] = None,
-                    preexec_fn: Optional[Callable[[], None]] = None, as_run_user: bool = False) -> SpawnedChild:
+    async def spawn(
+        self,
+        argv: list[str],
+        *,
+        env: dict,
+        pass_fds: Sequence[int] = (),
+        stdin_pipe: bool = False,
+        join_tasks: Sequence[str] = (),
+        cwd: Optional[str] = None,
+        preexec_fn: Optional[Callable[[], None]] = None,
+        as_run_user: bool = False,
+    ) -> SpawnedChild:
         """Start `argv` in a new session with piped stdout/stderr (and stdin if asked),
         first joining `join_tasks` (cgroup v1 `tasks` files) when this spawner can; the
         child's `joined_cgroups` says whether it did (if not, the caller moves it).
         `as_run_user`: as the spawner's run user. Both that and `preexec_fn` (only for
         unisolated runs) make CPython fork instead of vfork."""
         options = dict(
-            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, env=env, pass_fds=tuple(pass_fds),
-            cwd=cwd, preexec_fn=preexec_fn,
+            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+            env=env,
+            pass_fds=tuple(pass_fds),
+            cwd=cwd,
+            preexec_fn=preexec_fn,
         )
         if as_run_user and self.user is not None:
             options.update(user=self.user[0], group=self.user[1], extra_groups=[])
@@ -212,7 +236,12 @@ class Spawner:
             if self._thread is None:
                 self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="piexp-sandbox-spawner")
             started = asyncio.get_running_loop().run_in_executor(
-                self._thread, self._start, argv, options, list(join_tasks), list(home),
+                self._thread,
+                self._start,
+                argv,
+                options,
+                list(join_tasks),
+                list(home),
             )
             try:
                 popen = await asyncio.shield(started)

@@ -45,7 +45,12 @@ class ScmpArgCmp(ctypes.Structure):
     """struct scmp_arg_cmp (seccomp.h.in v2.5.4): unsigned int arg; enum scmp_compare op;
     scmp_datum_t (uint64_t) datum_a, datum_b. For MASKED_EQ datum_a is the mask."""
 
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 class SyscallFilterError(RuntimeError):
@@ -116,7 +121,12 @@ def _personality_rules() -> list[Rule]:
         for name, flag in PERSONALITY_FLAGS.items()
     ]
     rules += [
-        Rule("personality", errno.EPERM, "bit 31 set: not a persona, only the query 0xffffffff may set it", (ArgMatch(0, top | 1 << bit, top),))
+        Rule(
+            "personality",
+            errno.EPERM,
+            "bit 31 set: not a persona, only the query 0xffffffff may set it",
+            (ArgMatch(0, top | 1 << bit, top),),
+        )
         for bit in range(31)
     ]
     return rules
@@ -126,9 +136,18 @@ def _personality_rules() -> list[Rule]:
 # to a container without the matching capability, which a run never has (io_uring only in
 # newer releases; get_mempolicy, which Docker gates too, stays allowed here for hwloc).
 POLICY: tuple[Rule, ...] = tuple(
-    _deny("add_key keyctl request_key", "kernel keyrings are not namespaced: keys outlive the run and share host root's quota")
-    + _deny("io_uring_setup io_uring_enter io_uring_register", "a large, often-exploited kernel surface (newer Docker profiles drop it); libuv falls back")
-    + _deny("ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd process_madvise", "reaches into another process (a run could stop its own sandbox init)")
+    _deny(
+        "add_key keyctl request_key",
+        "kernel keyrings are not namespaced: keys outlive the run and share host root's quota",
+    )
+    + _deny(
+        "io_uring_setup io_uring_enter io_uring_register",
+        "a large, often-exploited kernel surface (newer Docker profiles drop it); libuv falls back",
+    )
+    + _deny(
+        "ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd process_madvise",
+        "reaches into another process (a run could stop its own sandbox init)",
+    )
     + _deny("perf_event_open", "performance counters: kernel attack surface and side channels")
     + _deny("bpf", "loads programs into the kernel")
     + _deny("userfaultfd", "lets a run stall kernel copies at will (a standard exploit aid)")
@@ -138,21 +157,41 @@ POLICY: tuple[Rule, ...] = tuple(
     + _deny("init_module finit_module delete_module create_module get_kernel_syms query_module", "kernel modules")
     + _deny("kexec_load kexec_file_load reboot", "replaces or stops the kernel")
     + _deny("swapon swapoff acct quotactl quotactl_fd", "host-wide storage and accounting settings")
-    + _deny("settimeofday stime clock_settime", "sets the host clock (adjtimex/clock_adjtime stay allowed, as in Docker: read-only use is common and setting needs CAP_SYS_TIME)")
+    + _deny(
+        "settimeofday stime clock_settime",
+        "sets the host clock (adjtimex/clock_adjtime stay allowed, as in Docker: read-only use is common and setting needs CAP_SYS_TIME)",
+    )
     + _deny("syslog", "the kernel log: host information")
-    + _deny("lookup_dcookie name_to_handle_at open_by_handle_at", "file handles bypass path lookup (open_by_handle_at was a container escape)")
+    + _deny(
+        "lookup_dcookie name_to_handle_at open_by_handle_at",
+        "file handles bypass path lookup (open_by_handle_at was a container escape)",
+    )
     + _deny("iopl ioperm", "raw I/O port access")
     + _deny("uselib ustat sysfs _sysctl vm86 vm86old nfsservctl", "obsolete interfaces nothing current uses")
     + _deny("sethostname setdomainname vhangup", "host identity and terminal control")
-    + _deny("mbind set_mempolicy set_mempolicy_home_node move_pages migrate_pages", "NUMA placement of memory (Docker gates it behind CAP_SYS_NICE); get_mempolicy stays allowed for hwloc")
+    + _deny(
+        "mbind set_mempolicy set_mempolicy_home_node move_pages migrate_pages",
+        "NUMA placement of memory (Docker gates it behind CAP_SYS_NICE); get_mempolicy stays allowed for hwloc",
+    )
     + _deny("fanotify_init", "watches the file systems of other mount namespaces")
     + [
         Rule("clone", errno.EPERM, f"{name}: no new namespaces", (ArgMatch(0, flag, flag),))
         for name, flag in CLONE_NEW_FLAGS.items()
     ]
-    + _deny("clone3", "its flags live in memory a filter cannot read; ENOSYS makes glibc fall back to clone (as Docker does)", errno.ENOSYS)
+    + _deny(
+        "clone3",
+        "its flags live in memory a filter cannot read; ENOSYS makes glibc fall back to clone (as Docker does)",
+        errno.ENOSYS,
+    )
     + _personality_rules()
-    + [Rule("socket", errno.EPERM, "AF_VSOCK: talks to the hypervisor, outside every network namespace", (ArgMatch(0, 0xFFFFFFFF, AF_VSOCK),))]
+    + [
+        Rule(
+            "socket",
+            errno.EPERM,
+            "AF_VSOCK: talks to the hypervisor, outside every network namespace",
+            (ArgMatch(0, 0xFFFFFFFF, AF_VSOCK),),
+        )
+    ]
 )
 
 
@@ -169,7 +208,13 @@ def _load_library(library: str) -> ctypes.CDLL:
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(ScmpArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(ScmpArgCmp),
+    ]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     return lib
 
@@ -207,7 +252,10 @@ def filter_bpf(library: str = LIBSECCOMP) -> bytes:
             args = (ScmpArgCmp * max(1, len(rule.when)))(
                 *[ScmpArgCmp(m.index, SCMP_CMP_MASKED_EQ, m.mask, m.value) for m in rule.when]
             )
-            _check(lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(rule.errno), number, len(rule.when), args), f"the rule for {rule.syscall}")
+            _check(
+                lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(rule.errno), number, len(rule.when), args),
+                f"the rule for {rule.syscall}",
+            )
         memfd = os.memfd_create("piexp-seccomp-export", os.MFD_CLOEXEC)
         try:
             _check(lib.seccomp_export_bpf(ctx, memfd), "exporting the filter")
@@ -226,7 +274,9 @@ def filter_fd(library: str = LIBSECCOMP) -> int:
     memfd = os.memfd_create("piexp-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.write(memfd, program)
-        fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+        fcntl.fcntl(
+            memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+        )
         # A fresh open file description: read-only, at offset 0.
         return os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
     finally:
@@ -257,5 +307,7 @@ def policy_table(library: str = LIBSECCOMP) -> list[tuple[str, str, str]]:
 if __name__ == "__main__":
     for syscall, action, reason in policy_table():
         print(f"{syscall:24} {action:56} {reason}")
-    print(f"\nBPF program: {len(filter_bpf()) // 8} instructions; every other syscall is allowed; "
-          "other architectures' syscalls kill the process.")
+    print(
+        f"\nBPF program: {len(filter_bpf()) // 8} instructions; every other syscall is allowed; "
+        "other architectures' syscalls kill the process."
+    )

@@ -33,7 +33,6 @@ __all__ = ["LOCAL_API_KEY", "open_service", "placeholder_api_key"]
 LOCAL_API_KEY = "tml-local-no-key"
 
 
-
 @contextlib.contextmanager
 def placeholder_api_key(*, override: bool) -> Iterator[None]:
     """Set ``TINKER_API_KEY`` to :data:`LOCAL_API_KEY` for the duration (when unset, or

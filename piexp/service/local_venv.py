@@ -118,9 +118,10 @@ def _stamp_matches(venv: Path) -> bool:
         return False
     if not venv_python(venv).is_file():
         return False
-    return stamp.get("skyrl") == SKYRL_VERSION and stamp.get("requirements") == _recipe(str(venv_python(venv)))[
-        "requirements"
-    ]
+    return (
+        stamp.get("skyrl") == SKYRL_VERSION
+        and stamp.get("requirements") == _recipe(str(venv_python(venv)))["requirements"]
+    )
 
 
 def server_versions(venv: Path | None = None) -> dict[str, str | None]:

@@ -116,8 +116,16 @@ class SweepStatus:
                 return dict(entry)
             now = _stamp()
             entry = data["jobs"].setdefault(str(job), {"job": job})
-            entry.update(fields, **owner.fields(), state="running", metric=None, started_utc=now,
-                         heartbeat_utc=now, finished_utc=None, updated_utc=now)
+            entry.update(
+                fields,
+                **owner.fields(),
+                state="running",
+                metric=None,
+                started_utc=now,
+                heartbeat_utc=now,
+                finished_utc=None,
+                updated_utc=now,
+            )
             entry.pop("error", None)
             self._write(data)
         return None

@@ -112,8 +112,11 @@ def job_failed(job: JobInfo, run_dir: Path, error: BaseException, *, recorded: b
     if not recorded:
         status.update(job.num, state="failed", error=text, overrides=job.overrides, dir=str(run_dir))
     # Reported now, not at the end of the sweep: a failed job must not hide.
-    print(f"piexp: sweep {_label(job)} FAILED: {text} (folder {run_dir}; status in {status.md_path})",
-          file=sys.stderr, flush=True)
+    print(
+        f"piexp: sweep {_label(job)} FAILED: {text} (folder {run_dir}; status in {status.md_path})",
+        file=sys.stderr,
+        flush=True,
+    )
     if not isinstance(error, UserError):
         log.error("%s failed", _label(job), exc_info=error)
     return SweepJobFailed(
@@ -146,8 +149,9 @@ def _heartbeat(status: SweepStatus, job: JobInfo, owner: Owner) -> Iterator[None
         thread.join()
 
 
-def _claim(status: SweepStatus, run_dir: Path, job: JobInfo, digest: str, owner: Owner,
-           common: dict[str, Any]) -> dict[str, Any] | None:
+def _claim(
+    status: SweepStatus, run_dir: Path, job: JobInfo, digest: str, owner: Owner, common: dict[str, Any]
+) -> dict[str, Any] | None:
     """Take the job over for this process; return the completed marker instead when the
     job is (or meanwhile became) complete. While another live process runs the same job
     (an earlier launch whose jobs outlived its launcher), wait for it to end rather than
@@ -162,12 +166,21 @@ def _claim(status: SweepStatus, run_dir: Path, job: JobInfo, digest: str, owner:
             if marker is not None:
                 # The folder guard let the job in, so the config differs only where a rerun
                 # continues the same run (a larger mode.max_steps, a reproduces record).
-                log.info("Continuing %s in %s: its completed marker is for an earlier config of the same run.",
-                         _label(job), run_dir)
+                log.info(
+                    "Continuing %s in %s: its completed marker is for an earlier config of the same run.",
+                    _label(job),
+                    run_dir,
+                )
             return None
         if not announced:
-            log.info("Waiting for %s: pid %s on %s runs it already (heartbeat %s); it is resumed or skipped "
-                     "when that process ends.", _label(job), busy.get("pid"), busy.get("host"), busy.get("heartbeat_utc"))
+            log.info(
+                "Waiting for %s: pid %s on %s runs it already (heartbeat %s); it is resumed or skipped "
+                "when that process ends.",
+                _label(job),
+                busy.get("pid"),
+                busy.get("host"),
+                busy.get("heartbeat_utc"),
+            )
             announced = True
         time.sleep(WAIT_POLL_S)
 
@@ -202,8 +215,13 @@ def run_tracked(
         interrupted = not isinstance(error, Exception) and not (
             isinstance(error, SystemExit) and error.code not in (None, 0)
         )
-        status.update(job.num, state="interrupted" if interrupted else "failed",
-                      error=_error_text(error), finished_utc=_now(), **common)
+        status.update(
+            job.num,
+            state="interrupted" if interrupted else "failed",
+            error=_error_text(error),
+            finished_utc=_now(),
+            **common,
+        )
         if not job.multirun or interrupted:
             raise
         raise job_failed(job, run_dir, error, recorded=True) from None

@@ -25,9 +25,7 @@ def get_family(name: str) -> Family:
     try:
         return FAMILIES[name]
     except KeyError:
-        raise UserError(
-            f"unknown task family {name!r}; valid families: {', '.join(sorted(FAMILIES))}"
-        ) from None
+        raise UserError(f"unknown task family {name!r}; valid families: {', '.join(sorted(FAMILIES))}") from None
 
 
 def _plain(value: Any) -> Any:
@@ -37,9 +35,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def resolve_params(
-    families: Sequence[str], params: Mapping[str, Mapping[str, Any]] | None = None
-) -> dict[str, Any]:
+def resolve_params(families: Sequence[str], params: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Each selected family's params: defaults updated by ``params[family]``.
 
     ``params`` is typically ``cfg.family`` (which may name more families than are selected,

@@ -29,9 +29,7 @@ def canonical_json(value: Any) -> str:
     ``ensure_ascii`` makes the bytes independent of the platform's default encoding, and
     ``allow_nan=False`` refuses floats that have no canonical JSON form.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def sha256_hex(text: str) -> str:

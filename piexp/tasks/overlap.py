@@ -50,13 +50,10 @@ class OverlapReport:
 
     def describe(self, limit: int = 10) -> str:
         lines = []
-        for kind, entries in zip(
-            _KINDS, (self.digest_overlaps, self.files_overlaps, self.params_overlaps)
-        ):
+        for kind, entries in zip(_KINDS, (self.digest_overlaps, self.files_overlaps, self.params_overlaps)):
             for entry in entries[:limit]:
                 lines.append(
-                    f"  same {kind}: eval task {entry['eval_task_id']} "
-                    f"repeats train task {entry['train_task_id']}"
+                    f"  same {kind}: eval task {entry['eval_task_id']} repeats train task {entry['train_task_id']}"
                 )
             if len(entries) > limit:
                 lines.append(f"  ... and {len(entries) - limit} more with the same {kind}")
@@ -84,18 +81,15 @@ def check_split_overlap(train: Sequence[Task], eval: Sequence[Task]) -> OverlapR
     for task in eval:
         if task.task_digest in by_digest:
             report.digest_overlaps.append(
-                {"train_task_id": by_digest[task.task_digest], "eval_task_id": task.task_id,
-                 "key": task.task_digest}
+                {"train_task_id": by_digest[task.task_digest], "eval_task_id": task.task_id, "key": task.task_digest}
             )
         if task.files_digest in by_files:
             report.files_overlaps.append(
-                {"train_task_id": by_files[task.files_digest], "eval_task_id": task.task_id,
-                 "key": task.files_digest}
+                {"train_task_id": by_files[task.files_digest], "eval_task_id": task.task_id, "key": task.files_digest}
             )
         if task.params_key in by_params:
             report.params_overlaps.append(
-                {"train_task_id": by_params[task.params_key], "eval_task_id": task.task_id,
-                 "key": task.params_key}
+                {"train_task_id": by_params[task.params_key], "eval_task_id": task.task_id, "key": task.params_key}
             )
     return report
 

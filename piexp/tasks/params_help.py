@@ -30,12 +30,17 @@ def _example(family: Family, params: dict[str, int], label: str, max_chars: int)
     from piexp.tasks import build_tasks
 
     try:
-        (task,) = build_tasks(split="train", tasks_per_family=1, seed=0, families=[family.name],
-                              params={family.name: params})
+        (task,) = build_tasks(
+            split="train", tasks_per_family=1, seed=0, families=[family.name], params={family.name: params}
+        )
     except UserError as error:
         return f"## Example at {label}\n\n(not a valid setting: {error})\n"
-    lines = [f"## Example at {label}: {', '.join(f'{k}={v}' for k, v in params.items()) or 'defaults'}", "",
-             task.instruction, ""]
+    lines = [
+        f"## Example at {label}: {', '.join(f'{k}={v}' for k, v in params.items()) or 'defaults'}",
+        "",
+        task.instruction,
+        "",
+    ]
     for name, text in sorted(task.files.items()):
         shown = text if len(text) <= max_chars else text[:max_chars] + f"\n... ({len(text)} characters in all)"
         lines += [f"--- {name}", shown, ""]
@@ -46,12 +51,20 @@ def _example(family: Family, params: dict[str, int], label: str, max_chars: int)
 def render_params_help(family: Family, max_chars: int = 300) -> str:
     docs = param_docs(family)
     defaults = dataclasses.asdict(family.defaults)
-    lines = [f"# {family.name}: {family.summary}", "",
-             f"Set with family.{family.name}.NAME=VALUE (integers; values outside the range are refused).", "",
-             "| parameter | range | default | what it changes |", "| --- | --- | --- | --- |"]
+    lines = [
+        f"# {family.name}: {family.summary}",
+        "",
+        f"Set with family.{family.name}.NAME=VALUE (integers; values outside the range are refused).",
+        "",
+        "| parameter | range | default | what it changes |",
+        "| --- | --- | --- | --- |",
+    ]
     for name in family.param_names():
         low, high = family.limits[name]
         lines.append(f"| {name} | {low}..{high} | {defaults[name]} | {docs.get(name, '')} |")
     easiest = {name: family.limits[name][0] for name in family.param_names()}
-    examples = [_example(family, easiest, "the lowest values", max_chars), _example(family, {}, "the defaults", max_chars)]
+    examples = [
+        _example(family, easiest, "the lowest values", max_chars),
+        _example(family, {}, "the defaults", max_chars),
+    ]
     return "\n".join(lines) + "\n\n" + "\n".join(examples)

@@ -106,9 +106,7 @@ def _is_complete(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     expected = _expected_marker()
-    return all(marker.get(k) == v for k, v in expected.items()) and (
-        path / "tokenizer.json"
-    ).is_file()
+    return all(marker.get(k) == v for k, v in expected.items()) and (path / "tokenizer.json").is_file()
 
 
 # --------------------------------------------------------------------------- build
@@ -116,11 +114,7 @@ def _is_complete(path: Path) -> bool:
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2 byte -> printable unicode map used by byte-level BPE vocabularies."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
     for b in range(256):

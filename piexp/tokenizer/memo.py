@@ -83,7 +83,6 @@ class EncodeCache:
             self._chars = 0
 
 
-
 class MemoMiss(LookupError):
     """``encode`` inside :meth:`ThreadSafeTokenizer.encode_budget` needed to tokenize
     more new text than the budget allows (or was called in a form never memoised)."""

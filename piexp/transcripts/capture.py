@@ -40,7 +40,7 @@ def _cut(text: str, limit: int, stats: dict[str, int]) -> str:
     tail = limit - head
     stats["fields"] += 1
     stats["chars_cut"] += len(text) - limit
-    return f"{text[:head]}\n[... piexp cut {len(text) - limit} of {len(text)} chars ...]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... piexp cut {len(text) - limit} of {len(text)} chars ...]\n{text[len(text) - tail :]}"
 
 
 def _cap(value: Any, limit: int, stats: dict[str, int]) -> Any:
@@ -113,14 +113,25 @@ def build_transcript(
     conversation = [message_json(m) for m in history[prompt_messages:]]
     turns = []
     for index, transition in enumerate(transitions):
-        metrics = {k: v for k, v in (transition.metrics or {}).items() if k.startswith("stop/") or k in (
-            "parse_error", "context_overflow", "max_tokens_reached", "max_turns", "max_tool_calls")}
-        turn: dict[str, Any] = {"turn": index, "prompt_tokens": transition.ob.length,
-                                "sampled_tokens": len(transition.ac.tokens), "reward": transition.reward}
+        metrics = {
+            k: v
+            for k, v in (transition.metrics or {}).items()
+            if k.startswith("stop/")
+            or k in ("parse_error", "context_overflow", "max_tokens_reached", "max_turns", "max_tool_calls")
+        }
+        turn: dict[str, Any] = {
+            "turn": index,
+            "prompt_tokens": transition.ob.length,
+            "sampled_tokens": len(transition.ac.tokens),
+            "reward": transition.reward,
+        }
         if metrics:
             turn["flags"] = metrics
-        logs = {k: v for k, v in (transition.logs or {}).items()
-                if k in ("parse_errors", "parse_failure_kind", "parse_failure_detail", "tool_calls_dropped")}
+        logs = {
+            k: v
+            for k, v in (transition.logs or {}).items()
+            if k in ("parse_errors", "parse_failure_kind", "parse_failure_detail", "tool_calls_dropped")
+        }
         if logs:
             turn["logs"] = logs
         turns.append(turn)
@@ -133,14 +144,26 @@ def build_transcript(
         conversation.append(shown)
     transcript = {
         "version": TRANSCRIPT_VERSION,
-        "policy": record.policy, "task_id": record.task_id, "family": record.family, "split": record.split,
-        "language": record.language, "sample": record.sample,
-        "prompt": prompt, "conversation": conversation, "turns": turns,
-        "answer": record.answer, "reward": record.reward, "shaped": record.shaped,
-        "metrics": record.metrics, "stop_reason": record.stop_reason, "failures": record.failures,
+        "policy": record.policy,
+        "task_id": record.task_id,
+        "family": record.family,
+        "split": record.split,
+        "language": record.language,
+        "sample": record.sample,
+        "prompt": prompt,
+        "conversation": conversation,
+        "turns": turns,
+        "answer": record.answer,
+        "reward": record.reward,
+        "shaped": record.shaped,
+        "metrics": record.metrics,
+        "stop_reason": record.stop_reason,
+        "failures": record.failures,
         "wall_s": round(record.wall_s, 4),
-        "tokens": {"prompt_last": turns[-1]["prompt_tokens"] if turns else 0,
-                   "sampled": sum(t["sampled_tokens"] for t in turns)},
+        "tokens": {
+            "prompt_last": turns[-1]["prompt_tokens"] if turns else 0,
+            "sampled": sum(t["sampled_tokens"] for t in turns),
+        },
     }
     return finalize(transcript)
 
@@ -156,8 +179,12 @@ def finalize(transcript: dict[str, Any]) -> dict[str, Any]:
         capped = _cap(transcript, limit, stats)
     if len(json.dumps(capped)) > EPISODE_CHARS:
         dropped = len(capped["conversation"])
-        capped["conversation"] = [{"role": "note", "text": f"[... piexp dropped {dropped} messages: over the "
-                                                           f"{EPISODE_CHARS}-char transcript cap ...]"}]
+        capped["conversation"] = [
+            {
+                "role": "note",
+                "text": f"[... piexp dropped {dropped} messages: over the {EPISODE_CHARS}-char transcript cap ...]",
+            }
+        ]
     capped["truncated"] = stats
     return redact(capped)
 

@@ -19,22 +19,26 @@ from typing import Any
 # the episodes with at least one).
 FAILURE_KINDS: dict[str, str] = {
     "parse_error": "a turn the renderer could not parse: broken framing (no clean stop, "
-                   "ParseTermination malformed) or a malformed tool call in it (unparsed_tool_calls: "
-                   "bad JSON, missing fields, unterminated tag)",
+    "ParseTermination malformed) or a malformed tool call in it (unparsed_tool_calls: "
+    "bad JSON, missing fields, unterminated tag)",
     "unknown_tool": "a parsed call naming a tool that does not exist (result 'Tool ... not found')",
     "invalid_arguments": "a call whose arguments are not JSON or do not fit the tool's schema "
-                         "('Failed to parse tool arguments', 'Parameter validation failed')",
+    "('Failed to parse tool arguments', 'Parameter validation failed')",
     "refused_command": "a bash call the workspace refused (status error: not '<runtime> <file>', "
-                       "file missing, or not written or edited first)",
+    "file missing, or not written or edited first)",
     "tool_error": "a read, write or edit call that failed (status error: file not found, path denied, "
-                  "oldText not matching once)",
+    "oldText not matching once)",
     "context_overflow": "an episode stopped because the conversation outgrew its token budget "
-                        "(stop reason context_overflow or max_tokens)",
+    "(stop reason context_overflow or max_tokens)",
     "max_turns": "an episode stopped at the turn limit (stop reason max_turns)",
     "max_tool_calls": "an episode stopped at the tool-call limit (stop reason max_tool_calls)",
 }
-_STOP_KINDS = {"context_overflow": "context_overflow", "max_tokens": "context_overflow",
-               "max_turns": "max_turns", "max_tool_calls": "max_tool_calls"}
+_STOP_KINDS = {
+    "context_overflow": "context_overflow",
+    "max_tokens": "context_overflow",
+    "max_turns": "max_turns",
+    "max_tool_calls": "max_tool_calls",
+}
 _ARGUMENT_ERRORS = ("Failed to parse tool arguments", "Parameter validation failed")
 
 
@@ -120,15 +124,22 @@ def failure_markdown(overall: Mapping[str, Any], cells: Mapping[str, Mapping[str
         entry = summary["kinds"][kind]
         return f"{entry['count']} ({entry['rate']:.0%})" if entry["count"] else "0"
 
-    lines = ["## Tool-call failures", "",
-             "Events per kind, with the share of episodes that had at least one in brackets.", "",
-             "| family | language | episodes | calls | " + " | ".join(kinds) + " |",
-             "|---|---|---|---|" + "---|" * len(kinds)]
+    lines = [
+        "## Tool-call failures",
+        "",
+        "Events per kind, with the share of episodes that had at least one in brackets.",
+        "",
+        "| family | language | episodes | calls | " + " | ".join(kinds) + " |",
+        "|---|---|---|---|" + "---|" * len(kinds),
+    ]
     rows = [(family, language, summary) for family, row in cells.items() for language, summary in row.items()]
     rows.append(("all", "all", overall))
     for family, language, summary in rows:
-        lines.append(f"| {family} | {language} | {summary['episodes']} | {summary['calls']} | "
-                     + " | ".join(cell_text(summary, kind) for kind in kinds) + " |")
+        lines.append(
+            f"| {family} | {language} | {summary['episodes']} | {summary['calls']} | "
+            + " | ".join(cell_text(summary, kind) for kind in kinds)
+            + " |"
+        )
     lines += ["", "What counts as each:", ""]
     lines += [f"- `{kind}`: {meaning}." for kind, meaning in FAILURE_KINDS.items()]
     return "\n".join(lines) + "\n"

@@ -17,8 +17,23 @@ from piexp.run_records import CHECK_FILE, EPISODES_FILE, METRICS_FILE, find_job_
 from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, read_transcripts, transcript_key
 
 # The episode fields an index row carries (the rest stays in the transcript).
-ROW_FIELDS = ("policy", "task_id", "family", "split", "language", "sample", "reward", "shaped", "stop_reason",
-              "turns", "tool_calls", "answer", "wall_s", "failures", "error")
+ROW_FIELDS = (
+    "policy",
+    "task_id",
+    "family",
+    "split",
+    "language",
+    "sample",
+    "reward",
+    "shaped",
+    "stop_reason",
+    "turns",
+    "tool_calls",
+    "answer",
+    "wall_s",
+    "failures",
+    "error",
+)
 
 
 @dataclass
@@ -37,8 +52,9 @@ def _episode_lines(path: Path) -> list[dict[str, Any]]:
     return [latest[key] for key in sorted(latest, key=str)]  # task order, not completion order
 
 
-def _add_source(view: RunView, folder: Path, job: str, source: str, episodes: list[dict[str, Any]],
-                transcript_file: Path) -> None:
+def _add_source(
+    view: RunView, folder: Path, job: str, source: str, episodes: list[dict[str, Any]], transcript_file: Path
+) -> None:
     by_key = {transcript_key(t): t for t in read_transcripts(transcript_file)}
     for episode in episodes:
         row_id = len(view.rows)
@@ -73,8 +89,10 @@ def load_run(target: Path) -> RunView:
     """Every episode under `target`: a run folder or a sweep folder."""
     target = Path(target)
     if not target.is_dir():
-        raise UserError(f"Cannot show {target}: it is not a folder. Give a run folder (outputs/DATE/TIME) "
-                        "or a sweep folder (multirun/DATE/TIME).")
+        raise UserError(
+            f"Cannot show {target}: it is not a folder. Give a run folder (outputs/DATE/TIME) "
+            "or a sweep folder (multirun/DATE/TIME)."
+        )
     folders = find_job_folders(target)
     if not folders and any((target / name).is_file() for name in (CHECK_FILE, EPISODES_FILE, METRICS_FILE)):
         folders = [target]  # a run folder without its .hydra (copied around, or written by a test)
@@ -82,7 +100,9 @@ def load_run(target: Path) -> RunView:
     for folder in folders:
         _add_job(view, folder, "." if folder == target else str(folder.relative_to(target)))
     if not view.rows and not view.reward_curves:
-        raise UserError(f"Cannot show {target}: it holds no episodes (no episodes.jsonl or check.json in it or "
-                        "its job folders) and no training metrics. Give the folder of an eval, check or train "
-                        "run, or of a sweep.")
+        raise UserError(
+            f"Cannot show {target}: it holds no episodes (no episodes.jsonl or check.json in it or "
+            "its job folders) and no training metrics. Give the folder of an eval, check or train "
+            "run, or of a sweep."
+        )
     return view

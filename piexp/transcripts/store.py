@@ -28,14 +28,32 @@ EVAL_TRANSCRIPTS = "transcripts.jsonl.gz"
 CHECK_TRANSCRIPTS = "check_transcripts.jsonl.gz"
 # Compressed bytes one run's transcript file may reach before episodes are stubbed.
 RUN_BYTES = 512 * 1024 * 1024
-_STUB_FIELDS = ("version", "policy", "task_id", "family", "split", "language", "sample", "answer", "reward",
-                "shaped", "metrics", "stop_reason", "failures", "wall_s")
+_STUB_FIELDS = (
+    "version",
+    "policy",
+    "task_id",
+    "family",
+    "split",
+    "language",
+    "sample",
+    "answer",
+    "reward",
+    "shaped",
+    "metrics",
+    "stop_reason",
+    "failures",
+    "wall_s",
+)
 
 
 def transcript_key(transcript: dict[str, Any]) -> tuple[str, str, str, int]:
     """(policy, task_id, language, sample): one episode of a run."""
-    return (str(transcript.get("policy")), str(transcript.get("task_id")), str(transcript.get("language")),
-            int(transcript.get("sample") or 0))
+    return (
+        str(transcript.get("policy")),
+        str(transcript.get("task_id")),
+        str(transcript.get("language")),
+        int(transcript.get("sample") or 0),
+    )
 
 
 def read_transcripts(path: Path) -> Iterator[dict[str, Any]]:
@@ -58,8 +76,13 @@ def read_transcripts(path: Path) -> Iterator[dict[str, Any]]:
 class TranscriptWriter:
     """Appends transcripts to a run's file; see the module doc for resume and caps."""
 
-    def __init__(self, path: Path, keep: Container[Hashable] = (),
-                 key: Callable[[dict[str, Any]], Hashable] = transcript_key, run_bytes: int = RUN_BYTES) -> None:
+    def __init__(
+        self,
+        path: Path,
+        keep: Container[Hashable] = (),
+        key: Callable[[dict[str, Any]], Hashable] = transcript_key,
+        run_bytes: int = RUN_BYTES,
+    ) -> None:
         self.path = Path(path)
         self.run_bytes = run_bytes
         kept: dict[Hashable, dict[str, Any]] = {}

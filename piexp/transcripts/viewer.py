@@ -29,8 +29,11 @@ def _cells(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per source, family x language: episodes, passes, failure summary."""
     grid: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for row in rows:
-        cell = grid.setdefault(row["source"], {}).setdefault(str(row["family"]), {}).setdefault(
-            str(row["language"]), {"episodes": 0, "passed": 0, "failures": []})
+        cell = (
+            grid.setdefault(row["source"], {})
+            .setdefault(str(row["family"]), {})
+            .setdefault(str(row["language"]), {"episodes": 0, "passed": 0, "failures": []})
+        )
         cell["episodes"] += 1
         cell["passed"] += int(bool(row["passed"]))
         cell["failures"].append(row.get("failures"))
@@ -46,8 +49,9 @@ def _run_json(view: RunView, name: str) -> dict[str, Any]:
         "name": name,
         "rows": view.rows,
         "cells": _cells(view.rows),
-        "transcripts": [json.dumps(view.transcripts[row["id"]]) if row["id"] in view.transcripts else None
-                        for row in view.rows],
+        "transcripts": [
+            json.dumps(view.transcripts[row["id"]]) if row["id"] in view.transcripts else None for row in view.rows
+        ],
         "train_pages": view.train_pages,
         "curves": view.reward_curves,
     }
@@ -60,8 +64,13 @@ def _pairs(a: RunView, b: RunView) -> list[dict[str, Any]]:
     same_languages = {r["language"] for r in a.rows} == {r["language"] for r in b.rows}
 
     def key(row: dict[str, Any]) -> tuple[Any, ...]:
-        return (row["source"], row["policy"] if row["source"] == "check" else None, row["task_id"], row["sample"],
-                row["language"] if same_languages else None)
+        return (
+            row["source"],
+            row["policy"] if row["source"] == "check" else None,
+            row["task_id"],
+            row["sample"],
+            row["language"] if same_languages else None,
+        )
 
     b_by_key = {key(row): row["id"] for row in b.rows}
     pairs, seen = [], set()

@@ -103,9 +103,15 @@ def test_defaults_match_the_reference() -> None:
     assert weights.infrastructure_error == -0.1
     assert (config.reward.stdout_chars, config.reward.stderr_chars) == (512, 1200)
     assert {name: spec.filename for name, spec in config.languages.items()} == {
-        "python": "solution.py", "javascript": "solution.js", "julia": "solution.jl"}
+        "python": "solution.py",
+        "javascript": "solution.js",
+        "julia": "solution.jl",
+    }
     assert {name: spec.sandbox_language for name, spec in config.languages.items()} == {
-        "python": "python", "javascript": "nodejs", "julia": "julia"}
+        "python": "python",
+        "javascript": "nodejs",
+        "julia": "julia",
+    }
     assert config.languages["python"].runtimes == ["python", "python3"]
 
 
@@ -115,8 +121,11 @@ def test_guess_policy_has_one_spelling_and_null_is_refused_with_a_hint() -> None
     `null` is refused wherever it is written, naming the new name."""
     assert load(rewrite_list_overrides(["mode=eval", "policy=guess"])).eval_policy == "guess"
     assert load(["mode=eval"]).eval_policy == "model"
-    for argv in (["mode=eval", "policy=null"], ["-m", "mode=eval", "policy=oracle,null"],
-                 ["-m", "policy=[oracle,NULL]"]):
+    for argv in (
+        ["mode=eval", "policy=null"],
+        ["-m", "mode=eval", "policy=oracle,null"],
+        ["-m", "policy=[oracle,NULL]"],
+    ):
         with pytest.raises(UserError, match="now called `guess`"):
             rewrite_list_overrides(argv)
     with pytest.raises(UserError, match="now called `guess`"):

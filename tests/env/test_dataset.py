@@ -19,9 +19,19 @@ URL = "http://127.0.0.1:8080/run_code"
 
 
 def small_config(*extra: str):
-    return load(rewrite_list_overrides(
-        ["family=arith,csv_agg", "lang=python,javascript", "tasks.train_per_family=3",
-         "tasks.eval_per_family=2", "mode.groups_per_batch=4", "mode.max_steps=7", *extra]))
+    return load(
+        rewrite_list_overrides(
+            [
+                "family=arith,csv_agg",
+                "lang=python,javascript",
+                "tasks.train_per_family=3",
+                "tasks.eval_per_family=2",
+                "mode.groups_per_batch=4",
+                "mode.max_steps=7",
+                *extra,
+            ]
+        )
+    )
 
 
 def test_group_builders_follow_the_language_schedule() -> None:
@@ -75,9 +85,18 @@ def test_overlapping_splits_are_refused(monkeypatch: pytest.MonkeyPatch) -> None
     original = tasks_module.build_tasks
 
     def same_stream(split, *args, **kwargs):  # eval draws the train stream: total overlap
-        return [t.__class__(task_id=t.task_id.replace("train", split), family=t.family, split=split,
-                            instruction=t.instruction, files=t.files, answer=t.answer, params=t.params)
-                for t in original("train", *args, **kwargs)]
+        return [
+            t.__class__(
+                task_id=t.task_id.replace("train", split),
+                family=t.family,
+                split=split,
+                instruction=t.instruction,
+                files=t.files,
+                answer=t.answer,
+                params=t.params,
+            )
+            for t in original("train", *args, **kwargs)
+        ]
 
     monkeypatch.setattr(tasks_module, "build_tasks", same_stream)
     with pytest.raises(UserError, match="overlap"):

@@ -21,8 +21,12 @@ PYTHON = LanguageSettings(runtimes=["python", "python3"], filename="solution.py"
 
 def _settings() -> EpisodeSettings:
     return EpisodeSettings(
-        model_name="Qwen/Qwen3-4B-Instruct-2507", renderer_name="qwen3_instruct", languages={"python": PYTHON},
-        limits=Limits(), reward=RewardSettings(), sandbox_url="http://127.0.0.1:9/run_code",
+        model_name="Qwen/Qwen3-4B-Instruct-2507",
+        renderer_name="qwen3_instruct",
+        languages={"python": PYTHON},
+        limits=Limits(),
+        reward=RewardSettings(),
+        sandbox_url="http://127.0.0.1:9/run_code",
     )
 
 
@@ -48,14 +52,21 @@ def test_memoised_renders_inline_new_text_in_a_thread(thread_hops: list[int]) ->
     big = "x" * (WorkspaceEnv.inline_encode_chars + 1)
 
     def new_task() -> Task:  # unique texts: new to the tokenizer's memo
-        return Task(task_id="t", family="arith", split="train", instruction=f"Sum small.txt ({uuid.uuid4()}).",
-                    files={"small.txt": "1\n2\n", "big.txt": big + str(uuid.uuid4())}, answer="3")
+        return Task(
+            task_id="t",
+            family="arith",
+            split="train",
+            instruction=f"Sum small.txt ({uuid.uuid4()}).",
+            files={"small.txt": "1\n2\n", "big.txt": big + str(uuid.uuid4())},
+            answer="3",
+        )
 
     renderer = get_run_renderer("qwen3_instruct", "Qwen/Qwen3-4B-Instruct-2507")
 
     async def episode(task: Task) -> list[int]:
-        env = build_workspace_env(task=task, language="python", settings=_settings(), renderer=renderer,
-                                  evaluation=True)
+        env = build_workspace_env(
+            task=task, language="python", settings=_settings(), renderer=renderer, evaluation=True
+        )
         assert isinstance(env, WorkspaceEnv)
         start = len(thread_hops)
         hops_per_render = []

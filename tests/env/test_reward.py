@@ -43,9 +43,14 @@ def test_shaped_and_binary_rows(row: tuple[bool, bool, bool, bool]) -> None:
     assert shaped == pytest.approx(expected)
     assert binary == float(all_four)
     assert metrics == {
-        "tool_called": 1.0, "mutation_succeeded": float(mutation), "execution_succeeded": float(executed),
-        "execution_output_correct": float(output), "response_answer_correct": float(answer),
-        "functional_correct": float(all_four), "infrastructure_error": 0.0}
+        "tool_called": 1.0,
+        "mutation_succeeded": float(mutation),
+        "execution_succeeded": float(executed),
+        "execution_output_correct": float(output),
+        "response_answer_correct": float(answer),
+        "functional_correct": float(all_four),
+        "infrastructure_error": 0.0,
+    }
     assert tuple(metrics) == REWARD_METRICS
 
 
@@ -72,21 +77,34 @@ def test_no_tools_and_answer_only() -> None:
 
 
 def test_foreign_tool_messages_are_ignored() -> None:
-    messages = [{"role": "tool", "content": "not json"},
-                {"role": "tool", "content": json.dumps({"schema": "other", "tool": "write", "status": "ok"})},
-                {"role": "assistant", "content": "0"}]
+    messages = [
+        {"role": "tool", "content": "not json"},
+        {"role": "tool", "content": json.dumps({"schema": "other", "tool": "write", "status": "ok"})},
+        {"role": "assistant", "content": "0"},
+    ]
     _, metrics = WorkspaceReward("42").grade(messages)
     assert metrics["tool_called"] == 0.0 and metrics["mutation_succeeded"] == 0.0
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("The answer is 42.", "42"), ("-17", "-17"), ("x1 y2 3", "3"), ("value42 is 7", "7"),
-     ("answer: 12 then 13", "13"), ("no number", None), ("3.5", "5"), ("-0", "-0")],
+    [
+        ("The answer is 42.", "42"),
+        ("-17", "-17"),
+        ("x1 y2 3", "3"),
+        ("value42 is 7", "7"),
+        ("answer: 12 then 13", "13"),
+        ("no number", None),
+        ("3.5", "5"),
+        ("-0", "-0"),
+    ],
 )
 def test_final_answer_is_the_last_integer_of_the_last_assistant_message(text: str, expected: str | None) -> None:
-    messages = [{"role": "assistant", "content": "99"}, {"role": "user", "content": "7"},
-                {"role": "assistant", "content": text}]
+    messages = [
+        {"role": "assistant", "content": "99"},
+        {"role": "user", "content": "7"},
+        {"role": "assistant", "content": text},
+    ]
     assert final_answer(messages) == expected
 
 

@@ -13,8 +13,9 @@ JAVASCRIPT = LanguageSettings(runtimes=["node"], filename="solution.js")
 
 
 def _workspace(task_id: str, language: LanguageSettings) -> WorkspaceTools:
-    task = Task(task_id=task_id, family="arith", split="train", instruction="Sum.",
-                files={"n.txt": task_id}, answer="1")
+    task = Task(
+        task_id=task_id, family="arith", split="train", instruction="Sum.", files={"n.txt": task_id}, answer="1"
+    )
     return WorkspaceTools(task, language, "http://127.0.0.1:9/run_code", 10, language_name="python")
 
 
@@ -34,8 +35,9 @@ def test_specs_equal_to_spec_and_are_built_once(monkeypatch) -> None:
     expected = [original(t) for t in first.all_tools()]
     assert first.tool_specs() == expected
     assert calls == ["read", "write", "edit", "bash"]
-    other = Tools(_workspace("b", JAVASCRIPT).task, JAVASCRIPT, "http://127.0.0.1:9/run_code", 5,
-                  language_name="javascript")
+    other = Tools(
+        _workspace("b", JAVASCRIPT).task, JAVASCRIPT, "http://127.0.0.1:9/run_code", 5, language_name="javascript"
+    )
     assert other.tool_specs() == expected and len(calls) == 4  # other task and language: cached
 
 

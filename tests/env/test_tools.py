@@ -18,12 +18,18 @@ JAVASCRIPT = LanguageSettings(runtimes=["node"], filename="solution.js")
 
 def make_task() -> Task:
     return Task(
-        task_id="t-1", family="arith", split="train", instruction="Sum numbers.txt.",
-        files={"numbers.txt": "1\n2\n3\n", "data/extra.txt": "x"}, answer="6",
+        task_id="t-1",
+        family="arith",
+        split="train",
+        instruction="Sum numbers.txt.",
+        files={"numbers.txt": "1\n2\n3\n", "data/extra.txt": "x"},
+        answer="6",
     )
 
 
-def workspace(language: LanguageSettings = PYTHON, url: str = "http://127.0.0.1:9/run_code", **kw: Any) -> WorkspaceTools:
+def workspace(
+    language: LanguageSettings = PYTHON, url: str = "http://127.0.0.1:9/run_code", **kw: Any
+) -> WorkspaceTools:
     name = "javascript" if language is JAVASCRIPT else "python"
     return WorkspaceTools(make_task(), language, url, 10, language_name=name, **kw)
 
@@ -42,11 +48,20 @@ def call(tool: Any, **arguments: Any) -> dict[str, Any]:
 def test_read_ok_and_errors() -> None:
     ws = workspace()
     assert call(ws.read, path="numbers.txt") == {
-        "schema": RESULT_SCHEMA, "tool": "read", "status": "ok", "path": "numbers.txt", "content": "1\n2\n3\n"}
+        "schema": RESULT_SCHEMA,
+        "tool": "read",
+        "status": "ok",
+        "path": "numbers.txt",
+        "content": "1\n2\n3\n",
+    }
     assert call(ws.read, path="./data/extra.txt")["path"] == "data/extra.txt"
     for bad in ["missing.txt", "/etc/passwd", "../numbers.txt", "data/../numbers.txt", "", "."]:
         assert call(ws.read, path=bad) == {
-            "schema": RESULT_SCHEMA, "tool": "read", "status": "error", "error": "file not found"}, bad
+            "schema": RESULT_SCHEMA,
+            "tool": "read",
+            "status": "error",
+            "error": "file not found",
+        }, bad
 
 
 def test_write_ok_and_denied_paths() -> None:
@@ -98,7 +113,11 @@ def test_bash_refusals(command: str, error: str) -> None:
     ws = workspace()
     call(ws.write, path="solution.py", content="print(6)\n")
     assert call(ws.bash, command=command) == {
-        "schema": RESULT_SCHEMA, "tool": "bash", "status": "error", "error": error}
+        "schema": RESULT_SCHEMA,
+        "tool": "bash",
+        "status": "error",
+        "error": error,
+    }
 
 
 def test_bash_unwritten_file_is_refused() -> None:
@@ -112,13 +131,21 @@ def test_bash_runs_in_the_sandbox(sandbox_url: str) -> None:
     call(ws.write, path="solution.py", content="print(sum(int(x) for x in open('numbers.txt').read().split()))\n")
     result = call(ws.bash, command="python3 solution.py")
     assert result == {
-        "schema": RESULT_SCHEMA, "tool": "bash", "status": "ok", "return_code": 0,
-        "stdout": "6\n", "stderr": "", "output_correct": True}
+        "schema": RESULT_SCHEMA,
+        "tool": "bash",
+        "status": "ok",
+        "return_code": 0,
+        "stdout": "6\n",
+        "stderr": "",
+        "output_correct": True,
+    }
 
 
 def test_bash_javascript_and_output_caps(sandbox_url: str) -> None:
     ws = workspace(JAVASCRIPT, url=sandbox_url, stdout_chars=5, stderr_chars=7)
-    call(ws.write, path="solution.js", content="console.error('e'.repeat(50)); console.log('abcdefgh'); console.log(6)\n")
+    call(
+        ws.write, path="solution.js", content="console.error('e'.repeat(50)); console.log('abcdefgh'); console.log(6)\n"
+    )
     result = call(ws.bash, command="node solution.js")
     assert result["status"] == "ok" and result["output_correct"] is True
     assert result["stdout"] == "abcde" and result["stderr"] == "e" * 7

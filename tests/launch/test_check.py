@@ -92,7 +92,9 @@ def test_missing_runtime_fails_only_when_requested(sandbox_url, tmp_path):
     assert "runtime julia is missing" in str(caught.value)
     report = json.loads((tmp_path / "check.json").read_text())
     assert report["runtimes"]["julia"] == {
-        "status": "missing", "detail": report["runtimes"]["julia"]["detail"], "requested": True
+        "status": "missing",
+        "detail": report["runtimes"]["julia"]["detail"],
+        "requested": True,
     }
     # Reported as a missing runtime, not as failing tasks.
     assert report["cells"]["arith"]["julia"] == {"status": "runtime missing"}

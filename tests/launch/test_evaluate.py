@@ -13,8 +13,13 @@ from piexp.config.compose import load
 from piexp.errors import UserError
 from piexp.env.splits import build_splits
 
-BASE = ["mode=eval", "family=[arith,dates]", "lang=[python,javascript]",
-        "tasks.train_per_family=1", "tasks.eval_per_family=2"]
+BASE = [
+    "mode=eval",
+    "family=[arith,dates]",
+    "lang=[python,javascript]",
+    "tasks.train_per_family=1",
+    "tasks.eval_per_family=2",
+]
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
@@ -24,7 +29,9 @@ def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
     return sum(any(samples[i] for i in subset) for subset in subsets) / len(subsets)
 
 
-@pytest.mark.parametrize(("n", "c", "k"), [(n, c, k) for n in range(1, 7) for c in range(n + 1) for k in range(1, n + 1)])
+@pytest.mark.parametrize(
+    ("n", "c", "k"), [(n, c, k) for n in range(1, 7) for c in range(n + 1) for k in range(1, n + 1)]
+)
 def test_pass_at_k_is_unbiased(n, c, k):
     assert evaluate.pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(n, c, k))
     assert evaluate.pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k))
@@ -69,17 +76,35 @@ def test_wrong_policy_eval_scores_zero(sandbox_url, tmp_path):
 
 def test_results_markdown_stays_readable_for_many_samples_and_lists_partly_solved_tasks():
     """k = 16: pass@1, 2, 4, 8, 16 only; a task solved by 3 of 16 samples is named with its count."""
-    cell = {"tasks": 1, "episodes": 16, **{f"pass@{j}": 0.5 for j in range(1, 17)}, "reward_binary": 0.2,
-            "reward_shaped": 0.5, "metrics": {name: 0.0 for name in evaluate.REWARD_METRICS},
-            "stop_reasons": {"completed": 16}, "tool_failures": evaluate.summarize_failures([])}
-    results = {"policy": "model", "checkpoint": None, "model": "m", "k": 16, "languages": ["python"],
-               "cells": {"arith": {"python": cell}}, "overall": cell,
-               "per_task": [{"task_id": "eval-arith-0-00001", "family": "arith", "language": "python", "n": 16,
-                             "correct": 3}]}
+    cell = {
+        "tasks": 1,
+        "episodes": 16,
+        **{f"pass@{j}": 0.5 for j in range(1, 17)},
+        "reward_binary": 0.2,
+        "reward_shaped": 0.5,
+        "metrics": {name: 0.0 for name in evaluate.REWARD_METRICS},
+        "stop_reasons": {"completed": 16},
+        "tool_failures": evaluate.summarize_failures([]),
+    }
+    results = {
+        "policy": "model",
+        "checkpoint": None,
+        "model": "m",
+        "k": 16,
+        "languages": ["python"],
+        "cells": {"arith": {"python": cell}},
+        "overall": cell,
+        "per_task": [{"task_id": "eval-arith-0-00001", "family": "arith", "language": "python", "n": 16, "correct": 3}],
+    }
     markdown = evaluate.results_markdown(results)
     header = next(line for line in markdown.splitlines() if line.startswith("| family | language | tasks"))
     assert [c.strip() for c in header.split("|") if c.strip().startswith("pass@")] == [
-        "pass@1", "pass@2", "pass@4", "pass@8", "pass@16"]
+        "pass@1",
+        "pass@2",
+        "pass@4",
+        "pass@8",
+        "pass@16",
+    ]
     assert "solved by some samples: eval-arith-0-00001 (3/16)" in markdown
 
 

@@ -42,33 +42,71 @@ OPTIONS: list[tuple[list[str], str, Any]] = [
     (["mode.max_steps=7"], "max_steps", 7),
     (["mode.wandb_project=proj"], "wandb_project", "proj"),
     (["algo.loss_fn=cispo"], "loss_fn", "cispo"),
-    (["algo.loss_fn=ppo", "algo.loss_fn_config.clip_low_threshold=0.7",
-      "algo.loss_fn_config.clip_high_threshold=1.3"],
-     "loss_fn_config", {"clip_low_threshold": 0.7, "clip_high_threshold": 1.3}),
+    (
+        [
+            "algo.loss_fn=ppo",
+            "algo.loss_fn_config.clip_low_threshold=0.7",
+            "algo.loss_fn_config.clip_high_threshold=1.3",
+        ],
+        "loss_fn_config",
+        {"clip_low_threshold": 0.7, "clip_high_threshold": 1.3},
+    ),
     (["algo.num_substeps=2"], "num_substeps", 2),
     (["algo.kl_penalty_coef=0.05"], "kl_penalty_coef", 0.05),
     (["algo.kl_discount_factor=0.9"], "kl_discount_factor", 0.9),
-    (["algo.kl_penalty_coef=0.05"], "kl_reference_config",
-     rl_train.KLReferenceConfig(base_model="Qwen/Qwen3-4B-Instruct-2507")),
-    (["algo.kl_penalty_coef=0.05", "algo.kl_reference_config.base_model=Qwen/Qwen3-8B",
-      "algo.kl_reference_config.load_checkpoint_path=tinker://run/weights/000010"], "kl_reference_config",
-     rl_train.KLReferenceConfig(base_model="Qwen/Qwen3-8B", load_checkpoint_path="tinker://run/weights/000010")),
+    (
+        ["algo.kl_penalty_coef=0.05"],
+        "kl_reference_config",
+        rl_train.KLReferenceConfig(base_model="Qwen/Qwen3-4B-Instruct-2507"),
+    ),
+    (
+        [
+            "algo.kl_penalty_coef=0.05",
+            "algo.kl_reference_config.base_model=Qwen/Qwen3-8B",
+            "algo.kl_reference_config.load_checkpoint_path=tinker://run/weights/000010",
+        ],
+        "kl_reference_config",
+        rl_train.KLReferenceConfig(base_model="Qwen/Qwen3-8B", load_checkpoint_path="tinker://run/weights/000010"),
+    ),
     (["algo.compute_post_kl=true"], "compute_post_kl", True),
     (["algo.remove_constant_reward_groups=true"], "remove_constant_reward_groups", True),
     (["algo.rollout_error_tolerance.strategy=fail_fast"], "rollout_error_tolerance", FailFast()),
-    (["algo.rollout_error_tolerance.strategy=retry", "algo.rollout_error_tolerance.max_retries=5",
-      "algo.rollout_error_tolerance.per_rollout_timeout=600"], "rollout_error_tolerance",
-     RetryOnFailure(max_retries=5, per_rollout_timeout=600)),
-    (["algo.rollout_error_tolerance.strategy=min_viable_group", "algo.rollout_error_tolerance.min_successful=3"],
-     "rollout_error_tolerance", MinViableGroup(min_successful=3)),
-    (["algo.termination.enabled=true", "algo.termination.zero_reward_on_limit=true",
-      "algo.termination.limit_stop_reasons=[max_turns]", "algo.termination.grader_timeout_seconds=30",
-      "algo.termination.skip_grading_on_timeout=true", "algo.termination.pass_all_messages_to_grader=true"],
-     "termination", None),  # checked field by field below
-    (["algo.async_config.max_steps_off_policy=2", "mode.groups_per_batch=6"], "async_config",
-     rl_train.AsyncConfig(max_steps_off_policy=2, groups_per_batch=6)),
-    (["algo.stream_minibatch_config.num_minibatches=2", "algo.num_substeps=2"], "stream_minibatch_config",
-     rl_train.StreamMinibatchConfig(groups_per_batch=8, num_minibatches=2)),
+    (
+        [
+            "algo.rollout_error_tolerance.strategy=retry",
+            "algo.rollout_error_tolerance.max_retries=5",
+            "algo.rollout_error_tolerance.per_rollout_timeout=600",
+        ],
+        "rollout_error_tolerance",
+        RetryOnFailure(max_retries=5, per_rollout_timeout=600),
+    ),
+    (
+        ["algo.rollout_error_tolerance.strategy=min_viable_group", "algo.rollout_error_tolerance.min_successful=3"],
+        "rollout_error_tolerance",
+        MinViableGroup(min_successful=3),
+    ),
+    (
+        [
+            "algo.termination.enabled=true",
+            "algo.termination.zero_reward_on_limit=true",
+            "algo.termination.limit_stop_reasons=[max_turns]",
+            "algo.termination.grader_timeout_seconds=30",
+            "algo.termination.skip_grading_on_timeout=true",
+            "algo.termination.pass_all_messages_to_grader=true",
+        ],
+        "termination",
+        None,
+    ),  # checked field by field below
+    (
+        ["algo.async_config.max_steps_off_policy=2", "mode.groups_per_batch=6"],
+        "async_config",
+        rl_train.AsyncConfig(max_steps_off_policy=2, groups_per_batch=6),
+    ),
+    (
+        ["algo.stream_minibatch_config.num_minibatches=2", "algo.num_substeps=2"],
+        "stream_minibatch_config",
+        rl_train.StreamMinibatchConfig(groups_per_batch=8, num_minibatches=2),
+    ),
     (["algo.rolling_save_every=5"], "rolling_save_every", 5),
     (["algo.ttl_seconds=null"], "ttl_seconds", None),
     (["algo.rolling_ttl_seconds=600"], "rolling_ttl_seconds", 600),
@@ -79,16 +117,21 @@ OPTIONS: list[tuple[list[str], str, Any]] = [
 
 
 @pytest.mark.parametrize(("overrides", "field", "expected"), OPTIONS, ids=[" ".join(o[0]) for o in OPTIONS])
-def test_each_option_reaches_the_cookbook_config(overrides: list[str], field: str, expected: Any,
-                                                tmp_path: Path) -> None:
+def test_each_option_reaches_the_cookbook_config(
+    overrides: list[str], field: str, expected: Any, tmp_path: Path
+) -> None:
     default = build(tmp_path)
     cfg = build(tmp_path, *overrides)
     assert getattr(cfg, field) != getattr(default, field)
     if field == "termination":
         policy = cfg.termination
-        assert (policy.zero_reward_on_limit, policy.limit_stop_reasons, policy.grader_timeout_seconds,
-                policy.skip_grading_on_timeout, policy.pass_all_messages_to_grader) == (
-            True, ("max_turns",), 30.0, True, True)
+        assert (
+            policy.zero_reward_on_limit,
+            policy.limit_stop_reasons,
+            policy.grader_timeout_seconds,
+            policy.skip_grading_on_timeout,
+            policy.pass_all_messages_to_grader,
+        ) == (True, ("max_turns",), 30.0, True, True)
         assert cfg.effective_termination() is policy
     else:
         assert getattr(cfg, field) == expected
@@ -101,7 +144,8 @@ def test_every_field_of_the_pinned_config_is_reachable_or_set_by_piexp() -> None
     reachable.add("span_chart_every")
     unexplained = sorted(fields - reachable - set(PIEXP_SET_FIELDS))
     assert not unexplained, (
-        f"rl.train.Config fields neither settable from piexp's config nor on PIEXP_SET_FIELDS: {unexplained}")
+        f"rl.train.Config fields neither settable from piexp's config nor on PIEXP_SET_FIELDS: {unexplained}"
+    )
     assert not set(PIEXP_SET_FIELDS) & reachable
     assert set(PIEXP_SET_FIELDS) <= fields, "PIEXP_SET_FIELDS names a field the pinned Config does not have"
 
@@ -119,13 +163,35 @@ def test_span_chart_every_needs_plotly_or_reaches_the_config(tmp_path: Path) -> 
 def test_defaults_are_the_cookbook_defaults_and_piexps_previous_behaviour(tmp_path: Path) -> None:
     cfg = build(tmp_path)
     # Everything algo owns is at rl.train.Config's own default.
-    reference = rl_train.Config(learning_rate=1, dataset_builder=cfg.dataset_builder, model_name=cfg.model_name,
-                                recipe_name="x", max_tokens=1, log_path=str(tmp_path))
-    for field in ("loss_fn", "loss_fn_config", "num_substeps", "kl_penalty_coef", "kl_discount_factor",
-                  "kl_reference_config", "compute_post_kl", "remove_constant_reward_groups",
-                  "rollout_error_tolerance", "termination", "async_config", "stream_minibatch_config",
-                  "rolling_save_every", "ttl_seconds", "rolling_ttl_seconds", "num_groups_to_log",
-                  "rollout_json_export", "enable_trace", "span_chart_every"):
+    reference = rl_train.Config(
+        learning_rate=1,
+        dataset_builder=cfg.dataset_builder,
+        model_name=cfg.model_name,
+        recipe_name="x",
+        max_tokens=1,
+        log_path=str(tmp_path),
+    )
+    for field in (
+        "loss_fn",
+        "loss_fn_config",
+        "num_substeps",
+        "kl_penalty_coef",
+        "kl_discount_factor",
+        "kl_reference_config",
+        "compute_post_kl",
+        "remove_constant_reward_groups",
+        "rollout_error_tolerance",
+        "termination",
+        "async_config",
+        "stream_minibatch_config",
+        "rolling_save_every",
+        "ttl_seconds",
+        "rolling_ttl_seconds",
+        "num_groups_to_log",
+        "rollout_json_export",
+        "enable_trace",
+        "span_chart_every",
+    ):
         assert getattr(cfg, field) == getattr(reference, field), field
     # The episodes' rollout policy is the model's default, as when none was passed.
     from tinker_cookbook.rl.rollout_presets import default_rollout_config_for_model
@@ -134,17 +200,28 @@ def test_defaults_are_the_cookbook_defaults_and_piexps_previous_behaviour(tmp_pa
 
 
 def test_rollout_limits_and_parse_errors_reach_the_episodes(tmp_path: Path) -> None:
-    cfg = build(tmp_path, "algo=agentic", "algo.parse_errors.penalty_per_error=0.05",
-                "algo.parse_errors.mask_error_turns=true", "limits.rollout_timeout_s=120",
-                "limits.sampling_turn_timeout_s=30", "limits.max_sampled_tokens=4000",
-                "limits.max_turn_tokens=1000", "mode.group_size=2")
+    cfg = build(
+        tmp_path,
+        "algo=agentic",
+        "algo.parse_errors.penalty_per_error=0.05",
+        "algo.parse_errors.mask_error_turns=true",
+        "limits.rollout_timeout_s=120",
+        "limits.sampling_turn_timeout_s=30",
+        "limits.max_sampled_tokens=4000",
+        "limits.max_turn_tokens=1000",
+        "mode.group_size=2",
+    )
     train, _ = asyncio.run(cfg.dataset_builder())
     envs = asyncio.run(train.get_batch(0)[0].make_envs())
     assert len(envs) == 2
     env = envs[0]
     limits = env.rollout_limits
-    assert (limits.rollout_timeout_seconds, limits.sampling_turn_timeout_seconds, limits.max_sampled_tokens,
-            limits.max_turn_tokens) == (120.0, 30.0, 4000, 1000)
+    assert (
+        limits.rollout_timeout_seconds,
+        limits.sampling_turn_timeout_seconds,
+        limits.max_sampled_tokens,
+        limits.max_turn_tokens,
+    ) == (120.0, 30.0, 4000, 1000)
     policy = env.parse_error_policy
     assert (policy.max_consecutive, policy.penalty_per_error, policy.mask_error_turns) == (2, 0.05, True)
     assert env.message_env.tool_execution == "sequential"
@@ -168,7 +245,10 @@ def test_presets_compose_and_say_what_they_are(tmp_path: Path) -> None:
         assert chz.replace(cfg) == cfg
     grpo = build(tmp_path, "algo=grpo")
     assert (grpo.loss_fn, grpo.loss_fn_config, grpo.kl_penalty_coef) == (
-        "ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}, 0.04)
+        "ppo",
+        {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+        0.04,
+    )
     dapo = build(tmp_path, "algo=dapo")
     assert dapo.loss_fn_config["clip_high_threshold"] == 1.28 and dapo.remove_constant_reward_groups
 
@@ -181,13 +261,19 @@ BAD = [
     (["algo.loss_fn_config.clip_high_threshold=1.2"], "only used by ppo, cispo and gspo"),
     (["algo.num_substeps=0"], "algo.num_substeps"),
     (["algo.kl_reference_config.base_model=Qwen/Qwen3-8B"], "only used with algo.kl_penalty_coef > 0"),
-    (["algo.async_config.max_steps_off_policy=1", "algo.stream_minibatch_config.num_minibatches=2"],
-     "exclude each other"),
+    (
+        ["algo.async_config.max_steps_off_policy=1", "algo.stream_minibatch_config.num_minibatches=2"],
+        "exclude each other",
+    ),
     (["algo.stream_minibatch_config.num_minibatches=3"], "multiple of algo.num_substeps"),
-    (["algo.rollout_error_tolerance.strategy=retry", "algo.rollout_error_tolerance.min_successful=2"],
-     "strategy=min_viable_group"),
-    (["algo.rollout_error_tolerance.strategy=min_viable_group", "algo.rollout_error_tolerance.min_successful=9"],
-     "exceeds mode.group_size"),
+    (
+        ["algo.rollout_error_tolerance.strategy=retry", "algo.rollout_error_tolerance.min_successful=2"],
+        "strategy=min_viable_group",
+    ),
+    (
+        ["algo.rollout_error_tolerance.strategy=min_viable_group", "algo.rollout_error_tolerance.min_successful=9"],
+        "exceeds mode.group_size",
+    ),
     (["algo.parse_errors.retry_message_template=oops"], "{details}"),
     (["algo.termination.limit_stop_reasons=[done]"], "limit_stop_reasons"),
     (["algo.tool_execution=concurrent_safe"], "algo.tool_execution"),
@@ -208,10 +294,14 @@ LOCAL_REFUSED = [
     (["algo.loss_fn=dro"], "algo.loss_fn=dro"),
     (["algo.loss_fn=gspo"], "algo.loss_fn=gspo"),
     (["algo.loss_fn=stable_reinforce"], "algo.loss_fn=stable_reinforce"),
-    (["algo.kl_penalty_coef=0.1", "algo.kl_reference_config.base_model=Qwen/Qwen3-8B"],
-     "algo.kl_reference_config.base_model=Qwen/Qwen3-8B"),
-    (["algo.kl_penalty_coef=0.1", "algo.kl_reference_config.load_checkpoint_path=tinker://m/weights/1"],
-     "algo.kl_reference_config.load_checkpoint_path"),
+    (
+        ["algo.kl_penalty_coef=0.1", "algo.kl_reference_config.base_model=Qwen/Qwen3-8B"],
+        "algo.kl_reference_config.base_model=Qwen/Qwen3-8B",
+    ),
+    (
+        ["algo.kl_penalty_coef=0.1", "algo.kl_reference_config.load_checkpoint_path=tinker://m/weights/1"],
+        "algo.kl_reference_config.load_checkpoint_path",
+    ),
     (["algo.ttl_seconds=3600"], "algo.ttl_seconds=3600"),
     (["algo.rolling_ttl_seconds=60"], "algo.rolling_ttl_seconds=60"),
 ]
@@ -228,8 +318,15 @@ def test_local_service_refuses_what_skyrl_cannot_honour(overrides: list[str], op
 @pytest.mark.parametrize("preset", ["default", "ppo", "grpo", "dapo", "agentic"])
 def test_local_service_accepts_what_skyrl_supports(preset: str) -> None:
     assert load([*LOCAL, f"algo={preset}"]).algo.recipe == preset
-    load([*LOCAL, "algo.loss_fn=cispo", "algo.loss_fn_config.clip_high_threshold=1.5", "algo.kl_penalty_coef=0.1",
-          "algo.kl_reference_config.base_model=tiny-local"])
+    load(
+        [
+            *LOCAL,
+            "algo.loss_fn=cispo",
+            "algo.loss_fn_config.clip_high_threshold=1.5",
+            "algo.kl_penalty_coef=0.1",
+            "algo.kl_reference_config.base_model=tiny-local",
+        ]
+    )
 
 
 def test_the_recorded_config_is_checked_by_reproduce(tmp_path: Path) -> None:
@@ -242,8 +339,11 @@ def test_the_recorded_config_is_checked_by_reproduce(tmp_path: Path) -> None:
     assert record["dataset_builder"]["episode_rollout_config"]["limits"]["rollout_timeout_seconds"] == 90.0
     assert verify_rl_record(tmp_path, config) == "matches"
     # A run folder elsewhere, with a resolved service URL, still matches: those are run-local.
-    moved = cookbook_config(config.model_copy(update={"service": config.service.model_copy(
-        update={"base_url": "http://127.0.0.1:1234"})}), tmp_path / "elsewhere", SANDBOX)
+    moved = cookbook_config(
+        config.model_copy(update={"service": config.service.model_copy(update={"base_url": "http://127.0.0.1:1234"})}),
+        tmp_path / "elsewhere",
+        SANDBOX,
+    )
     write_rl_record(tmp_path, moved)
     assert verify_rl_record(tmp_path, config) == "matches"
     # What the run was actually trained with differs from what this piexp would build now.

@@ -14,11 +14,25 @@ from piexp.launch.train import cookbook_config
 
 
 def test_cookbook_config_mirrors_the_run_config(tmp_path: Path) -> None:
-    config = load(rewrite_list_overrides([
-        "family=arith", "lang=python,javascript", "model=qwen3-8b", "model.learning_rate=1e-5",
-        "model.lora_rank=8", "mode.group_size=3", "mode.groups_per_batch=2", "mode.max_steps=5",
-        "mode.eval_every=2", "mode.save_every=4", "limits.max_generation_tokens=1024",
-        "service.base_url=http://127.0.0.1:9999", "algo.loss_fn=ppo"]))
+    config = load(
+        rewrite_list_overrides(
+            [
+                "family=arith",
+                "lang=python,javascript",
+                "model=qwen3-8b",
+                "model.learning_rate=1e-5",
+                "model.lora_rank=8",
+                "mode.group_size=3",
+                "mode.groups_per_batch=2",
+                "mode.max_steps=5",
+                "mode.eval_every=2",
+                "mode.save_every=4",
+                "limits.max_generation_tokens=1024",
+                "service.base_url=http://127.0.0.1:9999",
+                "algo.loss_fn=ppo",
+            ]
+        )
+    )
     cfg = cookbook_config(config, tmp_path, "http://127.0.0.1:8080/run_code")
     assert cfg.model_name == "Qwen/Qwen3-8B" and cfg.renderer_name == "qwen3"
     assert (cfg.learning_rate, cfg.lora_rank, cfg.max_tokens) == (1e-5, 8, 1024)
@@ -43,7 +57,9 @@ def test_trajectory_dumps_stay_off_the_terminal() -> None:
     from piexp.launch.train import _NoTrajectoryDumps
 
     assert 'bprint("\\n====== Trajectory Group ======")' in inspect.getsource(rl_train.print_group)
-    dump = logging.LogRecord(rl_train.__name__, logging.INFO, "", 0, "\n====== Trajectory Group ======\n...", None, None)
+    dump = logging.LogRecord(
+        rl_train.__name__, logging.INFO, "", 0, "\n====== Trajectory Group ======\n...", None, None
+    )
     other = logging.LogRecord(rl_train.__name__, logging.INFO, "", 0, "Will train on 2 batches", None, None)
     assert not _NoTrajectoryDumps().filter(dump)
     assert _NoTrajectoryDumps().filter(other)

@@ -81,8 +81,9 @@ def test_exact_under_threads() -> None:
         ids = list(base)
         try:
             for turn in range(30):
-                ids += tok.encode(f"<|im_start|>user\n{seed}:{turn} {'é' * rng.randint(0, 5)}<|im_end|>\n",
-                                  add_special_tokens=False)
+                ids += tok.encode(
+                    f"<|im_start|>user\n{seed}:{turn} {'é' * rng.randint(0, 5)}<|im_end|>\n", add_special_tokens=False
+                )
                 assert cache.decode(ids, decode_all) == decode_all(ids)
         except BaseException as error:  # noqa: BLE001 - re-raised below
             errors.append(error)

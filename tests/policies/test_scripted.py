@@ -86,8 +86,10 @@ def test_first_action_parses_back_to_the_intended_message(renderer, policy_name,
     got = [(c.function.name, json.loads(c.function.arguments)) for c in parsed.get("tool_calls", [])]
     assert got == want
     if not want:
-        text = parsed["content"] if isinstance(parsed["content"], str) else "".join(
-            p.get("text", "") for p in parsed["content"] if p["type"] == "text"
+        text = (
+            parsed["content"]
+            if isinstance(parsed["content"], str)
+            else "".join(p.get("text", "") for p in parsed["content"] if p["type"] == "text")
         )
         assert text.strip() == intended["content"]
 
@@ -166,8 +168,11 @@ def formula(weights: RewardWeights, flags: dict[str, float]) -> float:
 
 def flags(tool, mutation, execution, output, answer):
     values = dict(
-        tool_called=tool, mutation_succeeded=mutation, execution_succeeded=execution,
-        execution_output_correct=output, response_answer_correct=answer,
+        tool_called=tool,
+        mutation_succeeded=mutation,
+        execution_succeeded=execution,
+        execution_output_correct=output,
+        response_answer_correct=answer,
     )
     values["functional_correct"] = float(mutation and execution and output and answer)
     values["infrastructure_error"] = 0.0

@@ -14,8 +14,15 @@ from piexp.pretrain import build
 from piexp.pretrain.data import TokenSequence
 from piexp.pretrain.recipe import LearnerRecipe, recipe_digest, source_digest
 
-TINY = dataclasses.replace(LearnerRecipe(), tasks_per_family=4, copy_tasks_per_family=3, steps=2, batch_sequences=2, sampled_negatives=64,
-                           exact_positions=4)
+TINY = dataclasses.replace(
+    LearnerRecipe(),
+    tasks_per_family=4,
+    copy_tasks_per_family=3,
+    steps=2,
+    batch_sequences=2,
+    sampled_negatives=64,
+    exact_positions=4,
+)
 
 
 def test_digest_follows_recipe_data_config_and_sources(tmp_path: Path) -> None:
@@ -28,7 +35,9 @@ def test_digest_follows_recipe_data_config_and_sources(tmp_path: Path) -> None:
     recipe = LearnerRecipe()
     first = recipe_digest(recipe, root, {"families": ["json_tree"]})
     assert first == recipe_digest(recipe, root, {"families": ["json_tree"]})
-    assert first != recipe_digest(dataclasses.replace(recipe, steps=recipe.steps + 1), root, {"families": ["json_tree"]})
+    assert first != recipe_digest(
+        dataclasses.replace(recipe, steps=recipe.steps + 1), root, {"families": ["json_tree"]}
+    )
     assert first != recipe_digest(recipe, root, {"families": ["csv_agg"]})
     before = source_digest(root)
     (root / "tasks" / "a.py").write_text("x = 3\n")  # a reference program or a prompt changed
@@ -42,8 +51,16 @@ def _pattern(count: int, offset: int) -> list[TokenSequence]:
     sequences = []
     for i in range(count):
         tokens = [2000 + (i + offset) % 7, *phrase]
-        sequences.append(TokenSequence(policy="p", reward=1.0, episode=i, tokens=tokens[:-1], targets=tokens[1:],
-                                       weights=[0.0] + [1.0] * (len(tokens) - 2)))
+        sequences.append(
+            TokenSequence(
+                policy="p",
+                reward=1.0,
+                episode=i,
+                tokens=tokens[:-1],
+                targets=tokens[1:],
+                weights=[0.0] + [1.0] * (len(tokens) - 2),
+            )
+        )
     return sequences
 
 
@@ -54,8 +71,14 @@ def test_fit_learns_the_data_and_pushes_the_rest_of_the_vocabulary_down(exact_po
 
     from piexp.pretrain.training import evaluate, fit
 
-    recipe = dataclasses.replace(LearnerRecipe(), steps=60, batch_sequences=4, sampled_negatives=256,
-                                 exact_positions=exact_positions, learning_rate=1e-2)
+    recipe = dataclasses.replace(
+        LearnerRecipe(),
+        steps=60,
+        batch_sequences=4,
+        sampled_negatives=256,
+        exact_positions=exact_positions,
+        learning_rate=1e-2,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
     train, heldout = _pattern(16, 0), _pattern(4, 3)

@@ -32,8 +32,11 @@ def cgroup_support() -> dict[str, bool]:
     if limiter is None:
         return {"memory": False, "pids": False, "v1_thread_join": False}
     try:
-        return {"memory": limiter.limits_memory, "pids": limiter.limits_pids,
-                "v1_thread_join": limiter.kind == "v1" and limiter.home_tasks is not None}
+        return {
+            "memory": limiter.limits_memory,
+            "pids": limiter.limits_pids,
+            "v1_thread_join": limiter.kind == "v1" and limiter.home_tasks is not None,
+        }
     finally:
         limiter.close()
 
@@ -121,8 +124,12 @@ class SandboxHandle:
 
     def run_dirs(self) -> list[str]:
         """The run directories (and run /tmp directories) in the server's run area."""
-        return [os.path.join(self.work_dir, area, d) for area in os.listdir(self.work_dir)
-                for d in os.listdir(os.path.join(self.work_dir, area)) if d.startswith("run-")]
+        return [
+            os.path.join(self.work_dir, area, d)
+            for area in os.listdir(self.work_dir)
+            for d in os.listdir(os.path.join(self.work_dir, area))
+            if d.startswith("run-")
+        ]
 
     def assert_clean(self, marker: str | None = None) -> None:
         """The server still answers, no run process and no run directory is left."""

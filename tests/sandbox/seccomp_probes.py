@@ -24,7 +24,10 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000,
 def sys_call(number, *args):
     """syscall(2); returns its result, raising OSError with its errno on -1."""
     ctypes.set_errno(0)
-    result = libc.syscall(ctypes.c_long(number), *[a if isinstance(a, (bytes, ctypes.Array, type(None))) else ctypes.c_long(a) for a in args])
+    result = libc.syscall(
+        ctypes.c_long(number),
+        *[a if isinstance(a, (bytes, ctypes.Array, type(None))) else ctypes.c_long(a) for a in args],
+    )
     if result == -1:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
@@ -128,6 +131,7 @@ def _personality(value):
     def probe():
         old = sys_call(135, value)
         sys_call(135, old)
+
     return probe
 
 

@@ -31,26 +31,14 @@ def test_sleep_past_timeout_js(sandbox):
 
 
 def test_sleep_past_timeout_with_children(sandbox, marker):
-    code = (
-        "import subprocess, time\n"
-        f"subprocess.Popen(['sh', '-c', 'sleep 300 # {marker}'])\n"
-        "time.sleep(300)\n"
-    )
+    code = f"import subprocess, time\nsubprocess.Popen(['sh', '-c', 'sleep 300 # {marker}'])\ntime.sleep(300)\n"
     resp = sandbox.run(code, run_timeout=1)
     assert resp["run_result"]["status"] == "TimeLimitExceeded"
     sandbox.assert_clean(marker)
 
 
 def test_fork_bomb(sandbox, marker):
-    code = (
-        f"# {marker}\n"
-        "import os\n"
-        "while True:\n"
-        "    try:\n"
-        "        os.fork()\n"
-        "    except OSError:\n"
-        "        pass\n"
-    )
+    code = f"# {marker}\nimport os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     resp = sandbox.run(code, run_timeout=2)
     assert resp["status"] == "Failed"
     assert resp["run_result"]["execution_time"] < 10
@@ -180,7 +168,10 @@ def test_host_environment_is_invisible(sandbox):
     assert FAKE_SECRET not in out and "TINKER_API_KEY" not in out
     assert "/proc/1/environ" in out
     assert "/work absent" in out
-    js = sandbox.run("console.log(JSON.stringify(process.env)); console.log(require('fs').readFileSync('/proc/1/environ','utf8'))", "nodejs")
+    js = sandbox.run(
+        "console.log(JSON.stringify(process.env)); console.log(require('fs').readFileSync('/proc/1/environ','utf8'))",
+        "nodejs",
+    )
     assert FAKE_SECRET not in js["run_result"]["stdout"] and "TINKER_API_KEY" not in js["run_result"]["stdout"]
     sandbox.assert_clean()
 
@@ -217,8 +208,13 @@ def test_writing_outside_the_run_dir(sandbox, marker):
         assert f"refused {target}/{marker}" in out, out
     assert f"wrote /tmp/{marker}" in out  # the private tmpfs /tmp is writable...
     # ...and private: nothing reached the host.
-    for host_path in (f"/usr/{marker}", f"/etc/{marker}", f"/{marker}", f"/tmp/{marker}",
-                      os.path.join(os.path.dirname(sandbox.work_dir), marker)):
+    for host_path in (
+        f"/usr/{marker}",
+        f"/etc/{marker}",
+        f"/{marker}",
+        f"/tmp/{marker}",
+        os.path.join(os.path.dirname(sandbox.work_dir), marker),
+    ):
         assert not os.path.exists(host_path), host_path
     sandbox.assert_clean()
 
@@ -254,10 +250,7 @@ def test_setsid_daemon_at_timeout(sandbox, marker):
 
 def test_huge_file_is_stopped(sandbox):
     code = (
-        "chunk = b'z' * (1 << 20)\n"
-        "with open('big.bin', 'wb') as f:\n"
-        "    for _ in range(200):\n"
-        "        f.write(chunk)\n"
+        "chunk = b'z' * (1 << 20)\nwith open('big.bin', 'wb') as f:\n    for _ in range(200):\n        f.write(chunk)\n"
     )
     resp = sandbox.run(code, run_timeout=20, fetch_files=["big.bin"])
     rr = resp["run_result"]
@@ -276,7 +269,9 @@ def test_huge_file_in_tmp(sandbox):
 
 
 def test_invalid_utf8_output(sandbox):
-    resp = sandbox.run("import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe\\xc3 end\\n'); sys.stderr.buffer.write(b'\\x80err')")
+    resp = sandbox.run(
+        "import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe\\xc3 end\\n'); sys.stderr.buffer.write(b'\\x80err')"
+    )
     rr = resp["run_result"]
     assert resp["status"] == "Success"
     assert rr["stdout"].startswith("ok ") and "\ufffd" in rr["stdout"] and rr["stdout"].endswith("end\n")
@@ -348,8 +343,11 @@ def test_no_nested_user_namespace(sandbox):
 def test_a_run_cannot_see_another_runs_directory_or_processes(sandbox, marker):
     """Two runs at once: the second looks everywhere it can for the first one's files
     and processes (the zygote holds every run directory's parent; each run detaches it)."""
-    holder = threading.Thread(target=sandbox.run, args=(
-        f"import time\nopen('{marker}.txt', 'w').write('x')\ntime.sleep(3)  # {marker}",), daemon=True)
+    holder = threading.Thread(
+        target=sandbox.run,
+        args=(f"import time\nopen('{marker}.txt', 'w').write('x')\ntime.sleep(3)  # {marker}",),
+        daemon=True,
+    )
     holder.start()
     deadline = time.monotonic() + 10
     while not any(os.path.exists(os.path.join(d, f"{marker}.txt")) for d in sandbox.run_dirs()):

@@ -12,9 +12,13 @@ from piexp.sandbox import close_sandbox_clients, sandbox_client
 from piexp.sandbox.client import SandboxClient
 from piexp.sandbox.embedded import free_port
 
-OK = {"status": "Success", "message": "", "compile_result": None,
-      "run_result": {"status": "Finished", "execution_time": 0.1, "return_code": 0, "stdout": "1\n", "stderr": ""},
-      "files": {}}
+OK = {
+    "status": "Success",
+    "message": "",
+    "compile_result": None,
+    "run_result": {"status": "Finished", "execution_time": 0.1, "return_code": 0, "stdout": "1\n", "stderr": ""},
+    "files": {},
+}
 
 
 def make_client(handler) -> tuple[SandboxClient, list]:

@@ -70,7 +70,11 @@ def _serve_without_bwrap(*extra: str) -> subprocess.Popen:
     env["PATH"] = "/nonexistent"  # no bwrap (and no runtimes) to be found
     return subprocess.Popen(
         [sys.executable, "-m", "piexp.sandbox", "serve", "--port", str(free_port()), *extra],
-        env=env, cwd=from_here, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env,
+        cwd=from_here,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 

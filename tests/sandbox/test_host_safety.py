@@ -33,15 +33,16 @@ def test_a_run_is_the_run_user_on_the_host_and_owns_what_it_makes(sandbox, marke
     user's (never 0 when the server is root), and so is every file it creates, setuid
     bit or not; its directories are 0700 in a 0700 area of the run user's."""
     code = (
-        "import os, time\n"
-        f"open('{marker}', 'w').write('x')\n"
-        f"os.chmod('{marker}', 0o4755)\n"
-        f"time.sleep(4)  # {marker}\n"
+        f"import os, time\nopen('{marker}', 'w').write('x')\nos.chmod('{marker}', 0o4755)\ntime.sleep(4)  # {marker}\n"
     )
     holder = threading.Thread(target=sandbox.run, args=(code,), daemon=True)
     holder.start()
-    path = wait_until("the run's file", lambda: next((os.path.join(d, marker) for d in sandbox.run_dirs()
-                                   if os.path.exists(os.path.join(d, marker))), None))
+    path = wait_until(
+        "the run's file",
+        lambda: next(
+            (os.path.join(d, marker) for d in sandbox.run_dirs() if os.path.exists(os.path.join(d, marker))), None
+        ),
+    )
     pid = wait_until("the run's process", lambda: next(iter(pids_with("_sandbox_main.py")), None))  # the only run now
     uids, gids = _host_ids(pid)
     assert set(uids) == {RUN_USER.uid} and set(gids) == {RUN_USER.gid}, (uids, gids)
@@ -125,8 +126,10 @@ def test_syscall_filter_refuses_keyrings_io_uring_and_ptrace(sandbox):
     if os.uname().machine != "x86_64":
         pytest.skip("the probe uses x86_64 syscall numbers")
     out = sandbox.run(code)["run_result"]["stdout"].splitlines()
-    assert out == [f"{name} -1 1" for name in
-                   ("add_key", "keyctl", "io_uring_setup", "ptrace_attach_init", "perf_event_open", "bpf")], out
+    assert out == [
+        f"{name} -1 1"
+        for name in ("add_key", "keyctl", "io_uring_setup", "ptrace_attach_init", "perf_event_open", "bpf")
+    ], out
 
 
 def test_a_tree_too_deep_for_recursion_is_removed(sandbox):
@@ -188,7 +191,10 @@ def test_quotas_fail_the_write_inside_and_say_which(work_dir_factory, sandbox_ha
             "except OSError as e:\n"
             "    print('full', e.errno == errno.ENOSPC)\n"
         )
-        for path, phrase in (("/sandbox/big", "disk quota of /sandbox (8 MB)"), ("/tmp/big", "disk quota of /tmp (4 MB)")):
+        for path, phrase in (
+            ("/sandbox/big", "disk quota of /sandbox (8 MB)"),
+            ("/tmp/big", "disk quota of /tmp (4 MB)"),
+        ):
             r = h.run(fill.format(path=path))["run_result"]
             assert r["stdout"] == "full True\n" and f"[the run filled its {phrase}]" in r["stderr"], r
         many = (
@@ -201,7 +207,9 @@ def test_quotas_fail_the_write_inside_and_say_which(work_dir_factory, sandbox_ha
             "    print('full', e.errno == errno.ENOSPC, n < 300)\n"
         )
         r = h.run(many)["run_result"]
-        assert r["stdout"] == "full True True\n" and "[the run filled its file count quota of /sandbox (300" in r["stderr"], r
+        assert (
+            r["stdout"] == "full True True\n" and "[the run filled its file count quota of /sandbox (300" in r["stderr"]
+        ), r
         r = h.run("print('fine')")["run_result"]
         assert r["stdout"] == "fine\n" and "[the run filled" not in r["stderr"], r
         h.assert_clean()
@@ -231,7 +239,9 @@ def _post_ignoring_the_crash(handle, code: str) -> None:
         pass
 
 
-def test_a_killed_servers_run_directories_are_removed_at_the_next_start(work_dir_factory, sandbox_handle_cls, wait_until):
+def test_a_killed_servers_run_directories_are_removed_at_the_next_start(
+    work_dir_factory, sandbox_handle_cls, wait_until
+):
     """SIGKILL the server while a run writes files: its run area (tmpfs mounts
     included) stays behind, and the next server in that work dir removes it."""
     work_dir = work_dir_factory("crash")
@@ -295,11 +305,18 @@ def _serve_with_capabilities_dropped(dropped: str, work_dir: str, log_path: str)
     if shutil.which("capsh") is None:
         pytest.skip("capsh (libcap2-bin) is not installed")
     sock = bound_listening_socket()
-    command = (f"exec {sys.executable} -m piexp.sandbox serve --listen-fd {sock.fileno()} "
-               f"--work-dir {work_dir} --die-with-parent")
+    command = (
+        f"exec {sys.executable} -m piexp.sandbox serve --listen-fd {sock.fileno()} "
+        f"--work-dir {work_dir} --die-with-parent"
+    )
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(["capsh", f"--drop={dropped}", "--", "-c", command], pass_fds=(sock.fileno(),),
-                                stdout=log, stderr=log, start_new_session=True)
+        proc = subprocess.Popen(
+            ["capsh", f"--drop={dropped}", "--", "-c", command],
+            pass_fds=(sock.fileno(),),
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     port = sock.getsockname()[1]
     sock.close()
     return proc, f"http://127.0.0.1:{port}"

@@ -25,7 +25,8 @@ def _raw_request(port: int, body: bytes, *, content_length: int | None = None) -
     length = len(body) if content_length is None else content_length
     sock.sendall(
         b"POST /run_code HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {length}\r\n\r\n".encode() + body
+        + f"Content-Length: {length}\r\n\r\n".encode()
+        + body
     )
     return sock
 
@@ -116,8 +117,9 @@ def _fill_slots(sandbox, marker: str, pids_with) -> list[socket.socket]:
     return running
 
 
-def test_a_client_that_hangs_up_frees_its_slot_and_its_queued_request_never_runs(sandbox, marker, pids_with,
-                                                                                  leftover_pids):
+def test_a_client_that_hangs_up_frees_its_slot_and_its_queued_request_never_runs(
+    sandbox, marker, pids_with, leftover_pids
+):
     """Four clients hold every slot with `sleep 30` runs and two more queue behind them;
     all hang up. Their runs are killed, the queued ones never start, and the next
     request is answered at once (it waited 49 s for the gone clients' runs before)."""
@@ -163,9 +165,16 @@ def strict(work_dir_factory, sandbox_handle_cls, zygote_build_error):
         pytest.skip("bubblewrap is not installed")
     work_dir = work_dir_factory("strict")
     with EmbeddedSandbox(
-        work_dir=work_dir, max_concurrency=1, launcher="bwrap" if zygote_build_error else "zygote",
-        request_read_timeout_s=1.0, max_connections=8, max_request_body_mb=2, max_queued_request_mb=3,
-        max_request_file_mb=1, max_stdin_mb=1, max_fetch_total_mb=1,
+        work_dir=work_dir,
+        max_concurrency=1,
+        launcher="bwrap" if zygote_build_error else "zygote",
+        request_read_timeout_s=1.0,
+        max_connections=8,
+        max_request_body_mb=2,
+        max_queued_request_mb=3,
+        max_request_file_mb=1,
+        max_stdin_mb=1,
+        max_fetch_total_mb=1,
     ) as sb:
         handle = sandbox_handle_cls(sb, work_dir)
         yield handle
@@ -195,7 +204,7 @@ def test_a_body_beyond_the_cap_gets_413(strict):
 
     def chunked():  # no Content-Length: the cap applies as the body arrives
         for i in range(0, len(body), 1 << 16):
-            yield body[i:i + (1 << 16)]
+            yield body[i : i + (1 << 16)]
 
     resp = strict.http.post(strict.url, content=chunked(), headers={"Content-Type": "application/json"})
     assert resp.status_code == 413 and "max_request_body_mb" in resp.text, resp.text

@@ -18,8 +18,12 @@ FAKE_SECRET = "sk-test-secret"
 def _idle_sandboxes(work_dir: str) -> list[str]:
     """The run directories in the server's run area (each pre-started sandbox has one
     and its /tmp)."""
-    return sorted(d for area in os.listdir(work_dir) for d in os.listdir(os.path.join(work_dir, area))
-                  if d.startswith("run-") and not d.endswith(".tmp"))
+    return sorted(
+        d
+        for area in os.listdir(work_dir)
+        for d in os.listdir(os.path.join(work_dir, area))
+        if d.startswith("run-") and not d.endswith(".tmp")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +32,14 @@ def pre(work_dir_factory, sandbox_handle_cls, leftover_pids):
         pytest.skip("bubblewrap is not installed")
     work_dir = work_dir_factory("pre")
     with EmbeddedSandbox(
-        env={"TINKER_API_KEY": FAKE_SECRET}, work_dir=work_dir, max_concurrency=4, max_processes=64,
-        max_file_size_mb=16, default_memory_limit_mb=512, prespawn=1, launcher="bwrap",
+        env={"TINKER_API_KEY": FAKE_SECRET},
+        work_dir=work_dir,
+        max_concurrency=4,
+        max_processes=64,
+        max_file_size_mb=16,
+        default_memory_limit_mb=512,
+        prespawn=1,
+        launcher="bwrap",
     ) as sb:
         h = sandbox_handle_cls(sb, work_dir)
         yield h
@@ -44,7 +54,9 @@ def test_runs_with_files_stdin_fetch(pre):
         resp = pre.run(
             "import sys\nn = int(open('n.txt').read()) + int(sys.stdin.read())\n"
             "open('out.txt', 'w').write(str(n))\nprint(n)\n",
-            files={"n.txt": "40"}, stdin="2", fetch_files=["out.txt"],
+            files={"n.txt": "40"},
+            stdin="2",
+            fetch_files=["out.txt"],
         )
         assert resp["status"] == "Success", resp
         assert resp["run_result"]["stdout"] == "42\n"
@@ -57,7 +69,9 @@ def test_each_sandbox_is_used_once(pre, marker):
     """Nothing of one run (run dir, /tmp, processes) is visible to the next."""
     first = pre.run(f"open('/tmp/{marker}', 'w').write('x'); open('{marker}', 'w').write('x'); print('ok')")
     assert first["status"] == "Success", first
-    second = pre.run(f"import os; print(os.path.exists('/tmp/{marker}'), os.path.exists('{marker}'), sorted(os.listdir('.')))")
+    second = pre.run(
+        f"import os; print(os.path.exists('/tmp/{marker}'), os.path.exists('{marker}'), sorted(os.listdir('.')))"
+    )
     assert second["run_result"]["stdout"] == "False False ['_sandbox_main.py']\n", second
 
 
@@ -75,8 +89,9 @@ def test_limits_and_cgroups_apply_to_the_request(pre, cgroup_support):
     for timeout in (3, 30, 3, 30):
         resp = pre.run(code, run_timeout=timeout)
         cpus = {timeout + 1} if os.geteuid() != 0 else {timeout + 1, 601}  # cold or pre-started
-        assert resp["run_result"]["stdout"] in {f"({cpu}, {cpu + 1}) {nproc} ({16 << 20}, {16 << 20})\n"
-                                                for cpu in cpus}, resp
+        assert resp["run_result"]["stdout"] in {
+            f"({cpu}, {cpu + 1}) {nproc} ({16 << 20}, {16 << 20})\n" for cpu in cpus
+        }, resp
     slow = pre.run("while True: pass", run_timeout=2)
     assert slow["run_result"]["status"] == "TimeLimitExceeded" and slow["run_result"]["execution_time"] < 4, slow
 
@@ -119,7 +134,9 @@ def test_time_limit_memory_and_detached_children(pre, marker, leftover_pids):
     assert resp["run_result"]["stdout"] == "parent done\n"
     assert leftover_pids(marker) == []
     # The fork bomb is bounded too, and the server still answers afterwards.
-    resp = pre.run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", run_timeout=2)
+    resp = pre.run(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", run_timeout=2
+    )
     assert resp["status"] == "Failed"
     assert pre.run("print('alive')")["run_result"]["stdout"] == "alive\n"
     # At rest: only the pre-started sandboxes (one per language used) remain.

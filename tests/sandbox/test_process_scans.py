@@ -17,9 +17,15 @@ def _all_pids(pattern: str) -> list[str]:
 def test_a_process_scan_sees_this_sessions_processes_and_not_another_sessions(pids_with, marker):
     ours = subprocess.Popen(["/bin/sh", "-c", f"sleep 30; : {marker}-ours"])
     # Another session: a parent whose command line names pytest, with a child bearing the marker.
-    theirs = subprocess.Popen([sys.executable, "-c",
-                               f"import subprocess; subprocess.run(['/bin/sh', '-c', 'sleep 30; : {marker}-theirs'])",
-                               "pytest-of-another-session"], start_new_session=True)
+    theirs = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess; subprocess.run(['/bin/sh', '-c', 'sleep 30; : {marker}-theirs'])",
+            "pytest-of-another-session",
+        ],
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 10
         while not (pids_with(f"{marker}-ours") and len(_all_pids(f"{marker}-theirs")) >= 2):  # parent and child

@@ -29,7 +29,9 @@ def test_python_memory_bomb_rlimit(rl_sandbox):
 
 
 def test_node_memory_bomb_rlimit(rl_sandbox):
-    resp = rl_sandbox.run("const a = []; for (;;) a.push(new Array(1e6).fill(1.5));", "nodejs", run_timeout=15, memory_limit_MB=256)
+    resp = rl_sandbox.run(
+        "const a = []; for (;;) a.push(new Array(1e6).fill(1.5));", "nodejs", run_timeout=15, memory_limit_MB=256
+    )
     rr = resp["run_result"]
     assert rr["status"] == "Finished" and rr["return_code"] != 0
     assert "heap out of memory" in rr["stderr"], rr["stderr"][-500:]

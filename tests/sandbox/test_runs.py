@@ -23,7 +23,9 @@ def test_python_with_files_stdin_fetch(sandbox):
         "open('out/result.txt', 'w').write(str(n * 2)) if __import__('os').makedirs('out', exist_ok=True) is None else None\n"
         "print(data.strip(), n)\n"
     )
-    resp = sandbox.run(code, files={"data/in.txt": "héllo\n"}, stdin="21", fetch_files=["out/result.txt", "missing.txt"])
+    resp = sandbox.run(
+        code, files={"data/in.txt": "héllo\n"}, stdin="21", fetch_files=["out/result.txt", "missing.txt"]
+    )
     assert resp["status"] == "Success", resp
     assert resp["compile_result"] is None
     rr = resp["run_result"]
@@ -77,7 +79,7 @@ def test_missing_julia_answers_like_sandboxfusion(sandbox):
 
 @pytest.mark.skipif(shutil.which("julia") is None, reason="julia is not on PATH")
 def test_julia_runs(sandbox):
-    resp = sandbox.run('println(parse(Int, readline()) + 1)', "julia", stdin="41\n")
+    resp = sandbox.run("println(parse(Int, readline()) + 1)", "julia", stdin="41\n")
     assert resp["status"] == "Success", resp
     assert resp["run_result"]["stdout"] == "42\n"
 
@@ -86,11 +88,25 @@ def test_pooled_client_against_server(sandbox):
     async def main():
         client = sandbox_client(sandbox.url)
         assert sandbox_client(sandbox.url) is client
-        results = await asyncio.gather(*[
-            client.run(code=f"print(open('n.txt').read().strip(), {i})", files={"n.txt": "v"}, timeout=10, language="python")
-            for i in range(6)
-        ], client.run(code="console.log(require('fs').readFileSync('n.txt','utf8'))", files={"n.txt": "js"},
-                      timeout=10, language="javascript", fetch_files=["n.txt"], memory_limit_mb=256))
+        results = await asyncio.gather(
+            *[
+                client.run(
+                    code=f"print(open('n.txt').read().strip(), {i})",
+                    files={"n.txt": "v"},
+                    timeout=10,
+                    language="python",
+                )
+                for i in range(6)
+            ],
+            client.run(
+                code="console.log(require('fs').readFileSync('n.txt','utf8'))",
+                files={"n.txt": "js"},
+                timeout=10,
+                language="javascript",
+                fetch_files=["n.txt"],
+                memory_limit_mb=256,
+            ),
+        )
         await close_sandbox_clients()
         return results
 
@@ -108,7 +124,9 @@ def test_tinker_cookbook_client_unchanged(sandbox):
     async def main():
         client = SandboxFusionClient(url=sandbox.url, max_concurrency=2)
         try:
-            ok, resp = await client.run(code="print(open('a.txt').read())", files={"a.txt": "from cookbook"}, timeout=10)
+            ok, resp = await client.run(
+                code="print(open('a.txt').read())", files={"a.txt": "from cookbook"}, timeout=10
+            )
             bad_ok, bad = await client.run(code="import sys; sys.exit(1)", files={}, timeout=10)
             js_ok, js = await client.run(code="console.log(6*7)", files={}, timeout=10, language="nodejs")
         finally:
@@ -123,9 +141,12 @@ def test_tinker_cookbook_client_unchanged(sandbox):
 
 def test_concurrent_burst_queues(sandbox):
     """More requests than max_concurrency (4): all are answered."""
+
     async def main():
         client = sandbox_client(sandbox.url)
-        res = await asyncio.gather(*[client.run(code="import time; time.sleep(0.2); print('ok')", timeout=10) for _ in range(10)])
+        res = await asyncio.gather(
+            *[client.run(code="import time; time.sleep(0.2); print('ok')", timeout=10) for _ in range(10)]
+        )
         await close_sandbox_clients()
         return res
 

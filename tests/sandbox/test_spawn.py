@@ -108,7 +108,9 @@ def test_etc_holds_read_only_copies_of_what_the_loader_needs(runner):
     )
     resp = _run(runner, code)
     out = resp["run_result"]["stdout"].splitlines()
-    expected = sorted(e for e in ("alternatives", "ld.so.cache", "localtime", "nsswitch.conf") if os.path.lexists(f"/etc/{e}"))
+    expected = sorted(
+        e for e in ("alternatives", "ld.so.cache", "localtime", "nsswitch.conf") if os.path.lexists(f"/etc/{e}")
+    )
     assert out[0] == str(expected)
     import hashlib
 
@@ -119,7 +121,9 @@ def test_etc_holds_read_only_copies_of_what_the_loader_needs(runner):
 
 def test_files_and_stdin_reach_a_program_started_by_the_spawner(runner):
     resp = _run(
-        runner, "import sys\nprint(open('in.txt').read().strip(), sys.stdin.read().strip())",
-        files={"in.txt": base64.b64encode(b"from-file").decode()}, stdin="from-stdin",
+        runner,
+        "import sys\nprint(open('in.txt').read().strip(), sys.stdin.read().strip())",
+        files={"in.txt": base64.b64encode(b"from-file").decode()},
+        stdin="from-stdin",
     )
     assert resp["run_result"]["stdout"] == "from-file from-stdin\n", resp

@@ -79,7 +79,7 @@ def bwrap_run(tmp_path, runtime, command, *, filtered, capable=False, files=()):
     pass_fds = []
     if filtered:
         pass_fds.append(filter_fd())
-        argv[argv.index("--"):argv.index("--")] = ["--seccomp", str(pass_fds[0])]
+        argv[argv.index("--") : argv.index("--")] = ["--seccomp", str(pass_fds[0])]
     try:
         return subprocess.run(argv, capture_output=True, text=True, pass_fds=pass_fds, env=launcher_env(), timeout=120)
     finally:
@@ -101,7 +101,9 @@ def probe(tmp_path, runtime, names, **kw) -> dict[str, str]:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("expected,capable", [(REFUSED_IN_RUN, False), (REFUSED_WITH_CAPABILITIES, True)], ids=["run", "capable"])
+@pytest.mark.parametrize(
+    "expected,capable", [(REFUSED_IN_RUN, False), (REFUSED_WITH_CAPABILITIES, True)], ids=["run", "capable"]
+)
 def test_refused_syscalls_differ_from_unfiltered(tmp_path, python_runtime, expected, capable):
     names = [*expected, *ALLOWED]
     filtered = probe(tmp_path, python_runtime, names, filtered=True, capable=capable)
@@ -171,11 +173,18 @@ fs.promises.readFile("data.txt", "utf8").then((text) => {
 
 def test_python_program_works_under_the_filter(tmp_path, python_runtime):
     (tmp_path / "program.py").write_text(PYTHON_PROGRAM)
-    done = bwrap_run(tmp_path, python_runtime, [python_runtime.binary, "program.py"], filtered=True, files=[tmp_path / "program.py"])
+    done = bwrap_run(
+        tmp_path, python_runtime, [python_runtime.binary, "program.py"], filtered=True, files=[tmp_path / "program.py"]
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
-        "threads": [0, 2, 4, 6, 8, 10, 12, 14], "sh": "sh-ok", "python": "py-ok", "pool": [0, 1, 4, 9, 16],
-        "data.json": {"k": [1, 2]}, "/tmp/data.json": {"k": [1, 2]}, "slept": True,
+        "threads": [0, 2, 4, 6, 8, 10, 12, 14],
+        "sh": "sh-ok",
+        "python": "py-ok",
+        "pool": [0, 1, 4, 9, 16],
+        "data.json": {"k": [1, 2]},
+        "/tmp/data.json": {"k": [1, 2]},
+        "slept": True,
     }
 
 
@@ -187,8 +196,14 @@ def test_node_program_works_under_the_filter(tmp_path):
     done = bwrap_run(tmp_path, node, [node.binary, "program.js"], filtered=True, files=[tmp_path / "program.js"])
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
-        "fs": "hello", "sh": "sh-ok", "node": "node-ok", "sha": hashlib.sha256(b"piexp").hexdigest()[:16],
-        "random": 8, "promises": "hello", "worker": 42, "timer": True,
+        "fs": "hello",
+        "sh": "sh-ok",
+        "node": "node-ok",
+        "sha": hashlib.sha256(b"piexp").hexdigest()[:16],
+        "random": 8,
+        "promises": "hello",
+        "worker": 42,
+        "timer": True,
     }
 
 

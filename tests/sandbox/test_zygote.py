@@ -101,14 +101,25 @@ def test_the_zygote_and_its_runs_die_with_the_server(work_dir, compiled, pids_wi
     marker = f"ZYGOTE-DEATH-{os.getpid()}"
     sb = EmbeddedSandbox(work_dir=work_dir, launcher="zygote").start()
     try:
-        zygotes = [p for p in pids_with("piexp-zygote") if _alive(p) and
-                   open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(sb.proc.pid)]
+        zygotes = [
+            p
+            for p in pids_with("piexp-zygote")
+            if _alive(p) and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(sb.proc.pid)
+        ]
         assert len(zygotes) == 1, "the server has no zygote"
         code = f"import time\nopen('x','w')\n# {marker}\ntime.sleep(60)"
+
         def post() -> None:
             try:
-                httpx.post(sb.url, json={"code": f"import subprocess,sys; subprocess.run([sys.executable, '-c', {code!r}])",
-                                         "language": "python", "run_timeout": 60}, timeout=90)
+                httpx.post(
+                    sb.url,
+                    json={
+                        "code": f"import subprocess,sys; subprocess.run([sys.executable, '-c', {code!r}])",
+                        "language": "python",
+                        "run_timeout": 60,
+                    },
+                    timeout=90,
+                )
             except httpx.HTTPError:
                 pass  # the server is killed mid-request: that is the point
 
@@ -179,14 +190,16 @@ def test_a_caller_cancelled_mid_request_leaves_no_orphan_and_no_stray_answer(zyg
         null = os.open(os.devnull, os.O_RDWR)
         out_r, out_w = os.pipe()
         try:
-            doomed = asyncio.ensure_future(zygote.spawn("run", ["/bin/sleep", marker], SANDBOX_ENV, [], TMP, 60,
-                                                        [null, null, null, null]))
+            doomed = asyncio.ensure_future(
+                zygote.spawn("run", ["/bin/sleep", marker], SANDBOX_ENV, [], TMP, 60, [null, null, null, null])
+            )
             await asyncio.sleep(0)  # its request is sent; the answer is not read yet
             doomed.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await doomed
-            pid = await zygote.spawn("run", ["/bin/echo", "second"], SANDBOX_ENV, [], TMP, 60,
-                                     [null, out_w, null, null])
+            pid = await zygote.spawn(
+                "run", ["/bin/echo", "second"], SANDBOX_ENV, [], TMP, 60, [null, out_w, null, null]
+            )
             os.close(out_w)
             out_w = -1
             code = await asyncio.get_running_loop().run_in_executor(None, reap_pid, pid)

@@ -54,8 +54,9 @@ def test_local_run_needs_no_user_key(monkeypatch) -> None:
     # A self-hosted server is probed before any folder is made: nothing listens on port 9,
     # and the advice names its real key (service.url), not Tinker's.
     with pytest.raises(UserError) as refused:
-        prevalidate(["service=selfhosted", "service.url=http://127.0.0.1:9", "service.connect_timeout_s=3"],
-                     False, False, False)
+        prevalidate(
+            ["service=selfhosted", "service.url=http://127.0.0.1:9", "service.connect_timeout_s=3"], False, False, False
+        )
     assert "config `service.url`" in str(refused.value) and "TINKER_BASE_URL" not in str(refused.value)
     with pytest.raises(UserError, match="TINKER_API_KEY"):
         prevalidate([], False, False, False)

@@ -40,7 +40,9 @@ def test_the_loop_evaluates_trains_evaluates_the_final_checkpoint_and_compares(
 ) -> None:
     run_dir = tmp_path / "run"
     _loop(run_dir)
-    base, trained = (json.loads((run_dir / name / "results.json").read_text()) for name in ("eval_base", "eval_trained"))
+    base, trained = (
+        json.loads((run_dir / name / "results.json").read_text()) for name in ("eval_base", "eval_trained")
+    )
     assert base["checkpoint"] is None and base["overall"]["episodes"] == 2
     assert trained["checkpoint"] == str(run_dir) and trained["overall"]["episodes"] == 2
     # The trained evaluation sampled the run's final checkpoint, loaded into its server.

@@ -71,7 +71,7 @@ def test_killed_parent_takes_the_server_along(server_venv: Path, tiny_model: Pat
         import sys, time
         from pathlib import Path
         from piexp.service.local_server import LocalServer
-        server = LocalServer(python=Path({str(server_venv / 'bin' / 'python')!r}),
+        server = LocalServer(python=Path({str(server_venv / "bin" / "python")!r}),
                              base_model={str(tiny_model)!r}, state_dir=Path({str(tmp_path)!r})).start()
         deadline = time.monotonic() + 30
         while len(server.pids()) < 2 and time.monotonic() < deadline:
@@ -105,7 +105,9 @@ def _server_pids(state_dir: Path) -> list[int]:
     return pids
 
 
-def test_ctrl_c_mid_training_stops_in_seconds_with_one_line(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
+def test_ctrl_c_mid_training_stops_in_seconds_with_one_line(
+    server_venv: Path, tiny_model: Path, tmp_path: Path
+) -> None:
     """SIGINT (Ctrl-C) during the warm start's first step: exit 130 within seconds, one
     line saying how to resume, no traceback, no server process left."""
     run_dir = tmp_path / "run"

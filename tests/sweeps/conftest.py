@@ -17,7 +17,10 @@ def reward_sweep(tmp_path_factory: pytest.TempPathFactory) -> SweepRuns:
     args = ["experiment=reward_sweep", *SMALL, "hydra.launcher.n_jobs=3", f"hydra.sweep.dir={sweep_dir}"]
     first = run_piexp(work, *args, env={"PIEXP_SWEEP_FAIL_JOBS": "1"})
     first_status = read_json(sweep_dir / "sweep_status.json") if (sweep_dir / "sweep_status.json").exists() else {}
-    mtimes = {job: (sweep_dir / job / "results.json").stat().st_mtime_ns
-              for job in ("0", "1", "2") if (sweep_dir / job / "results.json").exists()}
+    mtimes = {
+        job: (sweep_dir / job / "results.json").stat().st_mtime_ns
+        for job in ("0", "1", "2")
+        if (sweep_dir / job / "results.json").exists()
+    }
     second = run_piexp(work, *args)
     return SweepRuns(sweep_dir, first, first_status, mtimes, second)

@@ -12,17 +12,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SMALL = [
-    "mode=eval", "policy=oracle", "tasks.train_per_family=1", "tasks.eval_per_family=1",
+    "mode=eval",
+    "policy=oracle",
+    "tasks.train_per_family=1",
+    "tasks.eval_per_family=1",
     "mode.preflight=false",
 ]
 
 
-def run_piexp(cwd: Path, *args: str, env: dict[str, str] | None = None,
-              timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_piexp(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PIEXP_SWEEP_FAIL_JOBS")}
     environment.update(env or {})
-    return subprocess.run([sys.executable, "-m", "piexp", *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "piexp", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_json(path: Path) -> dict:

@@ -57,15 +57,21 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize(("launcher", "target", "extra"), [
-    ("submitit_local", "LocalLauncher", []),
-    ("submitit_slurm", "SlurmLauncher", ["hydra.launcher.partition=gpu", "hydra.launcher.timeout_min=240",
-                                         "hydra.launcher.cpus_per_task=8"]),
-])
-def test_submitit_launchers_compose_from_piexps_config(tmp_path: Path, launcher: str, target: str,
-                                                       extra: list[str]) -> None:
-    result = run_piexp(tmp_path, f"hydra/launcher={launcher}", *extra, "--cfg", "hydra", "--package",
-                       "hydra.launcher")
+@pytest.mark.parametrize(
+    ("launcher", "target", "extra"),
+    [
+        ("submitit_local", "LocalLauncher", []),
+        (
+            "submitit_slurm",
+            "SlurmLauncher",
+            ["hydra.launcher.partition=gpu", "hydra.launcher.timeout_min=240", "hydra.launcher.cpus_per_task=8"],
+        ),
+    ],
+)
+def test_submitit_launchers_compose_from_piexps_config(
+    tmp_path: Path, launcher: str, target: str, extra: list[str]
+) -> None:
+    result = run_piexp(tmp_path, f"hydra/launcher={launcher}", *extra, "--cfg", "hydra", "--package", "hydra.launcher")
     assert result.returncode == 0, result.stderr
     assert f"hydra_submitit_launcher.submitit_launcher.{target}" in result.stdout
     assert "submitit_folder: ${hydra.sweep.dir}/.submitit/%j" in result.stdout
@@ -79,9 +85,17 @@ def test_failing_job_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
     """Job 0 evaluates a model behind a service that refuses connections (a real failure
     at run time, past validation); job 1 runs the oracle and must still complete."""
     sweep = tmp_path / "sweep"
-    result = run_piexp(tmp_path, "-m", LOCAL, *SMALL, "policy=model,oracle", "service.base_url=http://127.0.0.1:9",
-                       "service.connect_timeout_s=3", f"hydra.sweep.dir={sweep}",
-                       env={"TINKER_API_KEY": "sk-test-not-real"})
+    result = run_piexp(
+        tmp_path,
+        "-m",
+        LOCAL,
+        *SMALL,
+        "policy=model,oracle",
+        "service.base_url=http://127.0.0.1:9",
+        "service.connect_timeout_s=3",
+        f"hydra.sweep.dir={sweep}",
+        env={"TINKER_API_KEY": "sk-test-not-real"},
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     message = " ".join(result.stderr.split())
     assert "Sweep job 0 (" in message and "could not be reached" in message
@@ -97,7 +111,7 @@ def test_failing_job_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
 class KilledSweep:
     sweep: Path
     args: list[str]
-    running_entry: dict          # job 1's status entry just before the kill
+    running_entry: dict  # job 1's status entry just before the kill
     status_after_kill: subprocess.CompletedProcess[str]
     files_after_status: tuple[dict[str, str], str]  # sweep_status.json's states and .md then
     episodes_before: list[tuple]  # job 1's finished episodes when it was killed
@@ -110,15 +124,29 @@ def killed_sweep(tmp_path_factory: pytest.TempPathFactory, wait_until) -> Killed
     SIGKILL its process and the launching process; then the same command again."""
     work = tmp_path_factory.mktemp("killed")
     sweep = work / "sweep"
-    args = ["-m", LOCAL, *SMALL, "seed=0,1,2", f"k={KILL_EPISODES}", "mode.max_concurrency=1",
-            f"hydra.sweep.dir={sweep}"]
+    args = [
+        "-m",
+        LOCAL,
+        *SMALL,
+        "seed=0,1,2",
+        f"k={KILL_EPISODES}",
+        "mode.max_concurrency=1",
+        f"hydra.sweep.dir={sweep}",
+    ]
     environment = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PIEXP_SWEEP_FAIL_JOBS")}
     with open(work / "launcher.log", "w") as log:
         # Its own session: submitit's job controllers outlive a killed launcher (as SLURM
         # jobs outlive theirs); the session lets the teardown find every one of them.
-        launcher = subprocess.Popen([sys.executable, "-m", "piexp", *args], cwd=work, env=environment,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "piexp", *args],
+            cwd=work,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
+
         def job1_half_done() -> dict | None:
             entry = SweepStatus(sweep).read()["jobs"].get("1")
             if entry is None or entry.get("state") != "running" or not (sweep / "1" / "episodes.jsonl").exists():
@@ -211,7 +239,8 @@ def test_running_job_refreshes_its_heartbeat(tmp_path: Path, monkeypatch: pytest
 
 
 def test_job_run_by_another_live_process_is_waited_for_not_run_twice(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """What a rerun meets when the killed launcher's jobs still run: the status entry of
     job 0 belongs to a live process (here a real `sleep`); the new job 0 waits for it
     to end before running."""
@@ -223,13 +252,23 @@ def test_job_run_by_another_live_process_is_waited_for_not_run_twice(
 
     other = subprocess.Popen(["sleep", "3"])
     try:
-        SweepStatus(tmp_path).update(0, state="running", host=socket.gethostname(), pid=other.pid,
-                                     pid_start=_process_start(other.pid), heartbeat_utc=datetime.now(timezone.utc).isoformat())
+        SweepStatus(tmp_path).update(
+            0,
+            state="running",
+            host=socket.gethostname(),
+            pid=other.pid,
+            pid_start=_process_start(other.pid),
+            heartbeat_utc=datetime.now(timezone.utc).isoformat(),
+        )
         ran_at: list[int | None] = []
         started = time.monotonic()
         with caplog.at_level(logging.INFO, logger="piexp.sweeps"):
-            run_tracked(load(["seed=1"]), tmp_path / "0", JobInfo(num=0, overrides=["seed=1"], sweep_dir=tmp_path),
-                        lambda config, run_dir: ran_at.append(other.poll()) or 1.0)
+            run_tracked(
+                load(["seed=1"]),
+                tmp_path / "0",
+                JobInfo(num=0, overrides=["seed=1"], sweep_dir=tmp_path),
+                lambda config, run_dir: ran_at.append(other.poll()) or 1.0,
+            )
         assert ran_at == [0], "the job ran while the other process still ran it"
         assert time.monotonic() - started >= 2
         assert "Waiting for job 0 (" in caplog.text and f"pid {other.pid}" in caplog.text
@@ -246,8 +285,9 @@ def test_status_judges_stale_and_dead_owners(tmp_path: Path) -> None:
 
     status = SweepStatus(tmp_path)
     old = "2020-01-01T00:00:00+00:00"
-    status.update(0, state="running", host="node-that-died", pid=4242, pid_start="1", heartbeat_utc=old,
-                  started_utc=old)
+    status.update(
+        0, state="running", host="node-that-died", pid=4242, pid_start="1", heartbeat_utc=old, started_utc=old
+    )
     dead = subprocess.Popen(["true"])
     dead.wait()
     status.update(1, state="running", host=socket.gethostname(), pid=dead.pid, pid_start="1")
@@ -267,8 +307,12 @@ def test_status_of_a_single_run_folder_and_watch(tmp_path: Path) -> None:
     result = run_piexp(tmp_path, "status", str(run))
     assert result.returncode == 0, result.stderr
     assert "| 0 | complete | 1 |" in result.stdout
-    watch = subprocess.Popen([sys.executable, "-m", "piexp", "status", str(run), "--watch", "0.2"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "piexp", "status", str(run), "--watch", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(3)
     watch.send_signal(signal.SIGINT)
     out, err = watch.communicate(timeout=30)
@@ -339,7 +383,8 @@ def test_concurrent_writers_neither_tear_nor_lose_anything(tmp_path: Path) -> No
     assert reads.get(timeout=5) > 0, "the reader never saw the files"
     jobs = SweepStatus(tmp_path).read()["jobs"]
     assert {num: (entry["state"], entry["metric"]) for num, entry in jobs.items()} == {
-        str(job): ("complete", float(job)) for job in range(6)}
+        str(job): ("complete", float(job)) for job in range(6)
+    }
     assert all(read_marker(tmp_path / str(job))["metric"] == float(job) for job in range(6))
     assert not list(tmp_path.rglob("*.tmp")), "a temp file was left behind"
 
@@ -357,8 +402,7 @@ def test_two_launches_of_one_job_start_it_once(tmp_path: Path) -> None:
 
     context = multiprocessing.get_context("fork")
     start, release, results = context.Barrier(4), context.Event(), context.Queue()
-    claimants = [context.Process(target=_claim_once, args=(str(tmp_path), start, release, results))
-                 for _ in range(4)]
+    claimants = [context.Process(target=_claim_once, args=(str(tmp_path), start, release, results)) for _ in range(4)]
     for process in claimants:
         process.start()
     won = [results.get(timeout=30) for _ in claimants]

@@ -34,18 +34,38 @@ def test_the_wheel_carries_every_data_file(tmp_path) -> None:
 
     # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds.
     source = tmp_path / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "outputs", "multirun", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "outputs", "multirun", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"
+        ),
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
     )
     (wheel,) = tmp_path.glob("piexp-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {f"piexp/_conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
     expected |= {f"piexp/_experiments/{p.name}" for p in (REPO / "experiments").glob("*.yaml")}
     expected |= {p.relative_to(REPO).as_posix() for p in (REPO / "piexp/tasks/families/refs").iterdir()}
-    expected |= {"piexp/sandbox/launchers/zygote.c", "piexp/service/skyrl-constraints.txt",
-                 "piexp/service/compat/skyrl_launcher.py"}
+    expected |= {
+        "piexp/sandbox/launchers/zygote.c",
+        "piexp/service/skyrl-constraints.txt",
+        "piexp/service/compat/skyrl_launcher.py",
+    }
     assert len(expected) > 50
     assert not expected - names, sorted(expected - names)

@@ -75,8 +75,15 @@ def test_single_run_presets_complete_offline(tmp_path: Path) -> None:
     sweep = tmp_path / "presets"
     langs = [] if HAS_JULIA else ["lang=[python,javascript]", "eval_lang=[python,javascript]"]
     # offline and all_families select every family: one language keeps this test short.
-    result = run_piexp(tmp_path, "-m", "experiment=offline,arith_polyglot,all_families", *SMALL,
-                       *(langs or []), "hydra.launcher.n_jobs=3", f"hydra.sweep.dir={sweep}")
+    result = run_piexp(
+        tmp_path,
+        "-m",
+        "experiment=offline,arith_polyglot,all_families",
+        *SMALL,
+        *(langs or []),
+        "hydra.launcher.n_jobs=3",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for job in ("0", "1", "2"):
         results = read_json(sweep / job / "results.json")
@@ -87,8 +94,14 @@ def test_single_run_presets_complete_offline(tmp_path: Path) -> None:
 def test_binary_vs_shaped_completes_offline(tmp_path: Path) -> None:
     sweep = tmp_path / "bvs"
     # One seed instead of three (the preset's own sweeper param, overridden): 2 jobs.
-    result = run_piexp(tmp_path, "experiment=binary_vs_shaped", *SMALL, "lang=[python]",
-                       "hydra.sweeper.params.seed=0", f"hydra.sweep.dir={sweep}")
+    result = run_piexp(
+        tmp_path,
+        "experiment=binary_vs_shaped",
+        *SMALL,
+        "lang=[python]",
+        "hydra.sweeper.params.seed=0",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     status = read_json(sweep / "sweep_status.json")["jobs"]
     assert {entry["state"] for entry in status.values()} == {"complete"} and len(status) == 2

@@ -55,7 +55,9 @@ def test_reproduction_has_identical_config_and_digests(source_run: Path, tmp_pat
     assert not (elsewhere / "multirun").exists()
     assert _config_without_record(new_run) == _config_without_record(source_run)
     assert yaml.safe_load((new_run / ".hydra" / "config.yaml").read_text())["reproduces"] == str(source_run)
-    assert read_json(new_run / "manifest.json")["task_digests"] == read_json(source_run / "manifest.json")["task_digests"]
+    assert (
+        read_json(new_run / "manifest.json")["task_digests"] == read_json(source_run / "manifest.json")["task_digests"]
+    )
     assert read_json(new_run / "reproduces.json")["reproduces"] == str(source_run)
     assert read_json(new_run / "results.json")["overall"] == read_json(source_run / "results.json")["overall"]
 
@@ -105,8 +107,11 @@ def test_an_old_saved_config_spelling_out_sandbox_ids_still_reproduces(source_ru
     assert report["reproduces"] == str(source_run.resolve())
     config["languages"]["javascript"]["sandbox_language"] = "node"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    with pytest.raises(UserError, match=r"not valid for this piexp.*javascript\.sandbox_language=node differs "
-                                        r".*\(nodejs\); that id is fixed by the language registry"):
+    with pytest.raises(
+        UserError,
+        match=r"not valid for this piexp.*javascript\.sandbox_language=node differs "
+        r".*\(nodejs\); that id is fixed by the language registry",
+    ):
         verify(source_run)
 
 
@@ -122,8 +127,9 @@ def test_bad_folder_is_one_paragraph_exit_2(tmp_path: Path) -> None:
 def _copy_tree(destination: Path) -> None:
     """The checkout as git sees it (tracked and new files, nothing ignored): building
     from a copy keeps build/ and *.egg-info out of the shared working tree."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file():
@@ -141,25 +147,64 @@ def test_reproduce_check_from_installed_wheel(source_run: Path, tmp_path: Path) 
     _copy_tree(tree)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    deps = Path(subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    deps = Path(
+        subprocess.run(
+            [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (site / "_piexp_test_deps.pth").write_text(f"{deps}\n")
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-         "--no-build-isolation", "--no-index", "-q", str(tree)],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            str(tree),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PYTHONPATH")}
     where = subprocess.run(
-        [str(python), "-c", "import piexp.config.paths as p; print(p.__file__); print(p.config_dir()); "
-         "print(p.experiments_dir())"], cwd=elsewhere, capture_output=True, text=True, env=env, check=True,
+        [
+            str(python),
+            "-c",
+            "import piexp.config.paths as p; print(p.__file__); print(p.config_dir()); print(p.experiments_dir())",
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     ).stdout.split()
     assert all(str(site) in line for line in where), where
     assert where[1].endswith("piexp/_conf") and where[2].endswith("piexp/_experiments")
-    result = subprocess.run([str(python), "-m", "piexp", "reproduce", str(source_run), "--check-only"],
-                            cwd=elsewhere, capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [str(python), "-m", "piexp", "reproduce", str(source_run), "--check-only"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "verified" in result.stdout

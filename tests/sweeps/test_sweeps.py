@@ -124,9 +124,14 @@ def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart
         (folder / ".hydra").mkdir(parents=True)
         (folder / ".hydra" / "config.yaml").write_text(f"mode:\n  name: eval\nreward:\n  mode: {mode}\n")
         (folder / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n- reward={mode}\n- mode=eval\n")
-        (folder / "results.json").write_text(json.dumps(
-            {"overall": {"pass@1": passed, "reward_binary": passed, "reward_shaped": 0.3},
-             "cells": {"arith": {"python": {"pass@1": passed}, "javascript": {"pass@1": 1 - passed}}}}))
+        (folder / "results.json").write_text(
+            json.dumps(
+                {
+                    "overall": {"pass@1": passed, "reward_binary": passed, "reward_shaped": 0.3},
+                    "cells": {"arith": {"python": {"pass@1": passed}, "javascript": {"pass@1": 1 - passed}}},
+                }
+            )
+        )
     states = {num: {"job": int(num), "state": "complete", "dir": str(sweep / num)} for num in jobs}
     states["3"]["state"] = "failed"
     (sweep / "sweep_status.json").write_text(json.dumps({"jobs": states}))

@@ -36,14 +36,23 @@ def test_build_splits_returns_a_clean_json_report() -> None:
     data = json.loads(json.dumps(report.to_dict()))
     assert data["ok"] is True
     assert data["counts"] == {
-        "train": 4, "eval": 2, "digest_overlaps": 0, "files_overlaps": 0, "params_overlaps": 0,
+        "train": 4,
+        "eval": 2,
+        "digest_overlaps": 0,
+        "files_overlaps": 0,
+        "params_overlaps": 0,
     }
 
 
 def _clone(task: Task, task_id: str, **changes) -> Task:
     fields = dict(
-        task_id=task_id, family=task.family, split="eval", instruction=task.instruction,
-        files=dict(task.files), answer=task.answer, params=dict(task.params),
+        task_id=task_id,
+        family=task.family,
+        split="eval",
+        instruction=task.instruction,
+        files=dict(task.files),
+        answer=task.answer,
+        params=dict(task.params),
     )
     fields.update(changes)
     return Task(**fields)
@@ -67,8 +76,7 @@ def test_refuses_same_digest(splits) -> None:
 
 def test_refuses_same_input_files(splits) -> None:
     train, evals = splits
-    copy = _clone(train[0], "eval-same-files", instruction="Another question.", answer="1",
-                  params={"other": 2})
+    copy = _clone(train[0], "eval-same-files", instruction="Another question.", answer="1", params={"other": 2})
     report = check_split_overlap(train, [*evals, copy])
     assert not report.digest_overlaps and not report.params_overlaps
     assert report.files_overlaps[0]["train_task_id"] == train[0].task_id
@@ -82,8 +90,7 @@ def test_refuses_same_family_params(splits) -> None:
     report = check_split_overlap(train, [*evals, copy])
     assert not report.digest_overlaps and not report.files_overlaps
     assert report.params_overlaps == [
-        {"train_task_id": train[0].task_id, "eval_task_id": "eval-same-params",
-         "key": train[0].params_key}
+        {"train_task_id": train[0].task_id, "eval_task_id": "eval-same-params", "key": train[0].params_key}
     ]
     with pytest.raises(UserError, match=train[0].task_id):
         report.raise_if_overlap()

@@ -62,7 +62,10 @@ def test_julia_reference_prints_answer(family: str) -> None:
                 handle.write(reference_solution(family, "julia"))
             result = subprocess.run(
                 [julia, "--startup-file=no", "solution.jl"],
-                cwd=workdir, capture_output=True, text=True, timeout=300,
+                cwd=workdir,
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
             assert result.returncode == 0, result.stderr[-1000:]

@@ -20,9 +20,19 @@ from typing import Any
 
 import aiohttp
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--remote-debugging-port=0", "--window-size=1400,1000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-port=0",
+    "--window-size=1400,1000",
+]
 
 
 def chromium_path() -> str | None:
@@ -51,9 +61,13 @@ class Page:
             method, params = data.get("method"), data.get("params", {})
             if method == "Runtime.exceptionThrown":
                 details = params.get("exceptionDetails", {})
-                self.errors.append(f"exception: {details.get('exception', {}).get('description') or details.get('text')}")
+                self.errors.append(
+                    f"exception: {details.get('exception', {}).get('description') or details.get('text')}"
+                )
             elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                self.errors.append("console: " + " ".join(str(a.get("value", a.get("description"))) for a in params.get("args", [])))
+                self.errors.append(
+                    "console: " + " ".join(str(a.get("value", a.get("description"))) for a in params.get("args", []))
+                )
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 self.errors.append(f"log: {params['entry'].get('text')} {params['entry'].get('url', '')}")
             if method in self._events:
@@ -93,8 +107,12 @@ class Chromium:
     async def __aenter__(self) -> Page:
         binary = chromium_path()
         assert binary, "chromium is not installed"
-        self.process = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            [binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not (port_file.is_file() and port_file.read_text().strip()):

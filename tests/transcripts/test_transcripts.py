@@ -72,8 +72,13 @@ def test_failures_are_counted_and_the_transcript_shows_them(sandbox_url, monkeyp
     assert record.error is None
     assert record.stop_reason == "parse_error"
     failures = record.failures
-    assert (failures["unknown_tool"], failures["invalid_arguments"], failures["refused_command"],
-            failures["tool_error"], failures["parse_error"]) == (1, 1, 1, 1, 1)
+    assert (
+        failures["unknown_tool"],
+        failures["invalid_arguments"],
+        failures["refused_command"],
+        failures["tool_error"],
+        failures["parse_error"],
+    ) == (1, 1, 1, 1, 1)
     assert failures["calls"] == 5 and failures["max_turns"] == 0
     transcript = record.transcript
     text = json.dumps(transcript)
@@ -114,11 +119,13 @@ def test_writer_resume_drops_orphans_and_duplicates_and_survives_a_kill(tmp_path
     path = tmp_path / EVAL_TRANSCRIPTS
     first = [{"policy": "p", "task_id": f"t{i}", "language": "python", "sample": 0, "n": 1} for i in range(3)]
     # A writer killed mid-run: the gzip stream never ends (no trailer), lines are synced.
-    script = (f"import sys, json; sys.path.insert(0, {str(Path.cwd())!r})\n"
-              "from piexp.transcripts.store import TranscriptWriter\n"
-              f"w = TranscriptWriter({str(path)!r})\n"
-              f"[w.write(t) for t in json.loads({json.dumps(json.dumps(first))})]\n"
-              "import os; os._exit(9)\n")
+    script = (
+        f"import sys, json; sys.path.insert(0, {str(Path.cwd())!r})\n"
+        "from piexp.transcripts.store import TranscriptWriter\n"
+        f"w = TranscriptWriter({str(path)!r})\n"
+        f"[w.write(t) for t in json.loads({json.dumps(json.dumps(first))})]\n"
+        "import os; os._exit(9)\n"
+    )
     assert subprocess.run([sys.executable, "-c", script]).returncode == 9
     assert [t["task_id"] for t in read_transcripts(path)] == ["t0", "t1", "t2"]
     # Resume: t1's record was never written (orphan); t0 is rerun and written again.
@@ -159,18 +166,34 @@ def test_eval_resume_keeps_transcripts_and_records_one_to_one(sandbox_url, tmp_p
 def test_show_prints_a_failed_episode_and_refuses_a_bad_number(sandbox_url, tmp_path):
     config = load([*BASE, "policy=wrong"])
     evaluate.run_eval(config, tmp_path, sandbox_url, build_splits(config))
-    shown = subprocess.run([sys.executable, "-m", "piexp", "show", str(tmp_path), "--failed", "0"],
-                           capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        [sys.executable, "-m", "piexp", "show", str(tmp_path), "--failed", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stderr
-    for text in ("assistant", "-> write", "solution.py", "bash: ok", "stdout:", "response_answer_correct 0",
-                 "reward 0 binary"):
+    for text in (
+        "assistant",
+        "-> write",
+        "solution.py",
+        "bash: ok",
+        "stdout:",
+        "response_answer_correct 0",
+        "reward 0 binary",
+    ):
         assert text in shown.stdout, text
-    listed = subprocess.run([sys.executable, "-m", "piexp", "show", str(tmp_path), "--json", "--lang", "python"],
-                            capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        [sys.executable, "-m", "piexp", "show", str(tmp_path), "--json", "--lang", "python"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rows = json.loads(listed.stdout)
     assert len(rows) == 2 and all(row["language"] == "python" and not row["passed"] for row in rows)
-    bad = subprocess.run([sys.executable, "-m", "piexp", "show", str(tmp_path), "7"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "piexp", "show", str(tmp_path), "7"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "There is no episode 7" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -179,6 +202,7 @@ def test_show_explains_a_bad_folder(tmp_path, target):
     path = tmp_path / target
     if target == "file":
         path.write_text("x")
-    result = subprocess.run([sys.executable, "-m", "piexp", "show", str(path)], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", "show", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and "Cannot show" in result.stderr and "Traceback" not in result.stderr

@@ -21,17 +21,25 @@ from piexp.env.splits import build_splits
 from piexp.transcripts.store import EVAL_TRANSCRIPTS, TranscriptWriter, read_transcripts
 from piexp.transcripts.viewer import VIEWER_FILE, write_run_viewer
 
-pytestmark = pytest.mark.skipif(chromium_path() is None,
-                                reason="chromium is not installed (scripts/setup.sh installs Debian's package)")
+pytestmark = pytest.mark.skipif(
+    chromium_path() is None, reason="chromium is not installed (scripts/setup.sh installs Debian's package)"
+)
 
-BASE = ["mode=eval", "family=[arith,dates]", "lang=[python,javascript]", "tasks.train_per_family=1",
-        "tasks.eval_per_family=2"]
+BASE = [
+    "mode=eval",
+    "family=[arith,dates]",
+    "lang=[python,javascript]",
+    "tasks.train_per_family=1",
+    "tasks.eval_per_family=2",
+]
 VISIBLE_ROWS = "document.querySelectorAll('#episodes tbody tr').length"
 
 
 def set_select(select_id: str, value: str) -> str:
-    return (f"(() => {{ const s = document.getElementById('{select_id}'); s.value = '{value}'; "
-            "s.dispatchEvent(new Event('change')); return s.value; })()")
+    return (
+        f"(() => {{ const s = document.getElementById('{select_id}'); s.value = '{value}'; "
+        "s.dispatchEvent(new Event('change')); return s.value; })()"
+    )
 
 
 def eval_run(sandbox_url: str, folder: Path, policy: str) -> Path:
@@ -44,14 +52,19 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
     wrong = eval_run(sandbox_url, tmp_path / "wrong", "wrong")
     oracle = eval_run(sandbox_url, tmp_path / "oracle", "oracle")
     compared = tmp_path / "compare.html"
-    result = subprocess.run([sys.executable, "-m", "piexp", "show", str(wrong), "--html", str(compared),
-                             "--against", str(oracle)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", "show", str(wrong), "--html", str(compared), "--against", str(oracle)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     train = tmp_path / "train"  # what a train run leaves: cookbook metrics and per-iteration pages
     (train / "iteration_000000").mkdir(parents=True)
     (train / "iteration_000000" / "train.html").write_text("<html><body>iteration 0</body></html>")
-    (train / "metrics.jsonl").write_text("".join(
-        json.dumps({"step": step, "env/all/reward/total": 0.1 * step}) + "\n" for step in range(5)))
+    (train / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": step, "env/all/reward/total": 0.1 * step}) + "\n" for step in range(5))
+    )
     assert write_run_viewer(train) == train / VIEWER_FILE
     page_text = (wrong / VIEWER_FILE).read_text()
     assert "http://" not in page_text.replace("http://www.w3.org/2000/svg", "")  # nothing to fetch
@@ -74,8 +87,10 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
 
             await page.open(compared.as_uri())
             assert await page.evaluate(VISIBLE_ROWS) == 8
-            await page.evaluate("(() => { const c = document.getElementById('f-differ'); c.checked = true; "
-                                "c.dispatchEvent(new Event('change')); })()")
+            await page.evaluate(
+                "(() => { const c = document.getElementById('f-differ'); c.checked = true; "
+                "c.dispatchEvent(new Event('change')); })()"
+            )
             assert await page.evaluate(VISIBLE_ROWS) == 8  # wrong fails where the oracle passes
             await page.evaluate("document.querySelector('#episodes tbody tr').click()")
             assert await page.evaluate("document.querySelectorAll('#detail > div').length") == 2
@@ -87,8 +102,10 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
             assert await page.evaluate("document.getElementById('train').hidden") is False
             points = await page.evaluate("document.querySelector('#reward-curve polyline').getAttribute('points')")
             assert len(points.split()) == 5
-            assert await page.evaluate("document.querySelector('#pages a').getAttribute('href')") == \
-                "iteration_000000/train.html"
+            assert (
+                await page.evaluate("document.querySelector('#pages a').getAttribute('href')")
+                == "iteration_000000/train.html"
+            )
             await page.screenshot(train / "viewer.png")
             assert page.errors == [], page.errors
 
@@ -126,7 +143,9 @@ def test_a_2000_episode_viewer_writes_in_seconds_and_stays_usable(sandbox_url, t
             assert "call write" in await page.evaluate("document.getElementById('detail').innerText")
             assert page.errors == [], page.errors
             assert loaded_s < 15, f"the 2,000-episode page took {loaded_s:.1f} s to load"
-            print(f"2,000 episodes: viewer written in {written_s:.2f} s "
-                  f"({(big / VIEWER_FILE).stat().st_size / 1e6:.1f} MB), loaded in {loaded_s:.2f} s")
+            print(
+                f"2,000 episodes: viewer written in {written_s:.2f} s "
+                f"({(big / VIEWER_FILE).stat().st_size / 1e6:.1f} MB), loaded in {loaded_s:.2f} s"
+            )
 
     asyncio.run(drive())

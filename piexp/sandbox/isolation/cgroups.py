@@ -208,4 +208,3 @@ def _kill_members(d: str) -> None:
                     pass
     except OSError:
         pass
-

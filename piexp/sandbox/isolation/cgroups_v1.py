@@ -17,8 +17,9 @@ class CgroupsV1(Cgroups):
     oom_file = "memory.oom_control"
     joins_per_thread = True
 
-    def __init__(self, parents: dict[str, str], cpu_share_dir: Optional[str] = None,
-                 home_tasks: Optional[list[str]] = None) -> None:
+    def __init__(
+        self, parents: dict[str, str], cpu_share_dir: Optional[str] = None, home_tasks: Optional[list[str]] = None
+    ) -> None:
         super().__init__()
         self.parents = parents  # controller ("memory", "pids") -> this server's parent dir
         # One cpu cgroup that every run of this server joins. Each session is its own

@@ -40,6 +40,7 @@ def _etc_copies_split() -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
             files.append(path)
     return tuple(links), tuple(files)
 
+
 @dataclass(frozen=True)
 class Runtime:
     """A runtime resolved on the host: the absolute binary to exec and the directory to
@@ -69,8 +70,17 @@ def resolve_runtime(binary: str) -> Optional[Runtime]:
     if binary.startswith("python"):
         try:
             out = subprocess.run(
-                [found, "-I", "-S", "-c", "import sys,os;print(sys.base_prefix);print(os.path.realpath(sys.executable))"],
-                capture_output=True, text=True, timeout=20, check=True,
+                [
+                    found,
+                    "-I",
+                    "-S",
+                    "-c",
+                    "import sys,os;print(sys.base_prefix);print(os.path.realpath(sys.executable))",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
             ).stdout.splitlines()
             base_prefix, executable = out[0], out[1]
         except (subprocess.SubprocessError, OSError, IndexError):
@@ -88,6 +98,7 @@ def resolve_runtime(binary: str) -> Optional[Runtime]:
         exe = os.path.realpath(found)
         prefix = os.path.dirname(os.path.dirname(exe))
     return Runtime(binary=exe, bind_prefix=None if _under_usr(prefix) or _under_usr(exe) else prefix)
+
 
 def root_layout(runtimes: Iterable[Runtime]) -> tuple[tuple[str, str, str], ...]:
     """The sandbox's read-only root as (kind, a, b) rows, for both launchers: "B" binds
@@ -111,6 +122,7 @@ def root_layout(runtimes: Iterable[Runtime]) -> tuple[tuple[str, str, str], ...]
             prefixes[runtime.bind_prefix] = runtime.bind_source or runtime.bind_prefix
     rows += [("B", source, prefix) for prefix, source in prefixes.items()]
     return tuple(rows)
+
 
 def open_etc_copies() -> list[tuple[int, str]]:
     """(fd, path) of each /etc file a run gets a copy of (see _ETC_COPIED_FILES), opened

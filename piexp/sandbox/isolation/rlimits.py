@@ -7,6 +7,7 @@ import resource
 from dataclasses import dataclass
 from typing import Optional
 
+
 @dataclass(frozen=True)
 class Limits:
     cpu_time_s: int

@@ -108,8 +108,9 @@ class Launcher(ABC):
         """A sandbox started ahead of requests, if this launcher keeps any."""
         return None
 
-    async def prepare(self, language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int, stdin_pipe: bool,
-                      t: Timings) -> Union[Launch, RunCodeResponse]:
+    async def prepare(
+        self, language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int, stdin_pipe: bool, t: Timings
+    ) -> Union[Launch, RunCodeResponse]:
         """Create the run dir and cgroups and start what the launcher starts ahead of
         the files; a `Launch`, or a SandboxError response."""
         host, s = self.host, self.host.settings
@@ -118,8 +119,7 @@ class Launcher(ABC):
         except OSError as exc:
             return sandbox_error(f"could not create the run's directories: {exc}")
         command, limits = run_command(language, runtime, memory_mb, cpu_time_s, s, host.cgroups)
-        launch = self._new_launch(run=run, command=command, limits=limits, memory_mb=memory_mb,
-                                  stdin_pipe=stdin_pipe)
+        launch = self._new_launch(run=run, command=command, limits=limits, memory_mb=memory_mb, stdin_pipe=stdin_pipe)
         try:
             cgroups = host.cgroups
             if cgroups is not None:
@@ -128,8 +128,7 @@ class Launcher(ABC):
                 except OSError as exc:
                     log.warning("could not create a cgroup for a run (%s); rlimits only", exc)
                     if cgroups.limits_memory:
-                        launch.command, launch.limits = run_command(language, runtime, memory_mb, cpu_time_s, s,
-                                                                    None)
+                        launch.command, launch.limits = run_command(language, runtime, memory_mb, cpu_time_s, s, None)
                 # A pre-started sandbox must be confined exactly like a cold one.
                 launch.pooled = bool(launch.cgroup_dirs) or not cgroups.limits_memory
             t.mark("cgroup")

@@ -31,8 +31,16 @@ from typing import Optional, Sequence
 
 from .. import syscall_filter
 from ..isolation.cgroups import write_control_file
-from ..isolation.layout import SANDBOX_ENV, SANDBOX_GID, SANDBOX_UID, SANDBOX_WORKDIR, Runtime, launcher_env, \
-    open_etc_copies, root_layout
+from ..isolation.layout import (
+    SANDBOX_ENV,
+    SANDBOX_GID,
+    SANDBOX_UID,
+    SANDBOX_WORKDIR,
+    Runtime,
+    launcher_env,
+    open_etc_copies,
+    root_layout,
+)
 from ..isolation.process import make_preexec
 from ..isolation.rlimits import Limits, rlimit_pairs
 from ..protocol import RunCodeResponse
@@ -56,7 +64,9 @@ def _bwrap_system_args(runtime: Runtime) -> tuple[str, ...]:
     """`root_layout` as bwrap options, computed once per runtime (the host layout does
     not change while the server runs). File copies ("F") go by fd: `open_etc_copies`."""
     return tuple(
-        arg for kind, a, b in root_layout((runtime,)) if kind in _BWRAP_LAYOUT_FLAGS
+        arg
+        for kind, a, b in root_layout((runtime,))
+        if kind in _BWRAP_LAYOUT_FLAGS
         for arg in (_BWRAP_LAYOUT_FLAGS[kind], a, b)
     )
 
@@ -93,17 +103,25 @@ def build_bwrap_argv(
         *_bwrap_system_args(runtime),
         *[arg for fd, path in etc_copies for arg in ("--perms", "0444", "--file", str(fd), path)],
         # bwrap's --proc covers /proc/sys, sysrq-trigger, irq and bus read-only.
-        "--proc", "/proc",
-        "--dev", "/dev",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
         *(("--bind", tmp_dir, "/tmp") if tmp_dir else ("--size", str(tmpfs_size_mb << 20), "--tmpfs", "/tmp")),
-        "--bind", run_dir, SANDBOX_WORKDIR,
+        "--bind",
+        run_dir,
+        SANDBOX_WORKDIR,
         # bwrap's root is a tmpfs holding the mount points (/etc, /sandbox, ...): make it
         # read-only too, so /, /etc etc. are not scratch space; /tmp and the run dir are
         # separate mounts and stay writable.
-        "--remount-ro", "/",
-        "--chdir", SANDBOX_WORKDIR,
-        "--uid", str(SANDBOX_UID),
-        "--gid", str(SANDBOX_GID),
+        "--remount-ro",
+        "/",
+        "--chdir",
+        SANDBOX_WORKDIR,
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
         "--disable-userns",
     ]
     if info_fd is not None:
@@ -254,8 +272,16 @@ class BwrapLauncher(Launcher):
         seccomp_fd = syscall_filter.filter_fd()
         try:
             argv = build_bwrap_argv(
-                self.bwrap, launch.run.work, launch.command, runtime, s.tmpfs_size_mb, tmp_dir=launch.run.tmp,
-                info_fd=info_w, block_fd=block_r, seccomp_fd=seccomp_fd, etc_copies=etc_copies,
+                self.bwrap,
+                launch.run.work,
+                launch.command,
+                runtime,
+                s.tmpfs_size_mb,
+                tmp_dir=launch.run.tmp,
+                info_fd=info_w,
+                block_fd=block_r,
+                seccomp_fd=seccomp_fd,
+                etc_copies=etc_copies,
             )
             attach_later = cgroups.joined_dirs(launch.cgroup_dirs) if cgroups and launch.cgroup_dirs else []
             join_now: list[str] = []
@@ -263,9 +289,12 @@ class BwrapLauncher(Launcher):
                 join_now = cgroups.self_join_files(launch.cgroup_dirs)
             try:
                 launch.proc = await spawner.spawn(
-                    argv, env=launcher_env(),
+                    argv,
+                    env=launcher_env(),
                     pass_fds=(info_w, block_r, seccomp_fd, *(fd for fd, _ in etc_copies)),
-                    stdin_pipe=launch.stdin_pipe, join_tasks=join_now, as_run_user=True,
+                    stdin_pipe=launch.stdin_pipe,
+                    join_tasks=join_now,
+                    as_run_user=True,
                     # As the run user, bwrap gets the rlimits before its exec: the server
                     # may lack CAP_SYS_RESOURCE to set them on another uid's process.
                     preexec_fn=make_preexec(limits, []) if spawner.user else None,
@@ -336,8 +365,9 @@ class BwrapLauncher(Launcher):
             # release, and lowering a hard limit needs no privilege (raising needs
             # CAP_SYS_RESOURCE, which a server in a container may well lack).
             cpu = s.cpu_time_s if s.cpu_time_s is not None else s.max_run_timeout_s + 1
-            launch = await self.prepare(language, runtime, s.default_memory_limit_mb, max(1, math.ceil(cpu)), True,
-                                        Timings())
+            launch = await self.prepare(
+                language, runtime, s.default_memory_limit_mb, max(1, math.ceil(cpu)), True, Timings()
+            )
             if isinstance(launch, RunCodeResponse):
                 return
             assert isinstance(launch, BwrapLaunch)

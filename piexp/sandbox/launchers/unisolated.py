@@ -26,12 +26,16 @@ class UnisolatedLaunch(Launch):
         assert self.spawner is not None  # set by the launcher that made this launch
         try:
             self.proc = await self.spawner.spawn(
-                self.command, env={**launcher_env(), "HOME": self.run_dir}, cwd=self.run_dir,
-                stdin_pipe=self.stdin_pipe, preexec_fn=make_preexec(limits, self.cgroup_dirs),
+                self.command,
+                env={**launcher_env(), "HOME": self.run_dir},
+                cwd=self.run_dir,
+                stdin_pipe=self.stdin_pipe,
+                preexec_fn=make_preexec(limits, self.cgroup_dirs),
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            raise StartFailed(CommandRunResult(status=CommandRunStatus.error, execution_time=0.0,
-                                               stderr=f"could not start: {exc}")) from exc
+            raise StartFailed(
+                CommandRunResult(status=CommandRunStatus.error, execution_time=0.0, stderr=f"could not start: {exc}")
+            ) from exc
 
 
 class UnisolatedLauncher(Launcher):

@@ -78,8 +78,9 @@ class ZygoteLauncher(Launcher):
     async def _hold(self, launch: Launch, runtime: Runtime, t: Timings) -> None:
         """Nothing starts before the files: the run's init is confined before its program runs."""
 
-    async def prepare(self, language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int, stdin_pipe: bool,
-                      t: Timings) -> Union[Launch, RunCodeResponse]:
+    async def prepare(
+        self, language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int, stdin_pipe: bool, t: Timings
+    ) -> Union[Launch, RunCodeResponse]:
         if self.zygote is None:  # it failed and no new one started
             return await self.fallback.prepare(language, runtime, memory_mb, cpu_time_s, stdin_pipe, t)
         return await super().prepare(language, runtime, memory_mb, cpu_time_s, stdin_pipe, t)
@@ -135,8 +136,13 @@ class ZygoteLauncher(Launcher):
             # The init's own alarm is a backstop behind the server's timer (if the server
             # is gone, PR_SET_PDEATHSIG already took the run down).
             pid = await self.zygote.spawn(
-                run.name, launch.command, SANDBOX_ENV, rlimit_pairs(limits), _tmp_spec(self.host, run),
-                math.ceil(timeout) + 10, [in_r, out_w, err_w, status_w, *joins],
+                run.name,
+                launch.command,
+                SANDBOX_ENV,
+                rlimit_pairs(limits),
+                _tmp_spec(self.host, run),
+                math.ceil(timeout) + 10,
+                [in_r, out_w, err_w, status_w, *joins],
             )
         except BaseException:
             for f in ours:
@@ -203,8 +209,13 @@ def _start_zygote(host: Host) -> Optional[Zygote]:
     try:
         filter_fd = syscall_filter.filter_fd()
         try:
-            zygote = Zygote.start(host.area.path, layout, filter_fd=filter_fd, user=host.run_user,
-                                  binary=host.area.reachable_copy(zygote_binary()))
+            zygote = Zygote.start(
+                host.area.path,
+                layout,
+                filter_fd=filter_fd,
+                user=host.run_user,
+                binary=host.area.reachable_copy(zygote_binary()),
+            )
         finally:
             os.close(filter_fd)
         _check(host, zygote)
@@ -229,8 +240,15 @@ def _check(host: Host, zygote: Zygote) -> None:
         joins = _open_cgroup_joins(host, cgroup_dirs)
         opened += joins
         limits = Limits(cpu_time_s=5, file_size_bytes=1 << 20, open_files=64, processes=8)
-        code, why = zygote.run_blocking(run.name, ["/usr/bin/true"], [null, null, null], tmp=_tmp_spec(host, run),
-                                        rlimits=rlimit_pairs(limits), wall_s=5, joins=joins)
+        code, why = zygote.run_blocking(
+            run.name,
+            ["/usr/bin/true"],
+            [null, null, null],
+            tmp=_tmp_spec(host, run),
+            rlimits=rlimit_pairs(limits),
+            wall_s=5,
+            joins=joins,
+        )
         if code != 0 or why:
             raise ZygoteError(f"its check run failed (exit {code}): {why or 'no reason given'}")
     finally:

@@ -74,8 +74,10 @@ def zygote_binary() -> str:
                 f.write(source)
             done = subprocess.run([compiler, "-O2", "-o", out, src], capture_output=True, text=True)
             if done.returncode != 0:
-                raise ZygoteError(f"building the sandbox zygote with {compiler} failed (exit {done.returncode}): "
-                                  f"{done.stderr.strip()[-2000:] or 'no message'}")
+                raise ZygoteError(
+                    f"building the sandbox zygote with {compiler} failed (exit {done.returncode}): "
+                    f"{done.stderr.strip()[-2000:] or 'no message'}"
+                )
             os.replace(out, target)  # atomic: a concurrent build leaves one complete binary
     except ZygoteError:
         raise
@@ -125,8 +127,15 @@ class Zygote:
         self._lock: Optional[asyncio.Lock] = None
 
     @classmethod
-    def start(cls, runs_dir: str, layout: Sequence[tuple[str, str, str]], *, filter_fd: int = -1,
-              user: Optional[tuple[int, int]] = None, binary: Optional[str] = None) -> "Zygote":
+    def start(
+        cls,
+        runs_dir: str,
+        layout: Sequence[tuple[str, str, str]],
+        *,
+        filter_fd: int = -1,
+        user: Optional[tuple[int, int]] = None,
+        binary: Optional[str] = None,
+    ) -> "Zygote":
         """Start the zygote for run directories directly under `runs_dir`, with the root
         built from `layout` ((kind, a, b): B bind read-only, S symlink, F copy a file),
         `filter_fd` (a file holding the runs' seccomp filter, read to its end; -1: none)
@@ -142,9 +151,16 @@ class Zygote:
             argv.extend(row)
         try:
             proc = subprocess.Popen(
-                argv, pass_fds=(theirs.fileno(), *([filter_fd] if filter_fd >= 0 else [])), env=launcher_env(),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                user=user[0] if user else None, group=user[1] if user else None, extra_groups=[] if user else None,
+                argv,
+                pass_fds=(theirs.fileno(), *([filter_fd] if filter_fd >= 0 else [])),
+                env=launcher_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                user=user[0] if user else None,
+                group=user[1] if user else None,
+                extra_groups=[] if user else None,
             )
         except OSError as exc:
             ours.close()
@@ -160,21 +176,41 @@ class Zygote:
             ours.close()
             proc.kill()
             _, err = proc.communicate()
-            raise ZygoteError(f"the sandbox zygote did not start: {err.decode(errors='replace').strip() or 'no answer'}")
+            raise ZygoteError(
+                f"the sandbox zygote did not start: {err.decode(errors='replace').strip() or 'no answer'}"
+            )
         assert proc.stderr is not None  # stderr=PIPE
         proc.stderr.close()  # it only ever writes there while setting up
         ours.setblocking(False)
         return cls(proc, ours)
 
-    def request(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmp: "TmpSpec",
-                wall_s: int, fds: Sequence[int]) -> None:
+    def request(
+        self,
+        run_name: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        rlimits,
+        tmp: "TmpSpec",
+        wall_s: int,
+        fds: Sequence[int],
+    ) -> None:
         """Send one run request (see zygote.c). `fds`: stdin, stdout, stderr, the status
         pipe's write end, then the cgroup files to join."""
-        message = _fields([
-            run_name, tmp.dir_name, tmp.size_bytes, tmp.inodes, wall_s, len(rlimits),
-            *[v for res, (soft, hard) in rlimits for v in (res, soft, hard)],
-            len(argv), *argv, len(env), *[f"{k}={v}" for k, v in env.items()],
-        ])
+        message = _fields(
+            [
+                run_name,
+                tmp.dir_name,
+                tmp.size_bytes,
+                tmp.inodes,
+                wall_s,
+                len(rlimits),
+                *[v for res, (soft, hard) in rlimits for v in (res, soft, hard)],
+                len(argv),
+                *argv,
+                len(env),
+                *[f"{k}={v}" for k, v in env.items()],
+            ]
+        )
         try:
             self._control.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
         except OSError as exc:
@@ -189,8 +225,16 @@ class Zygote:
             raise ZygoteRefusal(f"the sandbox zygote refused a run: {text.lstrip('!')}")
         return int(text)
 
-    async def spawn(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmp: "TmpSpec",
-                    wall_s: int, fds: Sequence[int]) -> int:
+    async def spawn(
+        self,
+        run_name: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        rlimits,
+        tmp: "TmpSpec",
+        wall_s: int,
+        fds: Sequence[int],
+    ) -> int:
         """Start a run; its init's pid (a child of this process). Requests are answered
         in order, so one is in flight at a time (the zygote answers in ~0.1 ms). A caller
         cancelled while its request is in flight leaves no orphan and no stray answer:
@@ -229,8 +273,16 @@ class Zygote:
         kill_process_group(pid)
         asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
 
-    def spawn_blocking(self, run_name: str, argv: Sequence[str], env: dict[str, str], rlimits, tmp: "TmpSpec",
-                       wall_s: int, fds: Sequence[int]) -> int:
+    def spawn_blocking(
+        self,
+        run_name: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        rlimits,
+        tmp: "TmpSpec",
+        wall_s: int,
+        fds: Sequence[int],
+    ) -> int:
         """`spawn` outside the event loop."""
         self.request(run_name, argv, env, rlimits, tmp, wall_s, fds)
         self._control.setblocking(True)
@@ -243,16 +295,32 @@ class Zygote:
             self._control.setblocking(False)
         return self._parse_reply(answer)
 
-    def run_blocking(self, run_name: str, argv: Sequence[str], stdio: Sequence[int], *, rlimits=(),
-                     tmp: Optional["TmpSpec"] = None, wall_s: int = 10, joins: Sequence[int] = ()) -> tuple[int, str]:
+    def run_blocking(
+        self,
+        run_name: str,
+        argv: Sequence[str],
+        stdio: Sequence[int],
+        *,
+        rlimits=(),
+        tmp: Optional["TmpSpec"] = None,
+        wall_s: int = 10,
+        joins: Sequence[int] = (),
+    ) -> tuple[int, str]:
         """Start a run outside the event loop (SANDBOX_ENV, `stdio` as its fds 0-2) and
         wait for it: (exit code, what its init wrote to the status pipe before giving up;
         "" when the program started). For start-up checks and benchmarks."""
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                pid = self.spawn_blocking(run_name, argv, SANDBOX_ENV, rlimits, tmp or TmpSpec("", 1 << 20, 64),
-                                          wall_s, [*stdio, status_w, *joins])
+                pid = self.spawn_blocking(
+                    run_name,
+                    argv,
+                    SANDBOX_ENV,
+                    rlimits,
+                    tmp or TmpSpec("", 1 << 20, 64),
+                    wall_s,
+                    [*stdio, status_w, *joins],
+                )
             finally:
                 os.close(status_w)  # the run holds its own copy until it execs or gives up
             return reap_pid(pid), setup_failure(status_r)

@@ -50,9 +50,16 @@ def _import_without_torch():
     class LoraConfig:
         def __init__(self, base_model_name_or_path=None, r=8, lora_alpha=8, **extra):
             self.fields = dict(
-                base_model_name_or_path=base_model_name_or_path, r=r, lora_alpha=lora_alpha,
-                peft_type="LORA", task_type="CAUSAL_LM", target_modules=None, lora_dropout=0.0,
-                bias="none", inference_mode=True, **extra,
+                base_model_name_or_path=base_model_name_or_path,
+                r=r,
+                lora_alpha=lora_alpha,
+                peft_type="LORA",
+                task_type="CAUSAL_LM",
+                target_modules=None,
+                lora_dropout=0.0,
+                bias="none",
+                inference_mode=True,
+                **extra,
             )
 
         def save_pretrained(self, directory, **_kwargs):
@@ -107,13 +114,37 @@ def _cpu_training_speedups():
         original_create(self)
         fused = self._forward_backward_and_accumulate
 
-        def forward_backward_needed_only(accumulated, lora, non_lora, input_ids, attention_mask, adapter_indices,
-                                         target_ids, loss_mask, loss_fn_types, sampling_logprobs, advantages,
-                                         loss_fn_config):
-            targets = needed_targets(target_ids, attention_mask, loss_mask, advantages, sampling_logprobs,
-                                     loss_fn_types)
-            return fused(accumulated, lora, non_lora, input_ids, attention_mask, adapter_indices, targets,
-                         loss_mask, loss_fn_types, sampling_logprobs, advantages, loss_fn_config)
+        def forward_backward_needed_only(
+            accumulated,
+            lora,
+            non_lora,
+            input_ids,
+            attention_mask,
+            adapter_indices,
+            target_ids,
+            loss_mask,
+            loss_fn_types,
+            sampling_logprobs,
+            advantages,
+            loss_fn_config,
+        ):
+            targets = needed_targets(
+                target_ids, attention_mask, loss_mask, advantages, sampling_logprobs, loss_fn_types
+            )
+            return fused(
+                accumulated,
+                lora,
+                non_lora,
+                input_ids,
+                attention_mask,
+                adapter_indices,
+                targets,
+                loss_mask,
+                loss_fn_types,
+                sampling_logprobs,
+                advantages,
+                loss_fn_config,
+            )
 
         self._forward_backward_and_accumulate = forward_backward_needed_only
 
@@ -139,8 +170,11 @@ def _cpu_training_speedups():
             logprobs = LogitsProcessorMixin.logits_to_logprobs(logits, jnp.maximum(chunk_targets, 0))
             return jnp.where(chunk_targets >= 0, logprobs, jnp.zeros_like(logprobs))
 
-        chunked = (flat_hidden.reshape(chunks, chunk_size, hidden), flat_targets.reshape(chunks, chunk_size),
-                   adapters.reshape(chunks, chunk_size))
+        chunked = (
+            flat_hidden.reshape(chunks, chunk_size, hidden),
+            flat_targets.reshape(chunks, chunk_size),
+            adapters.reshape(chunks, chunk_size),
+        )
         shape = jax.eval_shape(computed, jax.tree.map(lambda x: x[0], chunked))
 
         def skipped(args):
@@ -154,7 +188,6 @@ def _cpu_training_speedups():
         one_chunk = jax.checkpoint(one_chunk, policy=None)
         return jax.lax.map(one_chunk, chunked).reshape(-1)[:total].reshape(batch, length)
 
-
     # jax.lax.ragged_dot, which skyrl's LoRA routes every token through, has a slow,
     # memory-hungry transpose on CPU (for the 151,936-wide unembedding LoRA: 2.2 s and
     # 3.3 GB per 1,024 tokens against 0.7 s for the base matmul's). The same LoRA as
@@ -165,7 +198,7 @@ def _cpu_training_speedups():
     def apply_lora_with_matmuls(self, x, base_output, adapter_indices):
         if self.max_lora_adapters == 0 or adapter_indices is None:
             return base_output
-        flat = x.reshape(-1, *x.shape[base_output.ndim - 1:])
+        flat = x.reshape(-1, *x.shape[base_output.ndim - 1 :])
         per_token = jnp.repeat(adapter_indices, flat.shape[0] // adapter_indices.shape[0])
         lora_a, lora_b = self.lora_A[...], self.lora_B[...]
 
@@ -202,8 +235,11 @@ def _cpu_training_speedups():
             end = min(start + query_block, length)
             causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]
             mask = attention_mask[:, None, None, :end].astype(bool) & causal[None, None]
-            outputs.append(jax.nn.dot_product_attention(
-                q[:, start:end], k[:, :end], v[:, :end], scale=1.0 / head_dim**0.5, mask=mask))
+            outputs.append(
+                jax.nn.dot_product_attention(
+                    q[:, start:end], k[:, :end], v[:, :end], scale=1.0 / head_dim**0.5, mask=mask
+                )
+            )
         return jnp.concatenate(outputs, axis=1)
 
     qwen3_module.dot_product_attention = causal_attention_in_blocks
@@ -280,10 +316,19 @@ def _cpu_sampling_speedups():
         if count == 0 or target == count:
             return original_sample(self, prepared_batch)
         extra = target - count
-        padded = prepared_batch.model_copy(update={
-            name: getattr(prepared_batch, name) + [getattr(prepared_batch, name)[0]] * extra
-            for name in ("all_model_inputs", "all_sampling_params", "all_model_ids", "all_checkpoint_ids",
-                         "all_checkpoint_paths", "all_session_ids")})
+        padded = prepared_batch.model_copy(
+            update={
+                name: getattr(prepared_batch, name) + [getattr(prepared_batch, name)[0]] * extra
+                for name in (
+                    "all_model_inputs",
+                    "all_sampling_params",
+                    "all_model_ids",
+                    "all_checkpoint_ids",
+                    "all_checkpoint_paths",
+                    "all_session_ids",
+                )
+            }
+        )
         return original_sample(self, padded)
 
     jax_backend.JaxBackendImpl.sample = sample_in_power_of_two_batches
@@ -319,8 +364,12 @@ def _api():
     engine_config = EngineConfig.model_validate({k: v for k, v in vars(args).items() if k in EngineConfig.model_fields})
     api.app.state.engine_config = engine_config
     config = uvicorn.Config(
-        api.app, host=args.host, port=args.port, log_config=api.get_uvicorn_log_config(),
-        backlog=api.SKYRL_HTTP_CONNECTION_LIMIT, timeout_keep_alive=api.HTTP_KEEP_ALIVE_TIMEOUT_SECONDS,
+        api.app,
+        host=args.host,
+        port=args.port,
+        log_config=api.get_uvicorn_log_config(),
+        backlog=api.SKYRL_HTTP_CONNECTION_LIMIT,
+        timeout_keep_alive=api.HTTP_KEEP_ALIVE_TIMEOUT_SECONDS,
     )
     sockets = None
     if args.listen_fd is not None:

@@ -17,9 +17,32 @@ from piexp.tasks.family import Family, check_exact
 
 REGIONS = ("north", "south", "east", "west", "central", "coastal", "highlands", "islands")
 PRODUCTS = (
-    "anvil", "bolt", "cable", "drill", "easel", "fuse", "gasket", "hinge", "inkpad",
-    "jack", "kettle", "ladder", "mallet", "nozzle", "oiler", "pulley", "quill", "rivet",
-    "sander", "trowel", "umbrella", "valve", "wrench", "xylo", "yoke", "zipper",
+    "anvil",
+    "bolt",
+    "cable",
+    "drill",
+    "easel",
+    "fuse",
+    "gasket",
+    "hinge",
+    "inkpad",
+    "jack",
+    "kettle",
+    "ladder",
+    "mallet",
+    "nozzle",
+    "oiler",
+    "pulley",
+    "quill",
+    "rivet",
+    "sander",
+    "trowel",
+    "umbrella",
+    "valve",
+    "wrench",
+    "xylo",
+    "yoke",
+    "zipper",
 )
 COLUMNS = ("order_id", "region", "product", "quantity", "unit_price_cents", "returned")
 
@@ -58,14 +81,16 @@ def generate(rng: random.Random, p: CsvAggParams):
     rows: list[dict[str, Any]] = []
     base = rng.randint(1000, 90000)
     for i in range(p.n_rows):
-        rows.append({
-            "order_id": str(base + i),
-            "region": rng.choice(regions),
-            "product": rng.choice(products),
-            "quantity": rng.randint(1, p.max_quantity),
-            "unit_price_cents": rng.randint(1, p.max_price_cents),
-            "returned": "yes" if rng.random() < 0.15 else "no",
-        })
+        rows.append(
+            {
+                "order_id": str(base + i),
+                "region": rng.choice(regions),
+                "product": rng.choice(products),
+                "quantity": rng.randint(1, p.max_quantity),
+                "unit_price_cents": rng.randint(1, p.max_price_cents),
+                "returned": "yes" if rng.random() < 0.15 else "no",
+            }
+        )
     while True:
         chosen = sorted(rng.sample(regions, rng.randint(1, max(1, p.n_regions - 1))))
         kept = _kept(rows, chosen)

@@ -35,10 +35,7 @@ def _step_counts(grid: list[str], start: tuple[int, int]) -> dict[tuple[int, int
     """
     cells = [(r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch != "#"]
     index = {cell: i for i, cell in enumerate(cells)}
-    neighbours = [
-        [index[n] for n in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)) if n in index]
-        for r, c in cells
-    ]
+    neighbours = [[index[n] for n in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)) if n in index] for r, c in cells]
     unreached = len(cells)  # more steps than any path between open cells can take
     steps = [unreached] * len(cells)
     steps[index[start]] = 0

@@ -48,9 +48,7 @@ def generate(rng: random.Random, p: JsonTreeParams):
         parents.append(parent)
         depths.append(depths[parent] + 1)
     tag = rng.choice(TAGS)
-    answer = sum(
-        node["size"] * depth for node, depth in zip(nodes, depths) if tag in node.get("tags", [])
-    )
+    answer = sum(node["size"] * depth for node, depth in zip(nodes, depths) if tag in node.get("tags", []))
     check_exact("json_tree", answer)
     instruction = (
         "`tree.json` holds one JSON object, the root of a tree. Every node has a `name` and an "

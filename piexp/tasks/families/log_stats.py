@@ -17,8 +17,22 @@ from piexp.tasks.families._common import query_file
 from piexp.tasks.family import Family, check_exact
 
 SERVICES = (
-    "api", "auth", "billing", "cache", "db", "email", "feed", "gateway", "images",
-    "jobs", "kv", "ledger", "metrics", "notify", "orders", "search",
+    "api",
+    "auth",
+    "billing",
+    "cache",
+    "db",
+    "email",
+    "feed",
+    "gateway",
+    "images",
+    "jobs",
+    "kv",
+    "ledger",
+    "metrics",
+    "notify",
+    "orders",
+    "search",
 )
 LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 PATHS = ("/", "/login", "/cart", "/items", "/pay", "/search", "/health", "/user")
@@ -47,8 +61,12 @@ def generate(rng: random.Random, p: LogStatsParams):
         service = rng.choice(services)
         latency = rng.randint(1, p.max_latency_ms)
         status = rng.choice((200, 200, 200, 201, 204, 301, 400, 404, 500, 503))
-        fields = [f"latency_ms={latency}", f"status={status}", f"path={rng.choice(PATHS)}",
-                  f"user=u{rng.randint(1, 999)}"]
+        fields = [
+            f"latency_ms={latency}",
+            f"status={status}",
+            f"path={rng.choice(PATHS)}",
+            f"user=u{rng.randint(1, 999)}",
+        ]
         rng.shuffle(fields)
         lines.append(f"{stamp} {lvl} {service} " + " ".join(fields))
         records.append((lvl, service, latency))

@@ -22,8 +22,13 @@ REMOTE = ["sandbox.url=http://127.0.0.1:8080/run_code"]
 COMPANIONS = {
     ("sandbox", "remote"): REMOTE,
     ("model", "tiny-local"): ["service=local"],  # a local model folder
+    ("model", "learner-local"): ["service=local"],  # a local model folder piexp builds
     ("service", "selfhosted"): ["service.url=http://127.0.0.1:8000"],
 }
+
+
+# Mode options that are a preset's variant of another mode.
+MODE_NAMES = {"train_learn_offline": "train"}
 
 
 def _extra(group: str, option: str) -> list[str]:
@@ -41,7 +46,7 @@ def test_every_group_option_composes(group: str, option: str) -> None:
     if group == "family" and option not in ALIASES:
         assert config.families == [option]
     if group == "mode":
-        assert config.mode.name == option
+        assert config.mode.name == MODE_NAMES.get(option, option)
 
 
 def test_family_all_selects_every_family() -> None:

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -313,11 +314,19 @@ def test_status_of_a_single_run_folder_and_watch(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    # Interrupted once it has drawn twice (a fixed sleep failed on a loaded machine, where
+    # starting the process alone can take seconds).
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while sum("| 0 | complete |" in line for line in list(lines)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     watch.send_signal(signal.SIGINT)
-    out, err = watch.communicate(timeout=30)
+    _, err = watch.communicate(timeout=30)
+    reader.join(5)
     assert watch.returncode == 0, err
-    assert out.count("| 0 | complete |") >= 2, "--watch did not redraw"
+    assert sum("| 0 | complete |" in line for line in lines) >= 2, "--watch did not redraw"
 
 
 def test_status_of_a_folder_without_one_is_one_paragraph_exit_2(tmp_path: Path) -> None:

@@ -35,7 +35,6 @@ def test_rl_improves_held_out_reward_and_shuffled_control_does_not(server_venv: 
     assert base["reward"] < 0.5, text
     assert figures["rl_improves"], f"RL did not raise held-out mean reward beyond its interval\n{text}"
     assert rl["diff_reward"] > 0.1, text
-    assert rl["diff_pass@1"] >= 0, text
     assert figures["control_flat"], f"the shuffled-reward control improved beyond its interval\n{text}"
     # Every stage left its eval folder and the loop its comparison.
     assert (tmp_path / "rl" / "compare.md").is_file()

@@ -74,31 +74,13 @@ async def _sft_step(
 
 
 async def oracle_trajectories(config: RunConfig, sandbox_url: str) -> tuple[list[Any], list[float]]:
-    """Oracle episodes (trajectories, rewards) on the first `warm_start.tasks` train tasks,
-    cycling through the run's train languages."""
-    import asyncio
-
-    from tinker_cookbook.rl.rollouts import do_group_rollout
-
-    from piexp.env.dataset import episode_settings
-    from piexp.env.episode import WorkspaceGroupBuilder, get_run_renderer
+    """Episodes of `warm_start.policy` (trajectories, rewards) on the first
+    `warm_start.tasks` train tasks, cycling through the run's train languages."""
     from piexp.env.splits import build_splits
-    from piexp.policies import make_policy
+    from piexp.pretrain.data import scripted_trajectories
 
-    splits = build_splits(config)
-    settings = episode_settings(config, sandbox_url)
-    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
-    policy = make_policy(config.warm_start.policy, renderer, [*splits.train, *splits.eval])
-    tasks = list(splits.train)[: config.warm_start.tasks]
-    languages = config.train_languages
-    builders = [
-        WorkspaceGroupBuilder(task=task, language=languages[i % len(languages)], settings=settings, group_size=1)
-        for i, task in enumerate(tasks)
-    ]
-    groups = await asyncio.gather(*(do_group_rollout(builder, policy) for builder in builders))
-    trajectories = [group.trajectories_G[0] for group in groups]
-    rewards = [float(group.get_total_rewards()[0]) for group in groups]
-    return trajectories, rewards
+    tasks = list(build_splits(config).train)[: config.warm_start.tasks]
+    return await scripted_trajectories(config, sandbox_url, tasks, [config.warm_start.policy] * len(tasks))
 
 
 async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str | None:

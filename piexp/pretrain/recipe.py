@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from piexp.service.tiny_model import TINY_QWEN3_CONFIG
+
 #: The piexp packages whose code decides the pre-training episodes' tokens.
 SOURCE_PACKAGES = ("env", "policies", "tasks", "tokenizer", "pretrain")
 SOURCE_MODULES = ("languages.py", "cookbook_compat.py")
@@ -29,23 +31,8 @@ class LearnerRecipe:
     # model mixed up the two long programs' texts at this training budget.)
     policy_shares: tuple[tuple[str, float], ...] = (("oracle", 1 / 3), ("crash", 2 / 3))
     seed: int = 0  # weights init, episode order, policy draw, negative samples
-    # Qwen3 at toy size; vocabulary and special ids are Qwen3's.
-    architecture: dict[str, Any] = field(
-        default_factory=lambda: {
-            "vocab_size": 151936,
-            "hidden_size": 64,
-            "intermediate_size": 256,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 16,
-            "tie_word_embeddings": False,
-            "max_position_embeddings": 32768,
-            "bos_token_id": 151643,
-            "eos_token_id": 151645,
-            "pad_token_id": 151643,
-        }
-    )
+    # tiny-local's toy Qwen3 (Qwen3's vocabulary and special ids) with a wider MLP.
+    architecture: dict[str, Any] = field(default_factory=lambda: {**TINY_QWEN3_CONFIG, "intermediate_size": 256})
     batch_sequences: int = 8  # sequences per optimiser step
     learning_rate: float = 5e-3  # AdamW peak, cosine decay to 0 over all steps
     # Stating what the program printed means copying its digits from the tool output, an

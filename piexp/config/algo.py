@@ -1,7 +1,9 @@
 """The typed `algo` block of a run: every option of tinker-cookbook's RL loop
 (`rl.train.Config`) and of its rollout policy (`rl.rollout_presets.RolloutConfig`) that
-piexp lets a config set, with the cookbook's names and defaults, bounded up front.
-`piexp/launch/rl_config.py` turns it into the cookbook's own objects."""
+piexp lets a config set, under the cookbook's names, bounded up front (the values,
+the cookbook's defaults, are conf/algo/default.yaml's).
+`piexp/launch/train.py` and `piexp/env/rollout_policy.py` turn it into the cookbook's own
+objects."""
 
 from __future__ import annotations
 
@@ -15,9 +17,6 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 RL_LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
 # tinker_cookbook.rl.types.StopReason values a trajectory can be cut off by (its limits).
 LIMIT_STOP_REASONS = ("max_tokens", "max_sampled_tokens", "max_turns", "max_tool_calls", "rollout_timeout")
-# rl.train.Config defaults for checkpoint retention (7 days, 2 hours).
-DEFAULT_TTL_SECONDS = 604800
-DEFAULT_ROLLING_TTL_SECONDS = 7200
 
 
 class _Strict(BaseModel):
@@ -27,10 +26,12 @@ class _Strict(BaseModel):
 class LossFnConfig(_Strict):
     """The loss function's ratio clipping (ppo, cispo, gspo); null = the service's default."""
 
-    clip_low_threshold: Annotated[float, Field(gt=0, le=1)] | None = (
-        None  # lower clip of the ratio p/q (PPO: 1 - eps_low)
+    clip_low_threshold: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        description="lower clip of the ratio p/q (PPO: 1 - eps_low)"
     )
-    clip_high_threshold: Annotated[float, Field(ge=1)] | None = None  # upper clip of the ratio p/q (PPO: 1 + eps_high)
+    clip_high_threshold: Annotated[float, Field(ge=1)] | None = Field(
+        description="upper clip of the ratio p/q (PPO: 1 + eps_high)"
+    )
 
     def as_dict(self) -> dict[str, float] | None:
         values = {key: value for key, value in self.model_dump().items() if value is not None}
@@ -40,8 +41,16 @@ class LossFnConfig(_Strict):
 class KLReference(_Strict):
     """The policy the KL penalty is measured against (used when kl_penalty_coef > 0)."""
 
-    base_model: str | None = None  # base weights of the reference; null = model.name (the trained model's base)
-    load_checkpoint_path: str | None = None  # tinker:// weights to load into the reference; null = base weights
+    base_model: str | None = Field(
+        description="base weights of the reference; null = model.name (the trained model's base)"
+    )
+    load_checkpoint_path: str | None = Field(
+        description="tinker:// weights to load into the reference; null = base weights"
+    )
+
+    @property
+    def is_set(self) -> bool:
+        return self.base_model is not None or self.load_checkpoint_path is not None
 
     @model_validator(mode="after")
     def _tinker_path(self) -> KLReference:
@@ -58,40 +67,48 @@ class RolloutErrorTolerance(_Strict):
 
     # model_default: the cookbook's choice for the model (FailFast, MinViableGroup for Inkling);
     # fail_fast: any error stops training; retry: RetryOnFailure; min_viable_group: MinViableGroup.
-    strategy: Literal["model_default", "fail_fast", "retry", "min_viable_group"] = "model_default"
-    max_retries: NonNegativeInt = 3  # retry / min_viable_group: retries per group, in all
-    per_rollout_timeout: PositiveFloat | None = (
-        None  # retry / min_viable_group: seconds before a rollout is retried; null = none
+    strategy: Literal["model_default", "fail_fast", "retry", "min_viable_group"] = Field(
+        description="how a failing rollout is handled"
     )
-    min_successful: PositiveInt | None = (
-        None  # min_viable_group: trajectories a group keeps at least; null = 75% of the group
+    max_retries: NonNegativeInt = Field(description="retry / min_viable_group: retries per group, in all")
+    per_rollout_timeout: PositiveFloat | None = Field(
+        description="retry / min_viable_group: seconds before a rollout is retried; null = none"
+    )
+    min_successful: PositiveInt | None = Field(
+        description="min_viable_group: trajectories a group keeps at least; null = 75% of the group"
     )
 
 
 class TerminationPolicy(_Strict):
     """Reward semantics by stop reason (the cookbook's TerminationRewardPolicy)."""
 
-    enabled: bool = False  # false = the model's default (none, except agentic() for Inkling models)
-    zero_reward_on_limit: bool = False  # clamp the reward of limit-stopped trajectories to min(reward, 0)
-    limit_stop_reasons: Annotated[list[Literal[LIMIT_STOP_REASONS]], Field(min_length=1)] = list(LIMIT_STOP_REASONS)  # type: ignore[valid-type]  # stop reasons that count as limits
-    skip_grading_on_timeout: bool = False  # do not grade rollout_timeout trajectories (reward 0) when clamping
-    grader_timeout_seconds: PositiveFloat | None = None  # bound on one grading call; null = none
-    pass_all_messages_to_grader: bool = False  # the grader sees the prompt too (false: only the rollout's messages)
+    enabled: bool = Field(description="false = the model's default (none, except agentic() for Inkling models)")
+    zero_reward_on_limit: bool = Field(description="clamp the reward of limit-stopped trajectories to min(reward, 0)")
+    limit_stop_reasons: Annotated[list[Literal[LIMIT_STOP_REASONS]], Field(min_length=1)] = Field(  # type: ignore[valid-type]
+        description="stop reasons that count as limits"
+    )
+    skip_grading_on_timeout: bool = Field(
+        description="do not grade rollout_timeout trajectories (reward 0) when clamping"
+    )
+    grader_timeout_seconds: PositiveFloat | None = Field(description="bound on one grading call; null = none")
+    pass_all_messages_to_grader: bool = Field(
+        description="the grader sees the prompt too (false: only the rollout's messages)"
+    )
 
 
 class ParseErrors(_Strict):
     """What a malformed model turn (unparsable tool call) does (the cookbook's ParseErrorPolicy)."""
 
-    enabled: bool = (
-        False  # false = the model's default (one-shot: reward -0.1 and the episode ends; Inkling: agentic())
+    enabled: bool = Field(
+        description="false = the model's default (one-shot: reward -0.1 and the episode ends; Inkling: agentic())"
     )
-    max_consecutive: NonNegativeInt = 0  # content parse failures in a row answered with a corrective message
-    retry_message_template: str = (
-        "The previous message had a formatting issue.\nError: {details}"  # that message; {details} = the error
+    max_consecutive: NonNegativeInt = Field(
+        description="content parse failures in a row answered with a corrective message"
     )
-    penalty_per_error: NonNegativeFloat = 0.0  # reward of a retried malformed turn is -penalty_per_error
-    terminal_reward: float = 0.0  # reward of the turn that ends the episode on a parse error
-    mask_error_turns: bool = False  # leave malformed turns out of the loss
+    retry_message_template: str = Field(description="that message; {details} = the error")
+    penalty_per_error: NonNegativeFloat = Field(description="reward of a retried malformed turn is -penalty_per_error")
+    terminal_reward: float = Field(description="reward of the turn that ends the episode on a parse error")
+    mask_error_turns: bool = Field(description="leave malformed turns out of the loss")
 
     @model_validator(mode="after")
     def _placeholder(self) -> ParseErrors:
@@ -103,43 +120,54 @@ class ParseErrors(_Strict):
 class AsyncSettings(_Strict):
     """Off-policy (asynchronous) training; its batch size is mode.groups_per_batch."""
 
-    max_steps_off_policy: PositiveInt | None = None  # train on samples at most this many steps old; null = synchronous
+    max_steps_off_policy: PositiveInt | None = Field(
+        description="train on samples at most this many steps old; null = synchronous"
+    )
 
 
 class StreamMinibatchSettings(_Strict):
     """Synchronous training that starts on minibatches as their groups finish."""
 
-    num_minibatches: PositiveInt | None = None  # forward_backward passes per optimizer substep; null = off
+    num_minibatches: PositiveInt | None = Field(description="forward_backward passes per optimizer substep; null = off")
 
 
 class AlgoSettings(_Strict):
-    """The RL recipe (a conf/algo preset plus algo.NAME=VALUE overrides)."""
+    """The RL recipe (a conf/algo preset plus algo.NAME=VALUE overrides); every preset
+    builds on conf/algo/default.yaml, which sets every field."""
 
-    recipe: str = "default"  # the preset's name, recorded with the run
-    loss_fn: Literal[RL_LOSS_FNS] = "importance_sampling"  # type: ignore[valid-type]  # tinker policy-gradient loss
-    loss_fn_config: LossFnConfig = LossFnConfig()  # the loss's clip thresholds
-    num_substeps: PositiveInt = 1  # optimizer steps per training batch
-    kl_penalty_coef: NonNegativeFloat = 0.0  # weight of the KL penalty against the reference policy (0 = off)
-    kl_discount_factor: Annotated[float, Field(ge=0, le=1)] = 0.0  # position discount of the KL penalty terms
-    kl_reference_config: KLReference = KLReference()  # the KL reference policy
-    compute_post_kl: bool = False  # log the KL between the sampling and the updated policy (extra cost)
-    remove_constant_reward_groups: bool = False  # drop groups whose rewards are all equal (no signal)
-    shuffle_rewards: bool = (
-        False  # control: permute total rewards within each group before advantages (a run that must NOT learn)
+    recipe: str = Field(description="the preset's name, recorded with the run")
+    loss_fn: Literal[RL_LOSS_FNS] = Field(description="tinker policy-gradient loss")  # type: ignore[valid-type]
+    loss_fn_config: LossFnConfig = Field(description="the loss's clip thresholds")
+    num_substeps: PositiveInt = Field(description="optimizer steps per training batch")
+    kl_penalty_coef: NonNegativeFloat = Field(
+        description="weight of the KL penalty against the reference policy (0 = off)"
     )
-    rollout_error_tolerance: RolloutErrorTolerance = RolloutErrorTolerance()  # failing rollouts
-    termination: TerminationPolicy = TerminationPolicy()  # rewards of limit-stopped trajectories
-    parse_errors: ParseErrors = ParseErrors()  # malformed tool calls
-    tool_execution: Literal["parallel", "sequential"] | None = None  # a turn's tool calls; null = the model's default
-    async_config: AsyncSettings = AsyncSettings()  # off-policy training
-    stream_minibatch_config: StreamMinibatchSettings = StreamMinibatchSettings()  # streaming minibatches
-    rolling_save_every: NonNegativeInt = 0  # save resumable state (no sampler export) every N steps (0 = never)
-    ttl_seconds: PositiveInt | None = DEFAULT_TTL_SECONDS  # periodic checkpoints expire after this; null = never
-    rolling_ttl_seconds: PositiveInt = DEFAULT_ROLLING_TTL_SECONDS  # rolling checkpoints expire after this
-    num_groups_to_log: NonNegativeInt = 4  # groups whose rollouts are logged per step (0 = none)
-    rollout_json_export: bool = True  # write each step's rollouts as JSON lines into the run folder
-    enable_trace: bool = False  # write async trace events (debugging, profiling)
-    span_chart_every: NonNegativeInt = 0  # write a Gantt chart every N steps (0 = never; needs plotly)
+    kl_discount_factor: Annotated[float, Field(ge=0, le=1)] = Field(
+        description="position discount of the KL penalty terms"
+    )
+    kl_reference_config: KLReference = Field(description="the KL reference policy")
+    compute_post_kl: bool = Field(description="log the KL between the sampling and the updated policy (extra cost)")
+    remove_constant_reward_groups: bool = Field(description="drop groups whose rewards are all equal (no signal)")
+    shuffle_rewards: bool = Field(
+        description="control: permute total rewards within each group before advantages (a run that must NOT learn)"
+    )
+    rollout_error_tolerance: RolloutErrorTolerance = Field(description="failing rollouts")
+    termination: TerminationPolicy = Field(description="rewards of limit-stopped trajectories")
+    parse_errors: ParseErrors = Field(description="malformed tool calls")
+    tool_execution: Literal["parallel", "sequential"] | None = Field(
+        description="a turn's tool calls; null = the model's default"
+    )
+    async_config: AsyncSettings = Field(description="off-policy training")
+    stream_minibatch_config: StreamMinibatchSettings = Field(description="streaming minibatches")
+    rolling_save_every: NonNegativeInt = Field(
+        description="save resumable state (no sampler export) every N steps (0 = never)"
+    )
+    ttl_seconds: PositiveInt | None = Field(description="periodic checkpoints expire after this; null = never")
+    rolling_ttl_seconds: PositiveInt = Field(description="rolling checkpoints expire after this")
+    num_groups_to_log: NonNegativeInt = Field(description="groups whose rollouts are logged per step (0 = none)")
+    rollout_json_export: bool = Field(description="write each step's rollouts as JSON lines into the run folder")
+    enable_trace: bool = Field(description="write async trace events (debugging, profiling)")
+    span_chart_every: NonNegativeInt = Field(description="write a Gantt chart every N steps (0 = never; needs plotly)")
 
     @model_validator(mode="after")
     def _consistent(self) -> AlgoSettings:
@@ -148,7 +176,7 @@ class AlgoSettings(_Strict):
             and self.stream_minibatch_config.num_minibatches is not None
         ):
             raise ValueError("algo.async_config and algo.stream_minibatch_config exclude each other (set one)")
-        if self.kl_penalty_coef == 0 and self.kl_reference_config != KLReference():
+        if self.kl_penalty_coef == 0 and self.kl_reference_config.is_set:
             raise ValueError("algo.kl_reference_config is only used with algo.kl_penalty_coef > 0")
         if self.shuffle_rewards and self.termination.zero_reward_on_limit:
             raise ValueError(

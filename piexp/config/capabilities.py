@@ -23,7 +23,8 @@ Tinker and a self-hosted server are not second-guessed: they answer for themselv
 
 from __future__ import annotations
 
-from piexp.config.algo import DEFAULT_ROLLING_TTL_SECONDS, DEFAULT_TTL_SECONDS, AlgoSettings
+from piexp.config.algo import AlgoSettings
+from piexp.config.defaults import default_settings
 
 __all__ = ["LOCAL_LOSS_FNS", "refuse_unsupported_algo"]
 
@@ -50,12 +51,14 @@ def _local_problems(algo: AlgoSettings, model_name: str) -> list[str]:
                 "algo.kl_reference_config.load_checkpoint_path (the SDK then sends base_model and "
                 "model_path together, and the server accepts exactly one)"
             )
-    if algo.ttl_seconds != DEFAULT_TTL_SECONDS:
+    # The default recipe's expiry is the cookbook's, which the server ignores harmlessly.
+    default_algo = default_settings("algo", AlgoSettings)
+    if algo.ttl_seconds != default_algo.ttl_seconds:
         problems.append(
             f"algo.ttl_seconds={algo.ttl_seconds} (the server has no checkpoint expiry; "
             f"checkpoints stay in the run's local_service/ folder)"
         )
-    if algo.rolling_ttl_seconds != DEFAULT_ROLLING_TTL_SECONDS:
+    if algo.rolling_ttl_seconds != default_algo.rolling_ttl_seconds:
         problems.append(f"algo.rolling_ttl_seconds={algo.rolling_ttl_seconds} (the server has no checkpoint expiry)")
     return problems
 

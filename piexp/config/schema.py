@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, f
 
 from piexp.config.algo import AlgoSettings
 from piexp.config.capabilities import refuse_unsupported_algo
+from piexp.config.defaults import default_settings
 from piexp.languages import LANGUAGES
 
 NonNegativeFloat = Annotated[float, Field(ge=0)]
@@ -27,14 +28,15 @@ class _Strict(BaseModel):
 
 
 class LanguageSettings(_Strict):
-    # The commands `bash` accepts for the language; the first is the one the prompt names.
-    runtimes: Annotated[list[str], Field(min_length=1)]
-    # The solution file the prompt asks for.
-    filename: Annotated[str, Field(min_length=1)]
+    # The first runtime is the one the prompt names.
+    runtimes: Annotated[list[str], Field(min_length=1)] = Field(description="the commands `bash` accepts")
+    filename: Annotated[str, Field(min_length=1)] = Field(description="the solution file the prompt asks for")
     # SandboxFusion's id for the language: derived, not configured (None = the language
     # registry's, which RunConfig fills in); accepted from configs saved before it was
     # derived, and refused there when it differs from the registry's.
-    sandbox_language: Annotated[str, Field(min_length=1)] | None = None
+    sandbox_language: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="SandboxFusion's id for the language (derived)"
+    )
 
     @property
     def command(self) -> str:
@@ -43,35 +45,41 @@ class LanguageSettings(_Strict):
 
 
 class RewardWeights(_Strict):
-    mutation: NonNegativeFloat = 0.15
-    execution: NonNegativeFloat = 0.15
-    output: NonNegativeFloat = 0.6
-    answer: NonNegativeFloat = 0.1
-    # The whole reward of an episode that hit an infrastructure error: a penalty, so <= 0.
-    infrastructure_error: Annotated[float, Field(le=0)] = -0.1
+    mutation: NonNegativeFloat = Field(description="reward of a successful write or edit")
+    execution: NonNegativeFloat = Field(description="reward of a bash run that exited 0")
+    output: NonNegativeFloat = Field(description="reward of a bash run whose last stdout line is the answer")
+    answer: NonNegativeFloat = Field(description="reward of a final message whose last integer is the answer")
+    # A penalty, so <= 0.
+    infrastructure_error: Annotated[float, Field(le=0)] = Field(
+        description="the whole reward of an episode that hit an infrastructure error"
+    )
 
 
 class RewardSettings(_Strict):
-    mode: Literal["shaped", "binary"] = "shaped"
-    weights: RewardWeights = RewardWeights()
-    stdout_chars: PositiveInt = 512
-    stderr_chars: PositiveInt = 1200
-    context_overflow_reward: float = -0.1
+    mode: Literal["shaped", "binary"] = Field(description="partial credit per step, or 1.0 only when all hold")
+    weights: RewardWeights = Field(description="the shaped reward's weight of each step")
+    stdout_chars: PositiveInt = Field(description="a bash result's stdout is cut to this many characters")
+    stderr_chars: PositiveInt = Field(description="a bash result's stderr is cut to this many characters")
+    context_overflow_reward: float = Field(description="reward of an episode that would overflow the context")
 
 
 class Limits(_Strict):
-    max_turns: PositiveInt = 10
-    max_tool_calls: PositiveInt = 16
-    max_trajectory_tokens: PositiveInt = 16384
-    max_generation_tokens: PositiveInt = 2048
-    sandbox_timeout_s: PositiveInt = 10
+    max_turns: PositiveInt = Field(description="assistant turns per episode")
+    max_tool_calls: PositiveInt = Field(description="tool calls per episode")
+    max_trajectory_tokens: PositiveInt = Field(description="prompt and all turns of an episode, in tokens")
+    max_generation_tokens: PositiveInt = Field(description="tokens sampled per turn")
+    sandbox_timeout_s: PositiveInt = Field(description="wall-clock limit of one bash run in the sandbox")
     # tinker-cookbook RolloutLimits budgets, enforced by its rollout runner (null = none):
-    max_sampled_tokens: PositiveInt | None = None  # sampled tokens per episode, all turns together
-    max_turn_tokens: PositiveInt | None = (
-        None  # sampled tokens per turn; a cut turn goes on (needs a cumulative budget to end)
+    max_sampled_tokens: PositiveInt | None = Field(description="sampled tokens per episode, all turns together")
+    max_turn_tokens: PositiveInt | None = Field(
+        description="sampled tokens per turn; a cut turn goes on (needs a cumulative budget to end)"
     )
-    rollout_timeout_s: PositiveFloat | None = None  # wall-clock budget of one episode; it ends, still graded
-    sampling_turn_timeout_s: PositiveFloat | None = None  # wall-clock budget of one sampling call; it fails
+    rollout_timeout_s: PositiveFloat | None = Field(
+        description="wall-clock budget of one episode; it ends, still graded"
+    )
+    sampling_turn_timeout_s: PositiveFloat | None = Field(
+        description="wall-clock budget of one sampling call; it fails"
+    )
 
     @model_validator(mode="after")
     def _generation_fits(self) -> Limits:
@@ -84,22 +92,23 @@ class Limits(_Strict):
 
 
 class ModelSettings(_Strict):
-    name: Annotated[str, Field(min_length=1)]
-    renderer: str | None = None
-    lora_rank: PositiveInt = 32
-    learning_rate: PositiveFloat = 4e-5
-    temperature: NonNegativeFloat = 1.0
+    name: Annotated[str, Field(min_length=1)] = Field(description="the base model (Tinker model id, or a local one)")
+    renderer: str | None = Field(description="tinker-cookbook renderer (null = the cookbook's choice for the model)")
+    lora_rank: PositiveInt = Field(description="LoRA rank of the trained adapter")
+    learning_rate: PositiveFloat = Field(description="Adam learning rate")
+    temperature: NonNegativeFloat = Field(description="sampling temperature")
 
 
 class ServiceSettings(_Strict):
     # tinker: the Tinker API; local: a SkyRL server piexp starts on loopback (offline);
     # selfhosted: a Tinker-compatible server the user runs, at `url`.
-    name: Literal["tinker", "local", "selfhosted"] = "tinker"
-    base_url: str | None = None  # tinker: endpoint override; local/selfhosted: set at run time
-    url: str | None = None  # selfhosted: the server's URL
-    connect_timeout_s: PositiveFloat = 15
-    start_timeout_s: PositiveFloat = 300  # local: bound on the server's start-up
-    compat_proxy: bool = True  # selfhosted: put piexp's SkyRL compatibility proxy in front
+    name: Literal["tinker", "local", "selfhosted"] = Field(description="where training and model sampling run")
+    base_url: str | None = Field(description="tinker: endpoint override; local/selfhosted: set at run time")
+    # Absent from the other services' YAML: a run folder's saved config of those has none.
+    url: str | None = Field(default=None, description="selfhosted: the server's URL")
+    connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
+    start_timeout_s: PositiveFloat = Field(description="local: bound on the server's start-up")
+    compat_proxy: bool = Field(description="selfhosted: put piexp's SkyRL compatibility proxy in front")
 
     @model_validator(mode="after")
     def _url_fits_service(self) -> ServiceSettings:
@@ -116,21 +125,24 @@ class ServiceSettings(_Strict):
 class WarmStartSettings(_Strict):
     """Supervised steps on scripted-policy trajectories before RL (0 = off)."""
 
-    sft_steps: Annotated[int, Field(ge=0)] = 0
-    policy: Literal["oracle"] = "oracle"
-    tasks: PositiveInt = 8  # train tasks rolled out (one episode each) to make the SFT data
-    learning_rate: PositiveFloat | None = None  # null = model.learning_rate
+    sft_steps: Annotated[int, Field(ge=0)] = Field(description="supervised steps before RL (0 = no warm start)")
+    policy: Literal["oracle"] = Field(description="the scripted policy whose trajectories are imitated")
+    tasks: PositiveInt = Field(description="train tasks rolled out (one episode each) to make the SFT data")
+    learning_rate: PositiveFloat | None = Field(description="null = model.learning_rate")
 
 
 class SandboxSettings(_Strict):
-    kind: Literal["embedded", "remote"] = "embedded"
-    url: str | None = None
-    max_concurrency: PositiveInt | None = None
-    memory_limit_mb: PositiveInt = 1024
-    output_cap_bytes: PositiveInt = 1 << 20
-    allow_unisolated: bool = False
-    launcher: Literal["zygote", "bwrap"] = "zygote"
-    start_timeout_s: PositiveFloat = 30
+    """Where programs run, and the settings piexp gives an embedded server (the server's
+    own settings, piexp.sandbox.settings, keep a default for each; see launch/sandbox.py)."""
+
+    kind: Literal["embedded", "remote"] = Field(description="piexp's own server, or an existing loopback one")
+    url: str | None = Field(description="remote: the server's loopback /run_code URL; embedded: set at start-up")
+    max_concurrency: PositiveInt | None = Field(description="concurrent runs (null = cores x 2)")
+    memory_limit_mb: PositiveInt = Field(description="per-run memory limit")
+    output_cap_bytes: PositiveInt = Field(description="embedded: stdout and stderr are each capped at this")
+    allow_unisolated: bool = Field(description="embedded: run without bubblewrap (unsafe)")
+    launcher: Literal["zygote", "bwrap"] = Field(description="embedded: how an isolated run starts")
+    start_timeout_s: PositiveFloat = Field(description="the server must answer /v1/ping within this many seconds")
 
     @model_validator(mode="after")
     def _url_is_loopback(self) -> SandboxSettings:
@@ -144,58 +156,67 @@ class SandboxSettings(_Strict):
 
 
 class TaskCounts(_Strict):
-    train_per_family: PositiveInt = 32
-    eval_per_family: PositiveInt = 8
+    train_per_family: PositiveInt = Field(description="train tasks generated per family")
+    eval_per_family: PositiveInt = Field(description="eval tasks generated per family")
 
 
 class TrainMode(_Strict):
-    name: Literal["train"] = "train"
-    group_size: PositiveInt = 4
-    groups_per_batch: PositiveInt = 8
-    max_steps: PositiveInt = 50
-    eval_every: Annotated[int, Field(ge=0)] = 10
-    save_every: Annotated[int, Field(ge=0)] = 10
-    preflight: bool = True
-    wandb_project: str | None = None
-    eval_before: bool = False  # first evaluate the base model (mode=eval policy=model) into <run>/eval_base/
-    eval_after: bool = (
-        False  # then evaluate the final checkpoint into <run>/eval_trained/ (and compare, with eval_before)
+    name: Literal["train"] = Field(description="RL training")
+    group_size: PositiveInt = Field(description="episodes per (task, language) group")
+    groups_per_batch: PositiveInt = Field(description="groups per training batch")
+    max_steps: PositiveInt = Field(description="training batches, exactly")
+    eval_every: Annotated[int, Field(ge=0)] = Field(description="evaluate on the eval split every N steps (0 = never)")
+    save_every: Annotated[int, Field(ge=0)] = Field(description="save a checkpoint every N steps (0 = never)")
+    preflight: bool = Field(description="run mode=check's checks before training")
+    wandb_project: str | None = Field(description="log to this Weights & Biases project (null = off)")
+    eval_before: bool = Field(
+        description="first evaluate the base model (mode=eval policy=model) into <run>/eval_base/"
+    )
+    eval_after: bool = Field(
+        description="then evaluate the final checkpoint into <run>/eval_trained/ (and compare, with eval_before)"
     )
 
 
 class EvalMode(_Strict):
-    name: Literal["eval"] = "eval"
-    preflight: bool = True
-    max_concurrency: PositiveInt = 8
+    name: Literal["eval"] = Field(description="evaluate a policy on the eval split")
+    preflight: bool = Field(description="run the check before evaluating a model")
+    max_concurrency: PositiveInt = Field(description="episodes run at once")
 
 
 class CheckMode(_Strict):
-    name: Literal["check"] = "check"
-    oracle_tasks_per_cell: PositiveInt = 3
-    sample_tasks_per_cell: PositiveInt = 1
-    max_concurrency: PositiveInt = 8
+    name: Literal["check"] = Field(description="prove every (family, language) cell solvable")
+    oracle_tasks_per_cell: PositiveInt = Field(description="oracle episodes per family x language per split")
+    sample_tasks_per_cell: PositiveInt = Field(description="episodes per other scripted policy per cell")
+    max_concurrency: PositiveInt = Field(description="episodes run at once")
 
 
 class RunConfig(_Strict):
-    family: dict[str, dict[str, Any]]
-    languages: dict[str, LanguageSettings]
-    lang: list[str]
-    eval_lang: list[str] | None = None
-    seed: int = 0
-    tasks: TaskCounts = TaskCounts()
-    policy: str | None = None
-    k: PositiveInt | None = None
-    checkpoint: str | None = None  # eval: a tinker:// sampler path or a training run folder
-    # The run folder this run reproduces (set by `piexp reproduce`); a record, not a setting.
-    reproduces: str | None = None
-    reward: RewardSettings = RewardSettings()
-    limits: Limits = Limits()
-    model: ModelSettings
-    service: ServiceSettings = ServiceSettings()
-    warm_start: WarmStartSettings = WarmStartSettings()
-    sandbox: SandboxSettings = SandboxSettings()
-    algo: AlgoSettings = AlgoSettings()
-    mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")]
+    """The values, and their comments, live in the YAML under conf/: every field that all
+    of a group's options set is required here (a composed config that lacks one is
+    refused), so no value is written twice. Only fields some YAML leaves out on purpose
+    (`service.url`, the languages' derived ids) have a default, None."""
+
+    family: dict[str, dict[str, Any]] = Field(description="the task families and their difficulty params")
+    languages: dict[str, LanguageSettings] = Field(description="per-language runtime table")
+    lang: list[str] = Field(description="train language schedule, cycled in order")
+    eval_lang: list[str] | None = Field(description="languages of the eval split (null = lang)")
+    seed: int = Field(description="master seed of task generation, dataset order and sampling")
+    tasks: TaskCounts = Field(description="tasks generated per family and split")
+    policy: str | None = Field(description="eval policy (null = model)")
+    k: PositiveInt | None = Field(description="samples per eval task (null = 1)")
+    checkpoint: str | None = Field(description="eval: a tinker:// sampler path or a training run folder")
+    # A record, not a setting.
+    reproduces: str | None = Field(description="the run folder this run reproduces (set by `piexp reproduce`)")
+    reward: RewardSettings = Field(description="reward mode and weights used for training")
+    limits: Limits = Field(description="episode and sandbox limits")
+    model: ModelSettings = Field(description="sampled/trained model, renderer, LoRA rank, learning rate")
+    service: ServiceSettings = Field(description="where training and model sampling run")
+    warm_start: WarmStartSettings = Field(description="supervised steps on scripted trajectories before RL")
+    sandbox: SandboxSettings = Field(description="where programs run")
+    algo: AlgoSettings = Field(description="RL recipe (mode=train)")
+    mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")] = Field(
+        description="train | eval | check, with the mode's settings"
+    )
 
     @field_validator("languages")
     @classmethod
@@ -282,9 +303,10 @@ class RunConfig(_Strict):
         ignored = []
         if self.warm_start.sft_steps:
             ignored.append("warm_start.sft_steps")
-        if self.algo != AlgoSettings():
+        default_algo = default_settings("algo", AlgoSettings)
+        if self.algo != default_algo:
             changed = [
-                key for key in type(self.algo).model_fields if getattr(self.algo, key) != getattr(AlgoSettings(), key)
+                key for key in type(self.algo).model_fields if getattr(self.algo, key) != getattr(default_algo, key)
             ]
             ignored.append("algo (" + ", ".join(f"algo.{key}" for key in changed) + ")")
         if ignored:

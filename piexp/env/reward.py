@@ -55,7 +55,7 @@ class WorkspaceReward:
     four hold. Either way the infrastructure-error value when the sandbox failed."""
 
     answer: str
-    weights: RewardWeights = RewardWeights()
+    weights: RewardWeights
     binary: bool = False
 
     async def __call__(self, history: list[Message]) -> tuple[float, dict[str, float]]:

@@ -28,6 +28,7 @@ from typing import Any
 
 from rich.table import Table
 
+from piexp.config.defaults import default_settings
 from piexp.config.schema import CheckMode, EvalMode, RunConfig
 from piexp.console import say
 from piexp.env.dataset import episode_settings
@@ -111,13 +112,14 @@ def requested_languages(config: RunConfig) -> list[str]:
 
 
 def check_settings(config: RunConfig) -> CheckMode:
-    """`mode=check`'s settings; the preflight of another mode takes the check's defaults
+    """`mode=check`'s settings; the preflight of another mode takes conf/mode/check.yaml's
     but runs as many episodes at once as that mode allows."""
     if isinstance(config.mode, CheckMode):
         return config.mode
+    defaults = default_settings("mode", CheckMode, "check")
     if isinstance(config.mode, EvalMode):
-        return CheckMode(max_concurrency=config.mode.max_concurrency)
-    return CheckMode()
+        return defaults.model_copy(update={"max_concurrency": config.mode.max_concurrency})
+    return defaults
 
 
 def plan_episodes(config: RunConfig, splits: RunSplits, languages: Sequence[str]) -> list[Episode]:

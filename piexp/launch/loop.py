@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from piexp.config.algo import AlgoSettings
-from piexp.config.schema import RunConfig, TrainMode, WarmStartSettings
+from piexp.config.defaults import default_settings
+from piexp.config.schema import EvalMode, RunConfig, TrainMode, WarmStartSettings
 from piexp.console import say
 
 BASE_EVAL_DIR = "eval_base"
@@ -35,14 +36,15 @@ RunStage = Callable[[RunConfig, Path], "float | None"]
 def eval_stage_config(config: RunConfig, checkpoint: Path | None) -> RunConfig:
     """The `mode=eval policy=model` config of one of the loop's evaluations: the run's
     tasks, languages, model, limits and service; the base model, or `checkpoint`'s final
-    one. Training-only settings are dropped (an eval refuses them)."""
+    one. Training-only settings take their defaults (an eval refuses others); the eval
+    mode is conf/mode/eval.yaml's, without the preflight."""
     data = config.model_dump()
     data.update(
-        mode={"name": "eval", "preflight": False},
+        mode=default_settings("mode", EvalMode, "eval").model_copy(update={"preflight": False}).model_dump(),
         policy="model",
         checkpoint=str(checkpoint) if checkpoint is not None else None,
-        warm_start=WarmStartSettings().model_dump(),
-        algo=AlgoSettings().model_dump(),
+        warm_start=default_settings("warm_start", WarmStartSettings).model_dump(),
+        algo=default_settings("algo", AlgoSettings).model_dump(),
     )
     return RunConfig.model_validate(data)
 

@@ -11,6 +11,7 @@ import pytest
 from tinker_cookbook.renderers.base import ToolCall
 from tinker_cookbook.rl import message_env
 
+from piexp.config.defaults import default_settings
 from piexp.config.schema import LanguageSettings, Limits, RewardSettings
 from piexp.env.episode import EpisodeSettings, WorkspaceEnv, build_workspace_env, get_run_renderer
 from piexp.policies.scripted import render_assistant_tokens
@@ -24,8 +25,8 @@ def _settings() -> EpisodeSettings:
         model_name="Qwen/Qwen3-4B-Instruct-2507",
         renderer_name="qwen3_instruct",
         languages={"python": PYTHON},
-        limits=Limits(),
-        reward=RewardSettings(),
+        limits=default_settings("limits", Limits),
+        reward=default_settings("reward", RewardSettings),
         sandbox_url="http://127.0.0.1:9/run_code",
     )
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from piexp.config.schema import RewardWeights
+from piexp.config.defaults import default_settings
+from piexp.config.schema import RewardSettings, RewardWeights
 from piexp.env.reward import REWARD_METRICS, WorkspaceReward, final_answer
 from piexp.env.tools import RESULT_SCHEMA
 
@@ -28,6 +29,8 @@ def history(mutation: bool, executed: bool, output: bool, answer: bool, infra: b
     return messages
 
 
+# The shipped weights (conf/reward/shaped.yaml), which the rows below spell out.
+WEIGHTS = default_settings("reward", RewardSettings).weights
 # output_correct implies exit 0, so rows with output but no execution cannot occur.
 ROWS = [row for row in itertools.product([False, True], repeat=4) if not (row[2] and not row[1])]
 
@@ -36,8 +39,8 @@ ROWS = [row for row in itertools.product([False, True], repeat=4) if not (row[2]
 def test_shaped_and_binary_rows(row: tuple[bool, bool, bool, bool]) -> None:
     mutation, executed, output, answer = row
     messages = history(*row)
-    shaped, metrics = WorkspaceReward("42").grade(messages)
-    binary, _ = WorkspaceReward("42", binary=True).grade(messages)
+    shaped, metrics = WorkspaceReward("42", WEIGHTS).grade(messages)
+    binary, _ = WorkspaceReward("42", WEIGHTS, binary=True).grade(messages)
     all_four = all(row)
     expected = 1.0 if all_four else 0.15 * mutation + 0.15 * executed + 0.6 * output + 0.1 * answer
     assert shaped == pytest.approx(expected)
@@ -57,7 +60,7 @@ def test_shaped_and_binary_rows(row: tuple[bool, bool, bool, bool]) -> None:
 def test_infrastructure_error_overrides_everything() -> None:
     messages = history(True, True, True, True, infra=True)
     for binary in (False, True):
-        reward, metrics = WorkspaceReward("42", binary=binary).grade(messages)
+        reward, metrics = WorkspaceReward("42", WEIGHTS, binary=binary).grade(messages)
         assert reward == -0.1 and metrics["infrastructure_error"] == 1.0
 
 
@@ -71,9 +74,9 @@ def test_custom_weights() -> None:
 
 def test_no_tools_and_answer_only() -> None:
     messages = [{"role": "user", "content": "t"}, {"role": "assistant", "content": "42"}]
-    reward, metrics = WorkspaceReward("42").grade(messages)
+    reward, metrics = WorkspaceReward("42", WEIGHTS).grade(messages)
     assert reward == pytest.approx(0.1) and metrics["tool_called"] == 0.0
-    assert WorkspaceReward("42", binary=True).grade(messages)[0] == 0.0
+    assert WorkspaceReward("42", WEIGHTS, binary=True).grade(messages)[0] == 0.0
 
 
 def test_foreign_tool_messages_are_ignored() -> None:
@@ -82,7 +85,7 @@ def test_foreign_tool_messages_are_ignored() -> None:
         {"role": "tool", "content": json.dumps({"schema": "other", "tool": "write", "status": "ok"})},
         {"role": "assistant", "content": "0"},
     ]
-    _, metrics = WorkspaceReward("42").grade(messages)
+    _, metrics = WorkspaceReward("42", WEIGHTS).grade(messages)
     assert metrics["tool_called"] == 0.0 and metrics["mutation_succeeded"] == 0.0
 
 
@@ -111,5 +114,5 @@ def test_final_answer_is_the_last_integer_of_the_last_assistant_message(text: st
 def test_empty_final_answer_earns_no_answer_credit() -> None:
     messages = history(True, True, True, False)
     messages[-1] = {"role": "assistant", "content": ""}
-    reward, metrics = WorkspaceReward("42").grade(messages)
+    reward, metrics = WorkspaceReward("42", WEIGHTS).grade(messages)
     assert metrics["response_answer_correct"] == 0.0 and reward == pytest.approx(0.9)

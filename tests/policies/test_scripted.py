@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 
+from piexp.config.defaults import default_settings
 from piexp.config.schema import LanguageSettings, Limits, RewardSettings, RewardWeights
 from piexp.env.episode import EpisodeSettings, build_workspace_env, get_run_renderer
 from piexp.env.reward import REWARD_METRICS
@@ -33,6 +34,7 @@ JULIA_SKIP = pytest.mark.skipif(
     shutil.which("julia") is None, reason="julia is not on PATH here, so the sandbox has no Julia runtime"
 )
 OFFLINE_LANGUAGES = ["python", "javascript", pytest.param("julia", marks=JULIA_SKIP)]
+REWARD = default_settings("reward", RewardSettings)
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +47,8 @@ def settings_for(url: str, renderer=INSTRUCT, weights: RewardWeights | None = No
         model_name=renderer[1],
         renderer_name=renderer[0],
         languages=LANGUAGES,
-        limits=Limits(),
-        reward=RewardSettings(weights=weights or RewardWeights()),
+        limits=default_settings("limits", Limits),
+        reward=REWARD.model_copy(update={"weights": weights or REWARD.weights}),
         sandbox_url=url,
     )
 
@@ -187,7 +189,10 @@ EXPECTED = {
     "edit": (flags(1, 1, 1, 1, 1), 6),
 }
 # Non-default weights, so a formula with hard-coded constants would fail.
-WEIGHTS = [RewardWeights(), RewardWeights(mutation=0.2, execution=0.05, output=0.5, answer=0.25)]
+WEIGHTS = [
+    REWARD.weights,
+    REWARD.weights.model_copy(update=dict(mutation=0.2, execution=0.05, output=0.5, answer=0.25)),
+]
 
 
 @pytest.mark.parametrize("weights", WEIGHTS, ids=["default", "custom"])
@@ -210,7 +215,7 @@ def test_right_guesses_earn_only_the_answer_weight(sandbox_url, tasks, language)
     """A guess that happens to be right: null earns the answer weight, crash mutation plus
     answer weight; neither passes."""
     task = tasks[3]
-    weights = RewardWeights()
+    weights = REWARD.weights
     settings = settings_for(sandbox_url, weights=weights)
     # The test knows the answer; the policy is only told what to guess.
     null = episode("guess", task, language, settings, tasks, guess=task.answer)

@@ -39,8 +39,8 @@ class WorkspaceTools:
         timeout_s: int,
         *,
         language_name: str,
-        stdout_chars: int = 512,
-        stderr_chars: int = 1200,
+        stdout_chars: int,
+        stderr_chars: int,
         memory_limit_mb: int | None = None,
     ) -> None:
         self.task = task

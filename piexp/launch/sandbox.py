@@ -71,5 +71,5 @@ def run_sandbox(settings: SandboxSettings) -> Iterator[str]:
     )
     if settings.max_concurrency is not None:  # None: the server's default (cores x 2)
         server = dataclasses.replace(server, max_concurrency=settings.max_concurrency)
-    with EmbeddedSandbox(server) as sandbox:
+    with EmbeddedSandbox(server, startup_timeout_s=settings.start_timeout_s) as sandbox:
         yield sandbox.url

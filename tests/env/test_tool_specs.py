@@ -10,13 +10,14 @@ from piexp.tasks import Task
 
 PYTHON = LanguageSettings(runtimes=["python", "python3"], filename="solution.py")
 JAVASCRIPT = LanguageSettings(runtimes=["node"], filename="solution.js")
+CUTS = {"stdout_chars": 512, "stderr_chars": 1200}  # a bash result's cuts (not part of a spec)
 
 
 def _workspace(task_id: str, language: LanguageSettings) -> WorkspaceTools:
     task = Task(
         task_id=task_id, family="arith", split="train", instruction="Sum.", files={"n.txt": task_id}, answer="1"
     )
-    return WorkspaceTools(task, language, "http://127.0.0.1:9/run_code", 10, language_name="python")
+    return WorkspaceTools(task, language, "http://127.0.0.1:9/run_code", 10, language_name="python", **CUTS)
 
 
 def test_specs_equal_to_spec_and_are_built_once(monkeypatch) -> None:
@@ -31,12 +32,19 @@ def test_specs_equal_to_spec_and_are_built_once(monkeypatch) -> None:
         return original(self)
 
     monkeypatch.setattr(FunctionTool, "to_spec", counting)
-    first = Tools(_workspace("a", PYTHON).task, PYTHON, "http://127.0.0.1:9/run_code", 10, language_name="python")
+    first = Tools(
+        _workspace("a", PYTHON).task, PYTHON, "http://127.0.0.1:9/run_code", 10, language_name="python", **CUTS
+    )
     expected = [original(t) for t in first.all_tools()]
     assert first.tool_specs() == expected
     assert calls == ["read", "write", "edit", "bash"]
     other = Tools(
-        _workspace("b", JAVASCRIPT).task, JAVASCRIPT, "http://127.0.0.1:9/run_code", 5, language_name="javascript"
+        _workspace("b", JAVASCRIPT).task,
+        JAVASCRIPT,
+        "http://127.0.0.1:9/run_code",
+        5,
+        language_name="javascript",
+        **CUTS,
     )
     assert other.tool_specs() == expected and len(calls) == 4  # other task and language: cached
 

@@ -8,12 +8,16 @@ from typing import Any
 
 import pytest
 
-from piexp.config.schema import LanguageSettings
+from piexp.config.defaults import default_settings
+from piexp.config.schema import LanguageSettings, RewardSettings
 from piexp.env.tools import RESULT_SCHEMA, WorkspaceTools
 from piexp.tasks import Task
 
 PYTHON = LanguageSettings(runtimes=["python", "python3"], filename="solution.py")
 JAVASCRIPT = LanguageSettings(runtimes=["node"], filename="solution.js")
+REWARD = default_settings("reward", RewardSettings)
+# The run's cuts of a bash result (conf/reward/), unless a test sets its own.
+CUTS = {"stdout_chars": REWARD.stdout_chars, "stderr_chars": REWARD.stderr_chars}
 
 
 def make_task() -> Task:
@@ -31,7 +35,7 @@ def workspace(
     language: LanguageSettings = PYTHON, url: str = "http://127.0.0.1:9/run_code", **kw: Any
 ) -> WorkspaceTools:
     name = "javascript" if language is JAVASCRIPT else "python"
-    return WorkspaceTools(make_task(), language, url, 10, language_name=name, **kw)
+    return WorkspaceTools(make_task(), language, url, 10, language_name=name, **{**CUTS, **kw})
 
 
 def call(tool: Any, **arguments: Any) -> dict[str, Any]:
@@ -163,7 +167,7 @@ def test_bash_submission_error_and_wrong_output(sandbox_url: str) -> None:
 
 
 def test_bash_time_out_is_a_submission_error(sandbox_url: str) -> None:
-    ws = WorkspaceTools(make_task(), PYTHON, sandbox_url, 1, language_name="python")
+    ws = WorkspaceTools(make_task(), PYTHON, sandbox_url, 1, language_name="python", **CUTS)
     call(ws.write, path="solution.py", content="import time\ntime.sleep(30)\n")
     result = call(ws.bash, command="python solution.py")
     assert result["status"] == "submission_error" and result["return_code"] == -1

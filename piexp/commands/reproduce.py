@@ -30,11 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from piexp.commands.run import main as run_command
 from piexp.commands.run import prevalidate
-from piexp.config.compose import load, saved_run_config, validate
+from piexp.config.compose import load, saved_run_config, saved_run_overrides, validate_saved
 from piexp.config.differences import config_differences, shown
 from piexp.env.splits import build_splits
 from piexp.errors import UserError
@@ -46,15 +44,7 @@ _REPRODUCES = "reproduces"
 def saved_overrides(run_dir: Path) -> list[str]:
     """The run's command-line overrides, without an earlier `reproduces=` (a reproduction
     of a reproduction records only its direct source)."""
-    path = run_dir / ".hydra" / "overrides.yaml"
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
-    try:
-        overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    except yaml.YAMLError as error:
-        raise UserError(f"{path} is not valid YAML ({error}); the run cannot be recomposed.") from None
-    if not isinstance(overrides, list) or not all(isinstance(item, str) for item in overrides):
-        raise UserError(f"{path} is not a list of overrides; the run cannot be recomposed.")
+    overrides = saved_run_overrides(run_dir)
     return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != _REPRODUCES]
 
 
@@ -82,7 +72,7 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     overrides = saved_overrides(run_dir)
     manifest = _read_manifest(run_dir)
     try:
-        saved = validate(saved_cfg)
+        saved = validate_saved(saved_cfg, run_dir)
     except UserError as error:
         raise UserError(f"The saved config of {run_dir} is not valid for this piexp: {error}") from None
     config = load(overrides)

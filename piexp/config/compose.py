@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import itertools
 import re
+import types
+import typing
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from piexp.config.languages import check_configured_languages
 from piexp.config.paths import config_dir
@@ -201,3 +205,68 @@ def saved_run_config(run_dir: Path) -> DictConfig:
     if not path.is_file():
         raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
     return OmegaConf.load(path)  # type: ignore[return-value]
+
+
+def saved_run_overrides(run_dir: Path) -> list[str]:
+    """The command-line overrides a run folder recorded (`.hydra/overrides.yaml`)."""
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
+    try:
+        overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError as error:
+        raise UserError(f"{path} is not valid YAML ({error}); the run cannot be recomposed.") from None
+    if not isinstance(overrides, list) or not all(isinstance(item, str) for item in overrides):
+        raise UserError(f"{path} is not a list of overrides; the run cannot be recomposed.")
+    return overrides
+
+
+def validate_saved(saved_cfg: DictConfig, run_dir: Path) -> RunConfig:
+    """The validated config `saved_cfg` that the run folder `run_dir` recorded. It is the
+    whole config the run composed, but an option added to piexp after the run is absent
+    from it: such an option takes the value the run's own overrides compose to now (the
+    defaults in conf/ are its only home), as the run, from before it existed, behaved."""
+    saved: Any = OmegaConf.to_container(saved_cfg, resolve=False)
+    try:
+        recomposed: Any = OmegaConf.to_container(compose(saved_run_overrides(run_dir)), resolve=False)
+    except UserError:
+        recomposed = None  # nothing to take missing options from: validation names them
+    if isinstance(saved, dict) and isinstance(recomposed, dict):
+        saved = _with_missing_fields(saved, recomposed, RunConfig)
+    return validate(OmegaConf.create(saved))
+
+
+def _with_missing_fields(saved: dict[str, Any], recomposed: dict[str, Any], schema: type[BaseModel]) -> dict[str, Any]:
+    """`saved` with each field of `schema` it lacks taken from `recomposed`, at every level
+    of nested settings. Dict-valued tables (families, languages) are not entered: a
+    family or language the run did not have is not one of its options."""
+    filled = dict(saved)
+    for name, field in schema.model_fields.items():
+        if name not in recomposed:
+            continue
+        if name not in filled:
+            filled[name] = recomposed[name]
+            continue
+        mine, theirs = filled[name], recomposed[name]
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            nested = _settings_model(field.annotation, mine, theirs)
+            if nested is not None:
+                filled[name] = _with_missing_fields(mine, theirs, nested)
+    return filled
+
+
+def _settings_model(annotation: Any, saved: dict[str, Any], recomposed: dict[str, Any]) -> type[BaseModel] | None:
+    """The settings model of a nested block: the field's model, or for the `mode` union
+    the variant both sides name (another mode has other options: none are taken)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return None  # a table (families, languages) or a plain value
+    name = saved.get("name")
+    if name != recomposed.get("name"):
+        return None
+    for variant in typing.get_args(annotation):
+        if isinstance(variant, type) and issubclass(variant, BaseModel) and "name" in variant.model_fields:
+            if name in typing.get_args(variant.model_fields["name"].annotation):
+                return variant
+    return None

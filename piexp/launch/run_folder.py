@@ -82,12 +82,12 @@ def _refuse_hydra_writing_into_jobs(cfg: DictConfig) -> None:
 def _held_run(folder: Path) -> tuple[RunConfig | None, str | None]:
     """The validated config of the run `folder` holds (None, None when it holds none),
     or (None, why) when its saved config cannot be read by this piexp."""
-    from piexp.config.compose import saved_run_config, validate
+    from piexp.config.compose import saved_run_config, validate_saved
 
     if not (folder / RECORD_SUBDIR / "config.yaml").is_file():
         return None, None
     try:
-        return validate(saved_run_config(folder)), None
+        return validate_saved(saved_run_config(folder), folder), None
     except Exception as error:  # a corrupt or older config: still another run's folder
         return None, " ".join(str(error).split())[:300]
 

@@ -26,6 +26,8 @@ RECIPE = LearnerRecipe()
 MARKER = "piexp_learner_model.json"
 #: Train tasks kept out of the fit, to measure it (held-out NLL and token accuracy).
 HELDOUT_TASKS = 12
+#: Answer-turn tasks kept out of the fit, to measure the copy of the printed answer.
+HELDOUT_ANSWERS = 100
 
 
 def _models_root() -> Path:
@@ -100,7 +102,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     from piexp.env.splits import build_splits
-    from piexp.pretrain.data import answer_windows, scripted_trajectories, token_sequences
+    from piexp.pretrain.data import answer_turns, answer_windows, scripted_trajectories, token_sequences
     from piexp.pretrain.training import fit
     from piexp.service.tiny_model import copy_tokenizer_files
     from piexp.tokenizer import register_offline_tokenizers
@@ -133,21 +135,20 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     heldout = token_sequences(
         trajectories[mix - HELDOUT_TASKS : mix], rewards[mix - HELDOUT_TASKS : mix], policies[mix - HELDOUT_TASKS : mix]
     )
-    copies = answer_windows(
+    whole_turns = answer_turns(
         token_sequences(
-            trajectories[mix : mix + copy - HELDOUT_TASKS],
-            rewards[mix : mix + copy - HELDOUT_TASKS],
-            policies[mix : mix + copy - HELDOUT_TASKS],
-        ),
-        recipe.copy_window,
+            trajectories[mix : mix + copy - HELDOUT_ANSWERS],
+            rewards[mix : mix + copy - HELDOUT_ANSWERS],
+            policies[mix : mix + copy - HELDOUT_ANSWERS],
+        )
     )
-    heldout_answers = answer_windows(
+    copies = answer_windows(whole_turns, recipe.copy_window)
+    heldout_answers = answer_turns(
         token_sequences(
-            trajectories[mix + copy - HELDOUT_TASKS :],
-            rewards[mix + copy - HELDOUT_TASKS :],
-            policies[mix + copy - HELDOUT_TASKS :],
-        ),
-        recipe.copy_window,
+            trajectories[mix + copy - HELDOUT_ANSWERS :],
+            rewards[mix + copy - HELDOUT_ANSWERS :],
+            policies[mix + copy - HELDOUT_ANSWERS :],
+        )
     )
     torch.manual_seed(recipe.seed)
     model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
@@ -156,7 +157,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     with ProgressReport(
         f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)", steps, unit="steps"
     ) as progress:
-        report = fit(model, train, heldout, recipe, progress, copies, heldout_answers)
+        report = fit(model, train, heldout, recipe, progress, copies, heldout_answers, whole_turns)
     staging = target.with_name(f".{target.name}.building")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
@@ -179,7 +180,9 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
         "heldout_nll": report.heldout_nll,
         "heldout_token_accuracy": report.heldout_token_accuracy,
         "answer_windows": len(copies),
+        "heldout_answers": len(heldout_answers),
         "heldout_answer_accuracy": report.heldout_answer_accuracy,
+        "heldout_window_answer_accuracy": report.heldout_window_answer_accuracy,
     }
     (staging / MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
     shutil.rmtree(target, ignore_errors=True)
@@ -187,5 +190,6 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     say(
         f"{LEARNER_MODEL_NAME}: built in {time.monotonic() - started:.0f} s (episodes {marker['rollout_s']} s, "
         f"fit {marker['fit_s']} s); held-out NLL {report.heldout_nll:.3f}, "
-        f"token accuracy {report.heldout_token_accuracy:.3f}, answers copied {report.heldout_answer_accuracy:.2f}"
+        f"token accuracy {report.heldout_token_accuracy:.3f}, answers copied {report.heldout_answer_accuracy:.2f} "
+        f"(in {recipe.copy_window}-token windows {report.heldout_window_answer_accuracy:.2f})"
     )

@@ -86,14 +86,18 @@ def token_sequences(
     return sequences
 
 
-def answer_windows(sequences: Sequence[TokenSequence], window: int) -> list[TokenSequence]:
-    """Each episode's last sequence (its answer turn) cut to the answer and the `window`
-    tokens before it."""
+def answer_turns(sequences: Sequence[TokenSequence]) -> list[TokenSequence]:
+    """Each episode's last sequence: its answer turn, in its whole context."""
     last: dict[int, TokenSequence] = {}
     for sequence in sequences:
         last[sequence.episode] = sequence
+    return list(last.values())
+
+
+def answer_windows(sequences: Sequence[TokenSequence], window: int) -> list[TokenSequence]:
+    """Each episode's answer turn cut to the answer and the `window` tokens before it."""
     windows = []
-    for sequence in last.values():
+    for sequence in answer_turns(sequences):
         first = next(i for i, w in enumerate(sequence.weights) if w > 0)
         start = max(0, first - window)
         windows.append(

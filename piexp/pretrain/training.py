@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from piexp.pretrain.data import TokenSequence
+from piexp.pretrain.data import TokenSequence, answer_windows
 from piexp.pretrain.recipe import LearnerRecipe
 
 
@@ -21,7 +21,8 @@ class FitReport:
     step_losses: list[float]  # exact-softmax mean NLL of each step's sampled positions
     heldout_nll: float  # exact-softmax mean NLL per weighted token on the held-out sequences
     heldout_token_accuracy: float  # share of held-out weighted tokens whose argmax is the target
-    heldout_answer_accuracy: float  # share of held-out oracle answers whose every token is the argmax
+    heldout_answer_accuracy: float  # share of held-out oracle answers, in full context, whose every token is the argmax
+    heldout_window_answer_accuracy: float  # the same with each answer turn cut to the recipe's copy window
     threads: int
 
 
@@ -40,9 +41,12 @@ def fit(
     progress: Any = None,
     copies: Sequence[TokenSequence] = (),
     heldout_answers: Sequence[TokenSequence] = (),
+    whole_turns: Sequence[TokenSequence] = (),
 ) -> FitReport:
-    """Fit `model` to `sequences` (and, each step, `recipe.copy_batch_sequences` of the
-    answer windows `copies`); measure it on `heldout` and `heldout_answers`."""
+    """Fit `model` to `sequences` and, each step, to some of the answer windows `copies`
+    and (from `recipe.whole_turns_from_step`) of the whole answer turns `whole_turns`;
+    measure it on `heldout` and on the whole answer turns `heldout_answers`, in their
+    full context and cut to the recipe's window."""
     import torch
 
     torch.set_num_threads(_threads())
@@ -50,7 +54,7 @@ def fit(
     generator = torch.Generator().manual_seed(recipe.seed)
     vocab = model.config.vocab_size
     data = [(torch.tensor(s.tokens), torch.tensor(s.targets), torch.tensor(s.weights) > 0) for s in sequences]
-    seen = sorted({t for s in (*sequences, *copies) for t in (*s.tokens, *s.targets)})
+    seen = sorted({t for s in (*sequences, *copies, *whole_turns) for t in (*s.tokens, *s.targets)})
     shortlist = torch.tensor(seen)
     outside = torch.ones(vocab, dtype=torch.bool)
     outside[shortlist] = False
@@ -60,8 +64,8 @@ def fit(
     total = recipe.steps
     order: list[int] = []
     copy_order: list[int] = []
+    whole_order: list[int] = []
     shuffler = random.Random(recipe.seed)
-    pad = model.config.pad_token_id
     losses: list[float] = []
     for step in range(total):
         while len(order) < recipe.batch_sequences:
@@ -77,22 +81,17 @@ def fit(
         optimizer.zero_grad(set_to_none=True)
         hidden_parts = [model.model(input_ids=tokens[None]).last_hidden_state[0][mask] for tokens, _, mask in batch]
         label_parts = [targets[mask] for _, targets, mask in batch]
-        if copies and recipe.copy_batch_sequences:
-            while len(copy_order) < recipe.copy_batch_sequences:
-                copy_order.extend(shuffler.sample(range(len(copies)), len(copies)))
-            chosen_copies = [copies[copy_order.pop()] for _ in range(recipe.copy_batch_sequences)]
-            # One padded batch: padding goes on the right, where a causal model's earlier
-            # positions cannot see it, and carries no weight.
-            width = max(len(c.tokens) for c in chosen_copies)
-            tokens = torch.full((len(chosen_copies), width), pad, dtype=torch.long)
-            targets = torch.full((len(chosen_copies), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(chosen_copies), width), dtype=torch.bool)
-            for row, c in enumerate(chosen_copies):
-                tokens[row, : len(c.tokens)] = torch.tensor(c.tokens)
-                targets[row, : len(c.targets)] = torch.tensor(c.targets)
-                mask[row, : len(c.weights)] = torch.tensor(c.weights) > 0
-            hidden_parts.append(model.model(input_ids=tokens).last_hidden_state[mask])
-            label_parts.append(targets[mask])
+        late = step >= recipe.whole_turns_from_step
+        for pool, pool_order, count in (
+            (copies, copy_order, recipe.late_copy_batch_sequences if late else recipe.copy_batch_sequences),
+            (whole_turns, whole_order, recipe.whole_turn_batch_sequences if late else 0),
+        ):
+            if pool and count:
+                while len(pool_order) < count:
+                    pool_order.extend(shuffler.sample(range(len(pool)), len(pool)))
+                hidden, labels = _weighted_hidden(model, [pool[pool_order.pop()] for _ in range(count)])
+                hidden_parts.append(hidden)
+                label_parts.append(labels)
         hidden = torch.cat(hidden_parts)
         labels = torch.cat(label_parts)
         sampled = torch.nn.functional.cross_entropy(hidden @ head[candidates].T, position[labels])
@@ -106,13 +105,34 @@ def fit(
             progress.advance(note=f"nll {exact.item():.3f}")
     nll, accuracy = evaluate(model, heldout)
     answers = sum(_all_argmax(model, answer) for answer in heldout_answers) / max(len(heldout_answers), 1)
+    windows = answer_windows(heldout_answers, recipe.copy_window)
+    window_answers = sum(_all_argmax(model, answer) for answer in windows) / max(len(windows), 1)
     return FitReport(
         step_losses=losses,
         heldout_nll=nll,
         heldout_token_accuracy=accuracy,
         heldout_answer_accuracy=answers,
+        heldout_window_answer_accuracy=window_answers,
         threads=_threads(),
     )
+
+
+def _weighted_hidden(model: Any, chosen: Sequence[TokenSequence]) -> tuple[Any, Any]:
+    """The last hidden states at the weighted positions of `chosen`, run as one padded
+    batch, and their targets. Padding goes on the right, where a causal model's earlier
+    positions cannot see it, and carries no weight."""
+    import torch
+
+    pad = model.config.pad_token_id
+    width = max(len(c.tokens) for c in chosen)
+    tokens = torch.full((len(chosen), width), pad, dtype=torch.long)
+    targets = torch.full((len(chosen), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(chosen), width), dtype=torch.bool)
+    for row, c in enumerate(chosen):
+        tokens[row, : len(c.tokens)] = torch.tensor(c.tokens)
+        targets[row, : len(c.targets)] = torch.tensor(c.targets)
+        mask[row, : len(c.weights)] = torch.tensor(c.weights) > 0
+    return model.model(input_ids=tokens).last_hidden_state[mask], targets[mask]
 
 
 def _all_argmax(model: Any, sequence: TokenSequence) -> bool:

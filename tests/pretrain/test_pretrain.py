@@ -19,6 +19,7 @@ TINY = dataclasses.replace(
     tasks_per_family=4,
     copy_tasks_per_family=3,
     steps=2,
+    whole_turns_from_step=1,  # both phases of the copy fit run
     batch_sequences=2,
     sampled_negatives=64,
     exact_positions=4,
@@ -105,6 +106,7 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(build, "_models_root", lambda: tmp_path / "models" / "learner-local")
     monkeypatch.setattr(build, "HELDOUT_TASKS", 2)
+    monkeypatch.setattr(build, "HELDOUT_ANSWERS", 2)
     opened: list[int] = []
     sandbox = build.data_config(TINY).sandbox
 
@@ -115,7 +117,8 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     path = build.ensure_learner_model(open_sandbox, TINY)
     marker = json.loads((path / build.MARKER).read_text())
     assert marker["digest"] == path.name and marker["episodes"] == 14
-    assert marker["answer_windows"] == 4  # 6 copy episodes, 2 held out
+    assert marker["answer_windows"] == 4 and marker["heldout_answers"] == 2  # 6 copy episodes, 2 held out
+    assert 0 <= marker["heldout_answer_accuracy"] <= 1 and 0 <= marker["heldout_window_answer_accuracy"] <= 1
     assert set(marker["mean_reward_by_policy"]) <= {"oracle", "crash"}
     assert marker.get("mean_reward_by_policy", {}).get("oracle", 1.0) == 1.0
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()

@@ -21,6 +21,7 @@ from piexp.config.paths import config_dir
 from piexp.config.presets import register_presets
 from piexp.console import attach_job_log, detach_job_log
 from piexp.errors import UserError, report_user_error
+from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
 from piexp.launch.run import run_mode
 from piexp.launch.run_folder import claim_job_folder
 from piexp.sweeps import JobInfo, job_failed, run_tracked
@@ -31,6 +32,7 @@ def run_job(cfg: DictConfig) -> float | None:
     job = JobInfo.from_hydra()
     try:
         config = validate(cfg)
+        refuse_checkpoint_of_another_base_model(config)
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)

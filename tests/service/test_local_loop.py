@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from piexp.launch.base_model import base_model_identity
+
 from piexp.sweeps.marker import MARKER_PATH
 
 pytestmark = pytest.mark.slow
@@ -53,6 +55,9 @@ def test_the_loop_evaluates_trains_evaluates_the_final_checkpoint_and_compares(
     assert record["eval_trained"]["state_path"] == final["state_path"]
     assert record["eval_trained"]["sampler_path"] == final["sampler_path"]
     assert "Loaded training checkpoint" in (run_dir / "local_service" / "server.log").read_text()
+    # The run records the base model its checkpoints belong to (an eval on another is refused).
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["base_model"] == base_model_identity(str(tiny_model)) == "models/tiny-local"
     comparison = (run_dir / "compare.md").read_text()
     assert "eval_base" in comparison and "eval_trained" in comparison and (run_dir / "compare.png").is_file()
     assert json.loads((run_dir / "compare.json").read_text())["overall"]["tasks"] == 2

@@ -1,0 +1,66 @@
+"""The base model a run samples and trains, as its manifest records it, and the refusal of
+an evaluation of `checkpoint=<run folder>` on another base model than the one the run
+trained: a LoRA adapter loaded onto other weights would be evaluated without an error and
+mean nothing. Local models piexp builds (`learner-local`, `tiny-local`) live in cache
+folders named after their content, so their identity is the folder's name in its
+models folder (the same on another machine or home), and it is known before a build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from piexp.config.schema import RunConfig
+from piexp.errors import UserError
+from piexp.launch.manifest import MANIFEST_NAME
+
+#: The manifest key that records the base model.
+BASE_MODEL_KEY = "base_model"
+
+
+def base_model_identity(name: str) -> str:
+    """A model name as recorded: a local model folder as `<models subfolder>/<folder>`
+    (e.g. `learner-local/3a401d72500f3279`), any other name as given."""
+    path = Path(name)
+    return f"{path.parent.name}/{path.name}" if path.is_absolute() else name
+
+
+def expected_base_model(config: RunConfig) -> str:
+    """The identity of the base model `config` will sample from, without building it."""
+    from piexp.pretrain import LEARNER_MODEL_NAME
+    from piexp.service.tiny_model import TINY_LOCAL_NAME, tiny_model_dir
+
+    if config.model.name == LEARNER_MODEL_NAME:
+        from piexp.pretrain.build import learner_model_dir
+
+        return base_model_identity(str(learner_model_dir()))
+    if config.model.name == TINY_LOCAL_NAME:
+        return base_model_identity(str(tiny_model_dir()))
+    return base_model_identity(config.model.name)
+
+
+def refuse_checkpoint_of_another_base_model(config: RunConfig) -> None:
+    """UserError when `checkpoint=` names a training run folder whose manifest records a
+    base model other than the one this evaluation would load its checkpoint onto."""
+    if config.checkpoint is None or config.checkpoint.startswith("tinker://"):
+        return
+    from piexp.checkpoint_source import resolve_checkpoint
+
+    run_dir = resolve_checkpoint(config.checkpoint).run_dir
+    if run_dir is None:
+        return
+    try:
+        trained_on = json.loads((run_dir / MANIFEST_NAME).read_text(encoding="utf-8")).get(BASE_MODEL_KEY)
+    except (OSError, ValueError, AttributeError):
+        return  # a run from before piexp recorded it: nothing to compare with
+    if trained_on is None:
+        return
+    expected = expected_base_model(config)
+    if trained_on != expected:
+        raise UserError(
+            f"checkpoint={config.checkpoint} was trained on the base model {trained_on}, but this "
+            f"evaluation would load it onto {expected} (model={config.model.name}); the adapter would be "
+            "evaluated on other weights. A piexp-built model changes when its recipe or the code that "
+            "shapes its data changes: evaluate with the piexp version the run used (its manifest.json "
+            "records git_commit), or train again."
+        )

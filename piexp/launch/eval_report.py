@@ -6,6 +6,7 @@ computed in `piexp.launch.evaluate`."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,12 @@ def _pass_columns(k: int) -> list[int]:
         return list(range(1, k + 1))
     shown = [j for j in (1 << n for n in range(k.bit_length())) if j < k]
     return [*shown, k]
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A markdown table's lines: the header, its rule, a line per row."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _failing_tasks(results: dict[str, Any]) -> list[str]:
@@ -75,14 +82,11 @@ def results_markdown(results: dict[str, Any]) -> str:
         f" ({results['checkpoint'] or results['model']})" if results["policy"] == "model" else ""
     )
     lines = [f"# Eval results: {subject}", "", f"k = {k} samples per task; binary reward decides a pass.", ""]
-    lines += [
-        "## pass@1 by family x language",
-        "",
-        "| family | " + " | ".join(languages) + " |",
-        "|---|" + "---|" * len(languages),
-    ]
-    for family, row in cells.items():
-        lines.append(f"| {family} | " + " | ".join(f"{row[lang]['pass@1']:.3f}" for lang in languages) + " |")
+    lines += ["## pass@1 by family x language", ""]
+    lines += _table(
+        ["family", *languages],
+        ([family, *(f"{row[lang]['pass@1']:.3f}" for lang in languages)] for family, row in cells.items()),
+    )
     overall = results["overall"]
     lines.append("")
     lines.append(
@@ -90,39 +94,32 @@ def results_markdown(results: dict[str, Any]) -> str:
         + ", ".join(f"pass@{j} {overall[f'pass@{j}']:.3f}" for j in shown)
         + f", shaped reward {overall['reward_shaped']:.3f} over {overall['episodes']} episodes."
     )
-    lines += [
-        "",
-        "## Per cell: outcomes",
-        "",
-        "| family | language | tasks | episodes | "
-        + " | ".join(f"pass@{j}" for j in shown)
-        + " | binary | shaped | stop reasons |",
-        "|---|---|---|---|" + "---|" * (len(shown) + 3),
-    ]
-    for family, row in cells.items():
-        for language in languages:
-            cell = row[language]
-            stops = ", ".join(f"{name} {count}" for name, count in cell["stop_reasons"].items())
-            lines.append(
-                f"| {family} | {language} | {cell['tasks']} | {cell['episodes']} | "
-                + " | ".join(f"{cell[f'pass@{j}']:.3f}" for j in shown)
-                + f" | {cell['reward_binary']:.3f} | {cell['reward_shaped']:.3f} | {stops} |"
-            )
-    lines += [
-        "",
-        "## Per cell: reward steps",
-        "",
-        "| family | language | " + " | ".join(REWARD_METRICS) + " |",
-        "|---|---|" + "---|" * len(REWARD_METRICS),
-    ]
-    for family, row in cells.items():
-        for language in languages:
-            cell = row[language]
-            lines.append(
-                f"| {family} | {language} | "
-                + " | ".join(f"{cell['metrics'][name]:.3f}" for name in REWARD_METRICS)
-                + " |"
-            )
+    per_cell = [(family, language, row[language]) for family, row in cells.items() for language in languages]
+    lines += ["", "## Per cell: outcomes", ""]
+    lines += _table(
+        ["family", "language", "tasks", "episodes", *(f"pass@{j}" for j in shown), "binary", "shaped", "stop reasons"],
+        (
+            [
+                family,
+                language,
+                str(cell["tasks"]),
+                str(cell["episodes"]),
+                *(f"{cell[f'pass@{j}']:.3f}" for j in shown),
+                f"{cell['reward_binary']:.3f}",
+                f"{cell['reward_shaped']:.3f}",
+                ", ".join(f"{name} {count}" for name, count in cell["stop_reasons"].items()),
+            ]
+            for family, language, cell in per_cell
+        ),
+    )
+    lines += ["", "## Per cell: reward steps", ""]
+    lines += _table(
+        ["family", "language", *REWARD_METRICS],
+        (
+            [family, language, *(f"{cell['metrics'][name]:.3f}" for name in REWARD_METRICS)]
+            for family, language, cell in per_cell
+        ),
+    )
     lines += ["", *_failing_tasks(results)]
     lines += ["## What the columns mean", ""]
     lines += [f"- `{name}`: {meaning}" for name, meaning in METRIC_MEANINGS.items()]

@@ -14,16 +14,17 @@ from typing import Any
 from piexp.errors import UserError
 from piexp.files import read_jsonl
 from piexp.run_records import CHECK_FILE, EPISODES_FILE, METRICS_FILE, find_job_folders, metric_curve, read_metrics
-from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, read_transcripts, transcript_key
+from piexp.transcripts.store import (
+    CHECK_TRANSCRIPTS,
+    EPISODE_IDENTITY,
+    EVAL_TRANSCRIPTS,
+    read_transcripts,
+    transcript_key,
+)
 
 # The episode fields an index row carries (the rest stays in the transcript).
 ROW_FIELDS = (
-    "policy",
-    "task_id",
-    "family",
-    "split",
-    "language",
-    "sample",
+    *EPISODE_IDENTITY,
     "reward",
     "shaped",
     "stop_reason",

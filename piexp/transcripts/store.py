@@ -28,14 +28,12 @@ EVAL_TRANSCRIPTS = "transcripts.jsonl.gz"
 CHECK_TRANSCRIPTS = "check_transcripts.jsonl.gz"
 # Compressed bytes one run's transcript file may reach before episodes are stubbed.
 RUN_BYTES = 512 * 1024 * 1024
+# Which episode a transcript or an episode record is: a stub keeps them, as does an
+# index row (runs.ROW_FIELDS).
+EPISODE_IDENTITY = ("policy", "task_id", "family", "split", "language", "sample")
 _STUB_FIELDS = (
     "version",
-    "policy",
-    "task_id",
-    "family",
-    "split",
-    "language",
-    "sample",
+    *EPISODE_IDENTITY,
     "answer",
     "reward",
     "shaped",

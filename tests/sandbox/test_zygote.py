@@ -22,7 +22,7 @@ from piexp.sandbox.protocol import RunCodeRequest
 from piexp.sandbox.runner import Runner, Timings
 from piexp.sandbox.settings import SandboxSettings
 from piexp.sandbox.spawn import reap_pid
-from piexp.sandbox.launchers.zygote_client import TmpSpec, Zygote, ZygoteRefusal, zygote_binary
+from piexp.sandbox.launchers.zygote_client import RunRequest, TmpSpec, Zygote, ZygoteRefusal, zygote_binary
 
 TMP = TmpSpec("", 1 << 20, 64)
 
@@ -72,12 +72,14 @@ def test_malformed_requests_are_refused_and_the_zygote_goes_on(zygote, tmp_path)
         with pytest.raises(ZygoteRefusal, match="malformed"):
             _start(zygote, bad, ["/bin/true"])
     with pytest.raises(ZygoteRefusal):
-        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], TMP, 10, [0, 1])  # too few fds
+        zygote.spawn_blocking(RunRequest("run", ["/bin/true"], SANDBOX_ENV, [], TMP, 10, [0, 1]))  # too few fds
     for no_limit in (TmpSpec("", 0, 64), TmpSpec("", 1 << 20, 0)):  # tmpfs reads 0 as "no limit"
         with pytest.raises(ZygoteRefusal):
-            zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], no_limit, 10, [0, 1, 2, 2])
+            zygote.spawn_blocking(RunRequest("run", ["/bin/true"], SANDBOX_ENV, [], no_limit, 10, [0, 1, 2, 2]))
     with pytest.raises(ZygoteRefusal):  # a /tmp outside the runs dir
-        zygote.spawn_blocking("run", ["/bin/true"], SANDBOX_ENV, [], TmpSpec("../etc", 1, 1), 10, [0, 1, 2, 2])
+        zygote.spawn_blocking(
+            RunRequest("run", ["/bin/true"], SANDBOX_ENV, [], TmpSpec("../etc", 1, 1), 10, [0, 1, 2, 2])
+        )
     assert _start(zygote, "run", ["/bin/echo", "ok"])[2] == b"ok\n"
 
 
@@ -191,14 +193,16 @@ def test_a_caller_cancelled_mid_request_leaves_no_orphan_and_no_stray_answer(zyg
         out_r, out_w = os.pipe()
         try:
             doomed = asyncio.ensure_future(
-                zygote.spawn("run", ["/bin/sleep", marker], SANDBOX_ENV, [], TMP, 60, [null, null, null, null])
+                zygote.spawn(
+                    RunRequest("run", ["/bin/sleep", marker], SANDBOX_ENV, [], TMP, 60, [null, null, null, null])
+                )
             )
             await asyncio.sleep(0)  # its request is sent; the answer is not read yet
             doomed.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await doomed
             pid = await zygote.spawn(
-                "run", ["/bin/echo", "second"], SANDBOX_ENV, [], TMP, 60, [null, out_w, null, null]
+                RunRequest("run", ["/bin/echo", "second"], SANDBOX_ENV, [], TMP, 60, [null, out_w, null, null])
             )
             os.close(out_w)
             out_w = -1

@@ -24,7 +24,7 @@ from ..spawn import SpawnedChild, adopt, reap_pid
 from ..timings import Timings
 from .base import Host, Launch, Launcher, StartFailed
 from .bwrap import BwrapLauncher
-from .zygote_client import TmpSpec, Zygote, ZygoteError, ZygoteRefusal, setup_failure, zygote_binary
+from .zygote_client import RunRequest, TmpSpec, Zygote, ZygoteError, ZygoteRefusal, setup_failure, zygote_binary
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +136,15 @@ class ZygoteLauncher(Launcher):
             # The init's own alarm is a backstop behind the server's timer (if the server
             # is gone, PR_SET_PDEATHSIG already took the run down).
             pid = await self.zygote.spawn(
-                run.name,
-                launch.command,
-                SANDBOX_ENV,
-                rlimit_pairs(limits),
-                _tmp_spec(self.host, run),
-                math.ceil(timeout) + 10,
-                [in_r, out_w, err_w, status_w, *joins],
+                RunRequest(
+                    run.name,
+                    launch.command,
+                    SANDBOX_ENV,
+                    rlimit_pairs(limits),
+                    _tmp_spec(self.host, run),
+                    math.ceil(timeout) + 10,
+                    [in_r, out_w, err_w, status_w, *joins],
+                )
             )
         except BaseException:
             for f in ours:

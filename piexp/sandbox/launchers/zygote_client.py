@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ..isolation.layout import SANDBOX_ENV, launcher_env
 from ..isolation.process import kill_process_group
@@ -39,6 +39,40 @@ class TmpSpec:
     dir_name: str
     size_bytes: int
     inodes: int
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run for the zygote to start (see zygote.c): the run directory's name under the
+    runs dir, the program's argv and env, its rlimits ((resource, (soft, hard)) pairs),
+    its /tmp, the init's wall-clock alarm in seconds, and `fds`: stdin, stdout, stderr,
+    the status pipe's write end, then the cgroup files to join."""
+
+    run_name: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    rlimits: Sequence[tuple[int, tuple[int, int]]]
+    tmp: TmpSpec
+    wall_s: int
+    fds: Sequence[int]
+
+    def message(self) -> bytes:
+        """The request's fields as the zygote reads them (the fds travel beside it)."""
+        return _fields(
+            [
+                self.run_name,
+                self.tmp.dir_name,
+                self.tmp.size_bytes,
+                self.tmp.inodes,
+                self.wall_s,
+                len(self.rlimits),
+                *[v for res, (soft, hard) in self.rlimits for v in (res, soft, hard)],
+                len(self.argv),
+                *self.argv,
+                len(self.env),
+                *[f"{k}={v}" for k, v in self.env.items()],
+            ]
+        )
 
 
 class ZygoteError(OSError):
@@ -184,35 +218,10 @@ class Zygote:
         ours.setblocking(False)
         return cls(proc, ours)
 
-    def request(
-        self,
-        run_name: str,
-        argv: Sequence[str],
-        env: dict[str, str],
-        rlimits,
-        tmp: "TmpSpec",
-        wall_s: int,
-        fds: Sequence[int],
-    ) -> None:
-        """Send one run request (see zygote.c). `fds`: stdin, stdout, stderr, the status
-        pipe's write end, then the cgroup files to join."""
-        message = _fields(
-            [
-                run_name,
-                tmp.dir_name,
-                tmp.size_bytes,
-                tmp.inodes,
-                wall_s,
-                len(rlimits),
-                *[v for res, (soft, hard) in rlimits for v in (res, soft, hard)],
-                len(argv),
-                *argv,
-                len(env),
-                *[f"{k}={v}" for k, v in env.items()],
-            ]
-        )
+    def request(self, run: RunRequest) -> None:
+        """Send one run request, its fds with it."""
         try:
-            self._control.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            self._control.sendmsg([run.message()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", run.fds))])
         except OSError as exc:
             raise ZygoteError(f"the sandbox zygote is gone: {exc}") from exc
 
@@ -225,16 +234,7 @@ class Zygote:
             raise ZygoteRefusal(f"the sandbox zygote refused a run: {text.lstrip('!')}")
         return int(text)
 
-    async def spawn(
-        self,
-        run_name: str,
-        argv: Sequence[str],
-        env: dict[str, str],
-        rlimits,
-        tmp: "TmpSpec",
-        wall_s: int,
-        fds: Sequence[int],
-    ) -> int:
+    async def spawn(self, run: RunRequest) -> int:
         """Start a run; its init's pid (a child of this process). Requests are answered
         in order, so one is in flight at a time (the zygote answers in ~0.1 ms). A caller
         cancelled while its request is in flight leaves no orphan and no stray answer:
@@ -246,7 +246,7 @@ class Zygote:
         lock = self._lock
         await lock.acquire()
         try:
-            self.request(run_name, argv, env, rlimits, tmp, wall_s, fds)
+            self.request(run)
         except BaseException:
             lock.release()
             raise
@@ -273,18 +273,9 @@ class Zygote:
         kill_process_group(pid)
         asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
 
-    def spawn_blocking(
-        self,
-        run_name: str,
-        argv: Sequence[str],
-        env: dict[str, str],
-        rlimits,
-        tmp: "TmpSpec",
-        wall_s: int,
-        fds: Sequence[int],
-    ) -> int:
+    def spawn_blocking(self, run: RunRequest) -> int:
         """`spawn` outside the event loop."""
-        self.request(run_name, argv, env, rlimits, tmp, wall_s, fds)
+        self.request(run)
         self._control.setblocking(True)
         self._control.settimeout(_START_TIMEOUT_S)
         try:
@@ -301,8 +292,8 @@ class Zygote:
         argv: Sequence[str],
         stdio: Sequence[int],
         *,
-        rlimits=(),
-        tmp: Optional["TmpSpec"] = None,
+        rlimits: Sequence[tuple[int, tuple[int, int]]] = (),
+        tmp: Optional[TmpSpec] = None,
         wall_s: int = 10,
         joins: Sequence[int] = (),
     ) -> tuple[int, str]:
@@ -313,13 +304,15 @@ class Zygote:
         try:
             try:
                 pid = self.spawn_blocking(
-                    run_name,
-                    argv,
-                    SANDBOX_ENV,
-                    rlimits,
-                    tmp or TmpSpec("", 1 << 20, 64),
-                    wall_s,
-                    [*stdio, status_w, *joins],
+                    RunRequest(
+                        run_name,
+                        argv,
+                        SANDBOX_ENV,
+                        rlimits,
+                        tmp or TmpSpec("", 1 << 20, 64),
+                        wall_s,
+                        [*stdio, status_w, *joins],
+                    )
                 )
             finally:
                 os.close(status_w)  # the run holds its own copy until it execs or gives up

@@ -14,6 +14,7 @@ import operator
 import random
 from dataclasses import dataclass
 
+from piexp.tasks.families._common import query_file
 from piexp.tasks.family import Family, check_exact
 
 BOUND = 10**12  # every node of every expression stays within +/-BOUND (<< 2^53)
@@ -103,7 +104,7 @@ def generate(rng: random.Random, p: ArithParams):
         "The answer is the sum of i * r_i over all lines. Print it as a decimal integer.\n"
         f"The modulus is also given in `query.txt` as `modulus={m}`."
     )
-    files = {"expressions.txt": "\n".join(lines) + "\n", "query.txt": f"modulus={m}\n"}
+    files = {"expressions.txt": "\n".join(lines) + "\n", "query.txt": query_file(modulus=m)}
     return instruction, files, answer, {"modulus": m}
 
 

@@ -27,6 +27,13 @@ gives a new digest and build), 64 eval tasks x 2 samples, temperature 0.5:
 | after RL (8 steps of 16 episodes, lr 2.5e-3) | 0.617 | 0.695 | +0.484 ± 0.115 | +0.416 ± 0.104 |
 | after RL with shuffled rewards (control) | 0.000 | 0.148 | -0.133 ± 0.055 | -0.130 ± 0.048 |
 
+The slow test's run from a fresh clone (its own build, same digest recipe): base 0.188 /
+0.332, after RL 0.602 / 0.723 (+0.414 ± 0.119, +0.391 ± 0.104), control 0.438 / 0.616
+(+0.250 ± 0.098, +0.283 ± 0.088): the shuffled-reward control is not flat, it drifts
+either way by up to a quarter of pass@1 in 8 steps. RL minus control, paired over tasks:
+pass@1 +0.617 ± 0.102 in the first run, +0.164 ± 0.125 in the second. The exit status is
+therefore on RL beating the base model and the control beyond their intervals.
+
 Pre-training 1,144 s (rollouts 93 s, fit 1,050 s, one thread), held-out NLL 0.007; the
 RL run with both evaluations 462 s, the control 257 s, the whole bench 1,868 s with the
 build (about 12 minutes with the model cached); peak memory 3.3 GB. RL moves the model
@@ -150,6 +157,9 @@ def learning(out: Path, console: Console) -> dict:
     ]
     result = compare(runs)["overall"]["runs"]
     base, rl, control = result
+    # RL against the control directly, paired over the same tasks: a shuffled-reward run
+    # is not flat (it drifts, either way, by up to a quarter of pass@1 in 8 steps here).
+    rl_vs_control = compare([runs[2], runs[1]])["overall"]["runs"][1]
     return {
         "build_s": marker.get("rollout_s", 0) + marker.get("fit_s", 0) if cached else build_s,
         "build_cached": cached,
@@ -166,6 +176,8 @@ def learning(out: Path, console: Console) -> dict:
         "rl_improves": rl["diff_pass@1"] - rl["diff_pass@1_ci"] > 0,
         "control_flat": control["diff_pass@1"] - control["diff_pass@1_ci"] <= 0,
         "rl_improves_reward": rl["diff_reward"] - rl["diff_reward_ci"] > 0,
+        "rl_vs_control": rl_vs_control,
+        "rl_beats_control": rl_vs_control["diff_pass@1"] - rl_vs_control["diff_pass@1_ci"] > 0,
         "control_flat_reward": control["diff_reward"] - control["diff_reward_ci"] <= 0,
         "total_s": time.perf_counter() - began,
     }
@@ -212,6 +224,11 @@ def report(figures: dict, console: Console) -> None:
         f"pass@1: RL beats the base model beyond its interval: {word(figures['rl_improves'])}; "
         f"the control does not: {word(figures['control_flat'])}"
     )
+    versus = figures["rl_vs_control"]
+    console.print(
+        f"pass@1 after RL minus after the control, paired over tasks: {versus['diff_pass@1']:+.3f} ± "
+        f"{versus['diff_pass@1_ci']:.3f}; beyond its interval: {word(figures['rl_beats_control'])}"
+    )
     console.print(
         f"mean shaped reward: RL beats the base model beyond its interval: {word(figures['rl_improves_reward'])}; "
         f"the control does not: {word(figures['control_flat_reward'])}"
@@ -228,7 +245,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             figures = learning(Path(tmp), console)
     report(figures, console)
-    return 0 if figures["rl_improves"] and figures["control_flat"] else 1
+    return 0 if figures["rl_improves"] and figures["rl_beats_control"] else 1
 
 
 if __name__ == "__main__":

@@ -308,7 +308,7 @@ def test_status_of_a_single_run_folder_and_watch(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "| 0 | complete | 1 |" in result.stdout
     watch = subprocess.Popen(
-        [sys.executable, "-m", "piexp", "status", str(run), "--watch", "0.2"],
+        [sys.executable, "-m", "piexp", "status", str(run), "--watch", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -121,6 +121,7 @@ def run_loop(config: RunConfig, run_dir: Path, run_stage: RunStage) -> float | N
     """Run the loop's stages in `run_dir`; returns the trained model's pass@1 when it was
     evaluated. `run_stage(config, folder)` runs one mode in a folder with its service."""
     from piexp.checkpoint_source import resolve_checkpoint
+    from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
     from piexp.launch.comparison import write_comparison
 
     mode = config.mode
@@ -151,8 +152,12 @@ def run_loop(config: RunConfig, run_dir: Path, run_stage: RunStage) -> float | N
         _set_aside_stale_trained_eval(run_dir, previous, source.sampler_path)
         record["eval_trained"] = {"sampler_path": source.sampler_path, "state_path": source.state_path}
         write_record()  # the checkpoint under evaluation, before its first episode
+        trained_config = eval_stage_config(config, run_dir)
+        # The job checked its own config; this stage's checkpoint is the run itself, which
+        # a resume may find trained on a base model rebuilt since.
+        refuse_checkpoint_of_another_base_model(trained_config)
         record["eval_trained"].update(
-            _run_eval_stage("eval_trained", eval_stage_config(config, run_dir), run_dir / TRAINED_EVAL_DIR, run_stage)
+            _run_eval_stage("eval_trained", trained_config, run_dir / TRAINED_EVAL_DIR, run_stage)
         )
         result = record["eval_trained"]["pass@1"]
     if mode.eval_before and mode.eval_after:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from piexp.config.schema import RunConfig, TrainMode
 from piexp.env.splits import build_splits
-from piexp.launch.base_model import BASE_MODEL_KEY, base_model_identity, refuse_checkpoint_of_another_base_model
+from piexp.launch.base_model import BASE_MODEL_KEY, base_model_identity
 from piexp.launch.manifest import build_manifest, write_manifest
 from piexp.launch.sandbox import run_sandbox
 from piexp.service import open_service
@@ -33,7 +33,6 @@ def run_mode(config: RunConfig, run_dir: Path) -> float | None:
 def run_one_mode(config: RunConfig, run_dir: Path) -> float | None:
     """The selected mode in `run_dir`, inside its service session when it needs one."""
     if config.uses_service:
-        refuse_checkpoint_of_another_base_model(config)  # a loop's trained eval, resumed after a rebuild
         config = _with_built_model(config)
         # Tinker: preflight; local: start (and at exit stop) a SkyRL server; selfhosted:
         # preflight + compatibility proxy. Yields the config with URL and model resolved.

@@ -102,7 +102,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     from piexp.env.splits import build_splits
-    from piexp.pretrain.data import answer_turns, answer_windows, scripted_trajectories, token_sequences
+    from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows, scripted_trajectories, token_sequences
     from piexp.pretrain.training import fit
     from piexp.service.tiny_model import copy_tokenizer_files
     from piexp.tokenizer import register_offline_tokenizers
@@ -127,29 +127,18 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     with ProgressReport(f"{LEARNER_MODEL_NAME}: scripted episodes", len(everything)) as progress:
         trajectories, rewards = asyncio.run(scripted_trajectories(config, sandbox_url, everything, policies, progress))
     rolled_out = time.monotonic()
-    # The last HELDOUT_TASKS tasks of each part measure the fit.
+
+    def sequences(first: int, end: int) -> list[TokenSequence]:
+        return token_sequences(trajectories[first:end], rewards[first:end], policies[first:end])
+
+    # The last HELDOUT_TASKS tasks of the mix and HELDOUT_ANSWERS of the copy part
+    # measure the fit.
     mix, copy = len(tasks), len(copy_tasks)
-    train = token_sequences(
-        trajectories[: mix - HELDOUT_TASKS], rewards[: mix - HELDOUT_TASKS], policies[: mix - HELDOUT_TASKS]
-    )
-    heldout = token_sequences(
-        trajectories[mix - HELDOUT_TASKS : mix], rewards[mix - HELDOUT_TASKS : mix], policies[mix - HELDOUT_TASKS : mix]
-    )
-    whole_turns = answer_turns(
-        token_sequences(
-            trajectories[mix : mix + copy - HELDOUT_ANSWERS],
-            rewards[mix : mix + copy - HELDOUT_ANSWERS],
-            policies[mix : mix + copy - HELDOUT_ANSWERS],
-        )
-    )
+    train = sequences(0, mix - HELDOUT_TASKS)
+    heldout = sequences(mix - HELDOUT_TASKS, mix)
+    whole_turns = answer_turns(sequences(mix, mix + copy - HELDOUT_ANSWERS))
     copies = answer_windows(whole_turns, recipe.copy_window)
-    heldout_answers = answer_turns(
-        token_sequences(
-            trajectories[mix + copy - HELDOUT_ANSWERS :],
-            rewards[mix + copy - HELDOUT_ANSWERS :],
-            policies[mix + copy - HELDOUT_ANSWERS :],
-        )
-    )
+    heldout_answers = answer_turns(sequences(mix + copy - HELDOUT_ANSWERS, mix + copy))
     torch.manual_seed(recipe.seed)
     model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
     steps = recipe.steps

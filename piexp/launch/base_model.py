@@ -1,7 +1,9 @@
-"""The base model a run samples and trains, as its manifest records it, and the refusal of
-an evaluation of `checkpoint=<run folder>` on another base model than the one the run
-trained: a LoRA adapter loaded onto other weights would be evaluated without an error and
-mean nothing. Local models piexp builds (`learner-local`, `tiny-local`) live in cache
+"""The base model a run samples and trains, as its manifest records it, and what refuses
+another base model than the recorded one: an evaluation of `checkpoint=<run folder>`
+here, and a rerun that would resume a run on other weights (a training run would load
+its checkpoint onto them, an evaluation would mix two models' episodes) as a conflict of
+the run-folder guard. A LoRA adapter on other weights runs without an error and means
+nothing. Local models piexp builds (`learner-local`, `tiny-local`) live in cache
 folders named after their content, so their identity is the folder's name in its
 models folder (the same on another machine or home), and it is known before a build."""
 
@@ -39,6 +41,32 @@ def expected_base_model(config: RunConfig) -> str:
     return base_model_identity(config.model.name)
 
 
+def _recorded_base_model(run_dir: Path) -> str | None:
+    try:
+        recorded = json.loads((run_dir / MANIFEST_NAME).read_text(encoding="utf-8")).get(BASE_MODEL_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None  # no run there yet, or one from before piexp recorded it
+    return recorded if isinstance(recorded, str) else None
+
+
+def base_model_change(run_dir: Path, config: RunConfig) -> str | None:
+    """How the base model of the run `run_dir` holds differs from the one `config` would
+    train or sample (None when it is the same, unrecorded, or unused: scripted runs)."""
+    if not config.uses_service:
+        return None
+    recorded = _recorded_base_model(run_dir)
+    if recorded is None:
+        return None
+    expected = expected_base_model(config)
+    if recorded == expected:
+        return None
+    return (
+        f"its base model differs (held -> new): {recorded} -> {expected}, so its checkpoints or finished "
+        "episodes belong to other weights (a piexp-built model changes when its recipe or the code that "
+        "shapes its data changes; resuming needs the piexp version its manifest.json records as git_commit)"
+    )
+
+
 def refuse_checkpoint_of_another_base_model(config: RunConfig) -> None:
     """UserError when `checkpoint=` names a training run folder whose manifest records a
     base model other than the one this evaluation would load its checkpoint onto."""
@@ -49,10 +77,7 @@ def refuse_checkpoint_of_another_base_model(config: RunConfig) -> None:
     run_dir = resolve_checkpoint(config.checkpoint).run_dir
     if run_dir is None:
         return
-    try:
-        trained_on = json.loads((run_dir / MANIFEST_NAME).read_text(encoding="utf-8")).get(BASE_MODEL_KEY)
-    except (OSError, ValueError, AttributeError):
-        return  # a run from before piexp recorded it: nothing to compare with
+    trained_on = _recorded_base_model(run_dir)
     if trained_on is None:
         return
     expected = expected_base_model(config)

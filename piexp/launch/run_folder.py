@@ -5,7 +5,8 @@ A folder's `.hydra/config.yaml` and `overrides.yaml` record what its results are
 rerun with another config must never touch them. A folder that holds a piexp run is
 compared with the job's validated config: the same config resumes (so does a train run
 given a larger `mode.max_steps`: it trains on from its last checkpoint), another one is
-refused naming the folder, the differing keys and the two ways out, unless `--replace`
+refused naming the folder, the differing keys and the two ways out (so is the same config
+on another base model than the held run used: a rebuilt `learner-local`), unless `--replace`
 is given, which moves the old folder aside (`<folder>.replaced-<UTC time>`), never
 deletes it. The check runs twice with the same `guard_folders`: before launch, on every
 folder the command line names (`hydra.run.dir`, `hydra.sweep.dir`/job number for the
@@ -95,6 +96,7 @@ def _held_run(folder: Path) -> tuple[RunConfig | None, str | None]:
 def folder_conflict(folder: Path, config: RunConfig) -> str | None:
     """Why `folder` holds a different run than `config` (None when it holds none or the same)."""
     from piexp.config.differences import config_differences, shown
+    from piexp.launch.base_model import base_model_change
 
     held, unreadable = _held_run(folder)
     if unreadable is not None:
@@ -111,7 +113,9 @@ def folder_conflict(folder: Path, config: RunConfig) -> str | None:
         config.model_dump(mode="json"),
         ignore=frozenset({"mode.max_steps"} if longer else ()),
     )
-    return f"differing keys (held -> new): {shown(differences)}" if differences else None
+    if differences:
+        return f"differing keys (held -> new): {shown(differences)}"
+    return base_model_change(folder, config)  # the same config on other weights is another run too
 
 
 def move_aside(folder: Path) -> Path:

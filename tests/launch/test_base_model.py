@@ -1,6 +1,8 @@
 """A training run records the base model it trained (manifest `base_model`), and an
 evaluation of `checkpoint=<that run>` on another base model, e.g. a `learner-local`
-rebuilt since, is refused with one paragraph before anything is written or built."""
+rebuilt since, is refused with one paragraph before anything is written or built; so is
+a rerun that would resume a run on another base model (the run-folder guard counts it
+as another run: `--replace` moves the folder aside)."""
 
 from __future__ import annotations
 
@@ -69,3 +71,54 @@ def test_the_command_line_refuses_before_writing_or_building(tmp_path: Path) -> 
     assert "was trained on the base model learner-local/0000000000000000" in message
     assert "Traceback" not in message
     assert not (out / "job.log").exists() and not (out / MANIFEST_NAME).exists()
+
+
+def _held_run(folder: Path, overrides: list[str], base_model: str | None) -> None:
+    from omegaconf import OmegaConf
+
+    (folder / ".hydra").mkdir(parents=True)
+    held = load(overrides).model_dump(mode="json")
+    (folder / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(held)))
+    manifest = {"mode": held["mode"]["name"]} | ({BASE_MODEL_KEY: base_model} if base_model else {})
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+TRAIN = ["experiment=learn_offline"]
+
+
+def test_resuming_a_run_on_another_base_model_is_another_run(tmp_path: Path) -> None:
+    from piexp.launch.run_folder import folder_conflict
+
+    expected = expected_base_model(load(TRAIN))
+    same, older, unrecorded = tmp_path / "same", tmp_path / "older", tmp_path / "unrecorded"
+    _held_run(same, TRAIN, expected)
+    _held_run(older, TRAIN, "learner-local/0000000000000000")
+    _held_run(unrecorded, TRAIN, None)
+    assert folder_conflict(same, load(TRAIN)) is None
+    assert folder_conflict(unrecorded, load(TRAIN)) is None  # a run from before piexp recorded it
+    why = folder_conflict(older, load(TRAIN))
+    assert why is not None and f"learner-local/0000000000000000 -> {expected}" in why
+    # An evaluation of the model policy resumes its episodes on the model: refused too; a
+    # scripted evaluation samples no model, so its base model does not matter.
+    model_eval, scripted = tmp_path / "model-eval", tmp_path / "scripted"
+    _held_run(model_eval, EVAL, "learner-local/0000000000000000")
+    _held_run(scripted, [*EVAL[:2], "policy=oracle"], "learner-local/0000000000000000")
+    assert "its base model differs" in (folder_conflict(model_eval, load(EVAL)) or "")
+    assert folder_conflict(scripted, load([*EVAL[:2], "policy=oracle"])) is None
+
+
+def test_the_command_line_refuses_to_resume_on_another_base_model(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _held_run(run, TRAIN, "learner-local/0000000000000000")
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", *TRAIN, f"hydra.run.dir={run}"],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a build of the model, or a run, would take many minutes
+    )
+    assert result.returncode == 2, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "already holds a different run" in message and "its base model differs" in message, message
+    assert "--replace" in message and "Traceback" not in message
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before

@@ -192,7 +192,11 @@ def _cpu_training_speedups():
     # memory-hungry transpose on CPU (for the 151,936-wide unembedding LoRA: 2.2 s and
     # 3.3 GB per 1,024 tokens against 0.7 s for the base matmul's). The same LoRA as
     # plain matmuls: x @ A[a] @ B[a] when all tokens share adapter a (a training
-    # micro-batch always does), else a one-hot mix over the adapter slots.
+    # micro-batch always does), else a one-hot mix over the adapter slots. A layer the
+    # adapters do not train has scaling 0 (skyrl's create_model never trains the
+    # unembedding, yet its LoRA has the server's max rank): its x @ A @ B is skipped,
+    # which at rank r saves r / hidden_size of the unembedding's cost (a quarter at rank 16
+    # on learner-local) at every position of every step, sampling included.
     from skyrl.tx.layers.lora import LoRALinear
 
     def apply_lora_with_matmuls(self, x, base_output, adapter_indices):
@@ -210,9 +214,13 @@ def _cpu_training_speedups():
             low_rank = low_rank * jax.nn.one_hot(per_token, lora_a.shape[0], dtype=low_rank.dtype)[:, :, None]
             return jnp.einsum("tar,aro->to", low_rank, lora_b)
 
-        lora_output = jax.lax.cond(jnp.all(per_token == per_token[0]), one_adapter, mixed_adapters, flat)
-        scaling = self.lora_scaling[...][per_token].reshape(base_output.shape[:-1] + (1,))
-        return base_output + lora_output.reshape(base_output.shape) * scaling
+        scaling = self.lora_scaling[...][per_token]
+
+        def with_lora(tokens):
+            lora_output = jax.lax.cond(jnp.all(per_token == per_token[0]), one_adapter, mixed_adapters, tokens)
+            return base_output + lora_output.reshape(base_output.shape) * scaling.reshape(base_output.shape[:-1] + (1,))
+
+        return jax.lax.cond(jnp.all(scaling == 0), lambda _tokens: base_output, with_lora, flat)
 
     LoRALinear.apply_lora = apply_lora_with_matmuls
 

@@ -101,6 +101,7 @@ launcher = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(launcher)
 launcher._import_without_torch()
 launcher._cpu_training_speedups()
+launcher._skip_untrained_lora()
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
 config = json.loads(sys.argv[3])

@@ -51,7 +51,8 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def run_backend_script(server_venv: Path, tiny_model: Path):
     """Run a check script in the server venv (argv: launcher, tiny model, variant) after
-    loading the launcher and, for the `patched` variant, applying its `patch` function;
+    loading the launcher and, for the `patched` variant, applying its `patch` functions
+    (comma-separated, in order);
     return the JSON the script prints on its `RESULT ` line."""
     import json
     import subprocess
@@ -65,7 +66,7 @@ def run_backend_script(server_venv: Path, tiny_model: Path):
             "launcher = importlib.util.module_from_spec(spec)\n"
             "spec.loader.exec_module(launcher)\n"
             "launcher._import_without_torch()\n"
-            f"if sys.argv[3] == 'patched':\n    launcher.{patch}()\n"
+            "if sys.argv[3] == 'patched':\n" + "".join(f"    launcher.{name}()\n" for name in patch.split(","))
         )
         result = subprocess.run(
             [str(venv_python(server_venv)), "-c", preamble + script, str(launcher), str(tiny_model), variant],

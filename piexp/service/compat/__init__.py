@@ -44,6 +44,11 @@ written out by ``launcher.py``'s :func:`write_launcher`):
    (within ``sample_max_num_sequences``), as skyrl already buckets lengths. Greedy
    tokens and log-probs are unchanged and draws match softmax probabilities
    (``tests/service/test_compat_sampling.py``).
+8. **Untrained LoRA layers** (engine only, ``_skip_untrained_lora``): skyrl's
+   ``create_model`` never trains the embedding or the unembedding, but both carry a LoRA
+   of the server's max rank (scaling 0) that every training step and sampled token
+   computed; a layer no adapter of the batch trains now skips it (values unchanged:
+   ``tests/service/test_compat_speedups.py``; figures in ``bench/untrained_lora.py``).
 
 Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):
 

@@ -192,11 +192,7 @@ def _cpu_training_speedups():
     # memory-hungry transpose on CPU (for the 151,936-wide unembedding LoRA: 2.2 s and
     # 3.3 GB per 1,024 tokens against 0.7 s for the base matmul's). The same LoRA as
     # plain matmuls: x @ A[a] @ B[a] when all tokens share adapter a (a training
-    # micro-batch always does), else a one-hot mix over the adapter slots. A layer the
-    # adapters do not train has scaling 0 (skyrl's create_model never trains the
-    # unembedding, yet its LoRA has the server's max rank): its x @ A @ B is skipped,
-    # which at rank r saves r / hidden_size of the unembedding's cost (a quarter at rank 16
-    # on learner-local) at every position of every step, sampling included.
+    # micro-batch always does), else a one-hot mix over the adapter slots.
     from skyrl.tx.layers.lora import LoRALinear
 
     def apply_lora_with_matmuls(self, x, base_output, adapter_indices):
@@ -214,13 +210,9 @@ def _cpu_training_speedups():
             low_rank = low_rank * jax.nn.one_hot(per_token, lora_a.shape[0], dtype=low_rank.dtype)[:, :, None]
             return jnp.einsum("tar,aro->to", low_rank, lora_b)
 
-        scaling = self.lora_scaling[...][per_token]
-
-        def with_lora(tokens):
-            lora_output = jax.lax.cond(jnp.all(per_token == per_token[0]), one_adapter, mixed_adapters, tokens)
-            return base_output + lora_output.reshape(base_output.shape) * scaling.reshape(base_output.shape[:-1] + (1,))
-
-        return jax.lax.cond(jnp.all(scaling == 0), lambda _tokens: base_output, with_lora, flat)
+        lora_output = jax.lax.cond(jnp.all(per_token == per_token[0]), one_adapter, mixed_adapters, flat)
+        scaling = self.lora_scaling[...][per_token].reshape(base_output.shape[:-1] + (1,))
+        return base_output + lora_output.reshape(base_output.shape) * scaling
 
     LoRALinear.apply_lora = apply_lora_with_matmuls
 
@@ -253,6 +245,32 @@ def _cpu_training_speedups():
     qwen3_module.dot_product_attention = causal_attention_in_blocks
     jax_backend.JaxBackendImpl._create_loss_and_grad_fn = create_loss_and_grad_fn
     LogitsProcessorMixin._compute_chunked_logprobs = chunked_logprobs
+
+
+def _skip_untrained_lora():
+    # Item 8: a layer no adapter of the batch trains has LoRA scaling 0. skyrl's
+    # create_model never trains the embedding or the unembedding, yet both carry a LoRA
+    # of the server's max rank, computed (and differentiated) at every position of every
+    # training step and at every sampled token: at rank r, r / hidden_size of the
+    # unembedding's cost again. Skipping it changes no value. Wraps whatever apply_lora
+    # the layers have, so it goes after _cpu_training_speedups.
+    import jax
+    import jax.numpy as jnp
+    from skyrl.tx.layers.lora import LoRAEmbed, LoRALinear
+
+    def skipping_untrained(apply_lora):
+        def apply_unless_untrained(self, x, base_output, adapter_indices):
+            if self.max_lora_adapters == 0 or adapter_indices is None:
+                return base_output
+            untrained = jnp.all(self.lora_scaling[...][adapter_indices] == 0)
+            return jax.lax.cond(
+                untrained, lambda: base_output, lambda: apply_lora(self, x, base_output, adapter_indices)
+            )
+
+        return apply_unless_untrained
+
+    LoRALinear.apply_lora = skipping_untrained(LoRALinear.apply_lora)
+    LoRAEmbed.apply_lora = skipping_untrained(LoRAEmbed.apply_lora)
 
 
 def _cpu_sampling_speedups():
@@ -394,6 +412,7 @@ if __name__ == "__main__":
     _import_without_torch()
     if role == "engine":
         _cpu_training_speedups()
+        _skip_untrained_lora()
         _cpu_sampling_speedups()
         _engine()
     elif role == "api":

@@ -17,30 +17,49 @@ of the piexp process and its descendants (sandbox, SkyRL server), sampled every 
 Usage: `python bench/learning.py [OUT_DIR]` (a temporary folder by default; the run
 folders stay in OUT_DIR for `piexp show` / `viewer.html`).
 
-Measured 2026-12-01 on the 2-core machine (a helper's test runs shared it for part of
-the time), `learner-local` 3a401d72500f3279 (a build of the recipe then; a source change
-gives a new digest and build), 64 eval tasks x 2 samples, temperature 0.5:
+Measured 2026-12-01 on the 2-core machine, nothing else running, `learner-local`
+da34401b565c4c6e (this recipe; a source change gives a new digest and build), 64 eval
+tasks x 2 samples, temperature 0.5, 8 RL steps of 16 episodes at lr 2.5e-3, LoRA rank 64:
 
 | stage | pass@1 | mean shaped reward | diff pass@1 | diff reward |
 | --- | --- | --- | --- | --- |
-| base (pre-trained = warm-started) | 0.133 | 0.278 | | |
-| after RL (8 steps of 16 episodes, lr 2.5e-3) | 0.617 | 0.695 | +0.484 ± 0.115 | +0.416 ± 0.104 |
-| after RL with shuffled rewards (control) | 0.000 | 0.148 | -0.133 ± 0.055 | -0.130 ± 0.048 |
+| base (pre-trained = warm-started) | 0.133 | 0.267 | | |
+| after RL | 0.609 | 0.686 | +0.477 ± 0.106 | +0.419 ± 0.094 |
+| after RL with shuffled rewards (control) | 0.000 | 0.161 | -0.133 ± 0.059 | -0.106 ± 0.051 |
 
-The slow test's run from a fresh clone (its own build, same digest recipe): base 0.188 /
-0.332, after RL 0.602 / 0.723 (+0.414 ± 0.119, +0.391 ± 0.104), control 0.438 / 0.616
-(+0.250 ± 0.098, +0.283 ± 0.088): the shuffled-reward control is not flat, it drifts
-either way by up to a quarter of pass@1 in 8 steps. RL minus control, paired over tasks:
-pass@1 +0.617 ± 0.102 in the first run, +0.164 ± 0.125 in the second. The exit status is
-therefore on RL beating the base model and the control beyond their intervals.
+Two more runs of the same build, rank 64 (the first with the RL run and the control
+side by side, the second with other benches beside the RL run): base 0.219 / 0.141,
+after RL 0.492 / 0.703 (+0.273 ± 0.138, +0.562 ± 0.104), control 0.000 / 0.000 (-0.219
+± 0.072, -0.141 ± 0.060). In all three the control's own training reward fell from
+0.30-0.45 to 0.15 (every episode the crashing program) within 3-4 steps, while RL's rose
+to 0.8-0.9.
 
-Pre-training 1,144 s (rollouts 93 s, fit 1,050 s, one thread), held-out NLL 0.007; the
-RL run with both evaluations 462 s, the control 257 s, the whole bench 1,868 s with the
-build (about 12 minutes with the model cached); peak memory 3.3 GB. RL moves the model
-from writing a crashing program (reward 0.15) to reading the workspace and writing the
-family's program, and the answer follows the printed integer: held-out pass@1 rises
-about 4.6x; under shuffled rewards the model drifts to crashing programs and its
-answers no longer hold.
+Why rank 64. At rank 16 (the same lr, steps and recipe; two runs, each its own build)
+RL rose +0.484 ± 0.115 and +0.414 ± 0.119, and the control once fell (-0.133 ± 0.055)
+and once rose +0.250 ± 0.098, beyond its interval: the shuffled-credit updates moved the
+model as far as a quarter of pass@1. skyrl scales a LoRA by alpha / rank (alpha 32), and
+Adam moves every coordinate of B by about the learning rate whatever its gradient's
+size: a consistent gradient adds up over the rank's r terms (a change of the same size
+at any rank), updates of random sign add up as sqrt(r) (a change of size 1/sqrt(r)), so
+rank 64 halves the random part at the same learning rate and leaves RL's signal as it
+was. Since the local server skips the LoRA of the layers it does not train (item 8 of
+piexp/service/compat/, bench/untrained_lora.py), rank 64 costs 1.05x rank 16 per step.
+Not established: why the control falls rather than wanders (a guess: Adam's first
+updates are nearly sign(gradient), and under shuffled credit the gradient's median, not
+its mean, points to each group's majority behaviour, here the crashing program).
+
+Pre-training 1,667 s (rollouts and fit, one thread, with the test suite beside it),
+held-out NLL 0.007, answers copied exactly 0.85 in full context. The RL run with both
+evaluations 840 s (base eval 80 s, 8 steps 622 s, trained eval 132 s), the control
+561 s, the whole bench 1,402 s with the model cached; peak memory 5.0 GB. That is over
+the issue's 15 minutes: a training step costs 55-70 s here for 40,000-67,000 trained
+tokens (16 episodes of ~3 turns, ~860 observation tokens a turn). tinker-cookbook's
+`trajectory_to_data` starts a new sequence whenever a turn's observation does not extend
+the previous one token for token (bench/local_service.py saw one sequence per turn in
+the warm start); if that holds here, merging the turns would cut the tokens trained 2-3x
+(not investigated). RL moves the model from writing a crashing program (reward 0.15) to
+reading the workspace and writing the family's program, and the answer follows the
+printed integer; under shuffled rewards the model writes the crashing program.
 
 History. The first recipe taught the copy of the printed integer into the answer on
 64-token windows only: 0.83-0.98 of held-out answers copied exactly there, but 0.29 in

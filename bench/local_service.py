@@ -95,13 +95,7 @@ TRAIN = [
 #: Run in the server venv: skyrl's backend with piexp's speed-ups, forward_backward twice
 #: on the given sequences (cross_entropy), the second call timed.
 FLOOR = r"""
-import importlib.util, json, sys, time
-spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
-launcher = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(launcher)
-launcher._import_without_torch()
-launcher._cpu_training_speedups()
-launcher._skip_untrained_lora()
+import json, time
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
 config = json.loads(sys.argv[3])
@@ -180,7 +174,7 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     backend settings."""
     import dataclasses
 
-    from piexp.service.compat import write_launcher
+    from piexp.service.compat import launcher_preamble, write_launcher
     from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import venv_python
 
@@ -188,8 +182,9 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     config = {key: defaults[key] for key in ("max_lora_adapters", "train_micro_batch_size", "loss_chunk_size")}
     config["max_lora_rank"] = 8
     launcher = write_launcher(sequences.parent)
+    script = launcher_preamble("_cpu_training_speedups", "_skip_untrained_lora") + FLOOR
     result = subprocess.run(
-        [str(venv_python(venv)), "-c", FLOOR, str(launcher), str(model), json.dumps(config), str(sequences)],
+        [str(venv_python(venv)), "-c", script, str(launcher), str(model), json.dumps(config), str(sequences)],
         capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )  # fmt: skip
     line = next(line for line in result.stdout.splitlines() if line.startswith("FLOOR "))

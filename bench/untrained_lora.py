@@ -38,15 +38,11 @@ from rich.table import Table
 
 RANKS = (16, 64)
 
-#: Run in the server venv: argv launcher, model, rank, variant ("plain" or "skip").
+#: Run in the server venv after the launcher's preamble with item 6 applied: argv
+#: launcher, model, rank, variant ("plain" or "skip": item 8 too).
 STEP = r"""
-import importlib.util, json, sys, time
+import json, time
 import numpy as np
-spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
-launcher = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(launcher)
-launcher._import_without_torch()
-launcher._cpu_training_speedups()
 if sys.argv[4] == "skip":
     launcher._skip_untrained_lora()
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
@@ -80,8 +76,10 @@ print("RESULT " + json.dumps(seconds))
 
 
 def step_seconds(python: Path, launcher: Path, model: Path, rank: int, variant: str) -> list[float]:
+    from piexp.service.compat import launcher_preamble
+
     result = subprocess.run(
-        [str(python), "-c", STEP, str(launcher), str(model), str(rank), variant],
+        [str(python), "-c", launcher_preamble("_cpu_training_speedups") + STEP, str(launcher), str(model), str(rank), variant],
         capture_output=True, text=True, timeout=900, check=False,
         env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip

@@ -60,14 +60,10 @@ def run_backend_script(server_venv: Path, tiny_model: Path):
     from piexp.service.local_venv import venv_python
 
     def run(script: str, launcher: Path, variant: str, patch: str) -> dict:
-        preamble = (
-            "import importlib.util, sys\n"
-            "spec = importlib.util.spec_from_file_location('launcher', sys.argv[1])\n"
-            "launcher = importlib.util.module_from_spec(spec)\n"
-            "spec.loader.exec_module(launcher)\n"
-            "launcher._import_without_torch()\n"
-            "if sys.argv[3] == 'patched':\n" + "".join(f"    launcher.{name}()\n" for name in patch.split(","))
-        )
+        from piexp.service.compat import launcher_preamble
+
+        preamble = launcher_preamble() + "if sys.argv[3] == 'patched':\n"
+        preamble += "".join(f"    launcher.{name}()\n" for name in patch.split(","))
         result = subprocess.run(
             [str(venv_python(server_venv)), "-c", preamble + script, str(launcher), str(tiny_model), variant],
             capture_output=True, text=True, timeout=900, check=False,

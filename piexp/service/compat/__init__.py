@@ -67,7 +67,7 @@ Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):
 
 from __future__ import annotations
 
-from piexp.service.compat.launcher import launcher_source, write_launcher
+from piexp.service.compat.launcher import launcher_preamble, launcher_source, write_launcher
 from piexp.service.compat.proxy import SampleIdProxy, add_sample_sequence_ids
 from piexp.service.compat.versions import SKYRL_VERSION, TINKER_SDK_VERSION, CompatVersionError, check_versions
 
@@ -78,6 +78,7 @@ __all__ = [
     "SampleIdProxy",
     "add_sample_sequence_ids",
     "check_versions",
+    "launcher_preamble",
     "launcher_source",
     "write_launcher",
 ]

@@ -1,8 +1,9 @@
-"""Writes the launcher the SkyRL server venv runs (items 1-3, 6 and 7 of this package's
+"""Writes the launcher the SkyRL server venv runs (items 1-3 and 6-8 of this package's
 docstring): the code is ``skyrl_launcher.py`` next to this module, a real Python file
 (linted like the rest of piexp) that is read as text, given the pinned skyrl version and
 written where the server venv's interpreter can run it, under a name carrying its
-content hash."""
+content hash; and the lines that load it into a script of one's own run by that venv
+(the checks and benches of its patches)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def launcher_source() -> str:
 
 def write_launcher(directory: Path) -> Path:
     """Write :func:`launcher_source` into ``directory`` (only when it differs) and
-    return its path; the file name carries a content hash."""
+        return its path; the file name carries a content hash; and the lines that load it into a script of one's own run by that venv
+    (the checks and benches of its patches)."""
     source = launcher_source()
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     path = directory / f"piexp_skyrl_launcher_{digest}.py"
@@ -35,3 +37,18 @@ def write_launcher(directory: Path) -> Path:
         tmp.write_text(source, encoding="utf-8")
         tmp.replace(path)
     return path
+
+
+def launcher_preamble(*patches: str) -> str:
+    """Python lines, for a script the server venv's interpreter runs with the launcher's
+    path as ``sys.argv[1]``, that load the launcher as ``launcher``, stand in for torch,
+    and apply the named patch functions (e.g. ``_cpu_training_speedups``) in order."""
+    lines = [
+        "import importlib.util, sys",
+        "spec = importlib.util.spec_from_file_location('launcher', sys.argv[1])",
+        "launcher = importlib.util.module_from_spec(spec)",
+        "spec.loader.exec_module(launcher)",
+        "launcher._import_without_torch()",
+        *(f"launcher.{name}()" for name in patches),
+    ]
+    return "\n".join(lines) + "\n"

@@ -40,9 +40,9 @@ and once rose +0.250 ± 0.098, beyond its interval: the shuffled-credit updates 
 model as far as a quarter of pass@1. skyrl scales a LoRA by alpha / rank (alpha 32), and
 Adam moves every coordinate of B by about the learning rate whatever its gradient's
 size: a consistent gradient adds up over the rank's r terms (a change of the same size
-at any rank), updates of random sign add up as sqrt(r) (a change of size 1/sqrt(r)), so
-rank 64 halves the random part at the same learning rate and leaves RL's signal as it
-was. Since the local server skips the LoRA of the layers it does not train (item 8 of
+at any rank), updates of random sign add up as sqrt(r) (a change of size 1/sqrt(r)); by
+that argument (not measured apart) rank 64 halves the random part at the same learning
+rate and leaves RL's signal as it was. Since the local server skips the LoRA of the layers it does not train (item 8 of
 piexp/service/compat/, bench/untrained_lora.py), rank 64 costs 1.05x rank 16 per step.
 Not established: why the control falls rather than wanders (a guess: Adam's first
 updates are nearly sign(gradient), and under shuffled credit the gradient's median, not

@@ -9,6 +9,7 @@ models folder (the same on another machine or home), and it is known before a bu
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -29,16 +30,23 @@ def base_model_identity(name: str) -> str:
 
 def expected_base_model(config: RunConfig) -> str:
     """The identity of the base model `config` will sample from, without building it."""
+    return _model_identity(config.model.name)
+
+
+# Once per process and name: a local model's identity hashes its recipe and sources
+# (0.1 s for learner-local), and the run-folder guard asks for every folder of a sweep.
+@functools.lru_cache(maxsize=None)
+def _model_identity(name: str) -> str:
     from piexp.pretrain import LEARNER_MODEL_NAME
     from piexp.service.tiny_model import TINY_LOCAL_NAME, tiny_model_dir
 
-    if config.model.name == LEARNER_MODEL_NAME:
+    if name == LEARNER_MODEL_NAME:
         from piexp.pretrain.build import learner_model_dir
 
         return base_model_identity(str(learner_model_dir()))
-    if config.model.name == TINY_LOCAL_NAME:
+    if name == TINY_LOCAL_NAME:
         return base_model_identity(str(tiny_model_dir()))
-    return base_model_identity(config.model.name)
+    return base_model_identity(name)
 
 
 def _recorded_base_model(run_dir: Path) -> str | None:

@@ -26,8 +26,7 @@ def launcher_source() -> str:
 
 def write_launcher(directory: Path) -> Path:
     """Write :func:`launcher_source` into ``directory`` (only when it differs) and
-        return its path; the file name carries a content hash; and the lines that load it into a script of one's own run by that venv
-    (the checks and benches of its patches)."""
+    return its path; the file name carries a content hash."""
     source = launcher_source()
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     path = directory / f"piexp_skyrl_launcher_{digest}.py"

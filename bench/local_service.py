@@ -35,11 +35,11 @@ since item 8 (the untrained-LoRA skip, in the server and the floor alike; measur
 in bench/untrained_lora.py): these figures were not measured again. Where
 the time of a step goes now (profiled on one 6,144-token sequence): causal attention
 (quadratic; a 2-layer model with 4 heads of 16 dims spends it in exp over the score
-matrix), then the vocabulary-wide log-softmax at the loss positions. The warm start's
-8 oracle episodes make 32 sequences: tinker-cookbook's `trajectory_to_data` starts a new
+matrix), then the vocabulary-wide log-softmax at the loss positions. In the table the warm start's
+8 oracle episodes made 32 sequences: tinker-cookbook's `trajectory_to_data` starts a new
 sequence whenever a turn's observation does not extend the previous one token for token,
-so here each turn is a sequence carrying the whole history again (not yet investigated:
-merging them would cut the tokens trained about 2-4x).
+and each turn was a sequence carrying the whole history again. Since observations
+continue the sampled tokens (piexp.env.sampled_context) an episode is one sequence.
 
 Compilation and sampling (same period, 2026-12-01 04:32-04:41, load average 5-10 from
 other engineers' runs; `before` is the branch point 9d2d91f). An RL run of 2 iterations,

@@ -18,6 +18,7 @@ from piexp.config.schema import LanguageSettings, Limits, RewardSettings
 from piexp.cookbook_compat import RenderHookEnv, adopt_env_class
 from piexp.env.prompt import workspace_prompt
 from piexp.env.reward import WorkspaceReward
+from piexp.env.sampled_context import spliced_observation
 from piexp.env.tools import WorkspaceTools
 from piexp.tasks import Task
 
@@ -63,11 +64,33 @@ class WorkspaceEnv(RenderHookEnv):
     inline under the tokenizer's `encode_budget(inline_encode_chars)`; if it needed to
     tokenize more new text than that, it is discarded and done in a thread as before.
     The observation is the same either way.
+
+    After the first, an observation continues the tokens the model saw and sampled
+    (piexp.env.sampled_context), so that an episode trains as one sequence.
     """
 
     inline_encode_chars: ClassVar[int] = 2048
+    # The last observation rendered and, during a step, the action sampled from it (set
+    # on the instance; the class is adopted without __init__, so these are the defaults).
+    _seen: tinker.ModelInput | None = None
+    _action: list[int] | None = None
+
+    async def step(self, action: Any, *, extra: Any = None) -> Any:
+        self._action = list(action)
+        try:
+            return await super().step(action, extra=extra)
+        finally:
+            self._action = None
 
     async def render(self, messages: list[Message], **kwargs: Any) -> tinker.ModelInput:
+        observation = await self._render_canonical(messages, **kwargs)
+        if self._action is not None and self._seen is not None and not kwargs:
+            spliced = spliced_observation(self.renderer, messages, observation, self._seen, self._action)
+            observation = observation if spliced is None else spliced
+        self._seen = observation
+        return observation
+
+    async def _render_canonical(self, messages: list[Message], **kwargs: Any) -> tinker.ModelInput:
         encode_budget = getattr(self.renderer.tokenizer, "encode_budget", None)
         if encode_budget is not None:
             budget = encode_budget(self.inline_encode_chars)

@@ -1,12 +1,14 @@
 """Episodes of scripted policies as token sequences: each train task is rolled out once,
 through tinker-cookbook's rollout code, the run's renderer, piexp's tools and the real
-sandbox, by the policy given for it; each trajectory becomes the sequences a model is
+sandbox, by the policy given for it; each trajectory becomes the sequence a model is
 trained on (tinker-cookbook's `trajectory_to_data`: observations as context, the
-policy's actions as weighted targets). The warm start uses the same rollouts."""
+policy's actions as weighted targets; one sequence per episode, as its observations
+extend each other). The warm start uses the same rollouts."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,11 +89,23 @@ def token_sequences(
 
 
 def answer_turns(sequences: Sequence[TokenSequence]) -> list[TokenSequence]:
-    """Each episode's last sequence: its answer turn, in its whole context."""
+    """Each episode's answer turn (its last action) in its whole context: the episode's
+    last sequence, weighted on that turn alone (an episode is one sequence when its
+    observations extend each other, piexp.env.sampled_context, else one per turn)."""
     last: dict[int, TokenSequence] = {}
     for sequence in sequences:
         last[sequence.episode] = sequence
-    return list(last.values())
+    return [_last_turn_only(sequence) for sequence in last.values()]
+
+
+def _last_turn_only(sequence: TokenSequence) -> TokenSequence:
+    weights = list(sequence.weights)
+    end = max(i for i, w in enumerate(weights) if w > 0)
+    start = end
+    while start > 0 and weights[start - 1] > 0:
+        start -= 1
+    weights[:start] = [0.0] * start
+    return dataclasses.replace(sequence, weights=weights)
 
 
 def answer_windows(sequences: Sequence[TokenSequence], window: int) -> list[TokenSequence]:

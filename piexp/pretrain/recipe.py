@@ -33,7 +33,7 @@ class LearnerRecipe:
     seed: int = 0  # weights init, episode order, policy draw, negative samples
     # tiny-local's toy Qwen3 (Qwen3's vocabulary and special ids) with a wider MLP.
     architecture: dict[str, Any] = field(default_factory=lambda: {**TINY_QWEN3_CONFIG, "intermediate_size": 256})
-    batch_sequences: int = 8  # sequences per optimiser step
+    batch_sequences: int = 3  # episodes per optimiser step (one sequence each, ~3.5 turns)
     learning_rate: float = 5e-3  # AdamW peak, cosine decay to 0 over all steps
     # Stating what the program printed means copying its digits from the tool output, an
     # induction behaviour a 2-layer model needs far more examples of than the mix holds

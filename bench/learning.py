@@ -17,22 +17,25 @@ of the piexp process and its descendants (sandbox, SkyRL server), sampled every 
 Usage: `python bench/learning.py [OUT_DIR]` (a temporary folder by default; the run
 folders stay in OUT_DIR for `piexp show` / `viewer.html`).
 
-Measured 2026-12-01 on the 2-core machine, nothing else running, `learner-local`
-da34401b565c4c6e (this recipe; a source change gives a new digest and build), 64 eval
-tasks x 2 samples, temperature 0.5, 8 RL steps of 16 episodes at lr 2.5e-3, LoRA rank 64:
+Measured 2026-12-02 on the 2-core machine, nothing else running, `learner-local`
+01895214bc4afb25 (this recipe; a source change gives a new digest and build), 64 eval
+tasks x 2 samples, temperature 0.5, 8 RL steps of 16 episodes at lr 2.5e-3, LoRA rank 64,
+each episode trained as one sequence (piexp.env.sampled_context):
 
 | stage | pass@1 | mean shaped reward | diff pass@1 | diff reward |
 | --- | --- | --- | --- | --- |
-| base (pre-trained = warm-started) | 0.133 | 0.267 | | |
-| after RL | 0.609 | 0.686 | +0.477 ± 0.106 | +0.419 ± 0.094 |
-| after RL with shuffled rewards (control) | 0.000 | 0.161 | -0.133 ± 0.059 | -0.106 ± 0.051 |
+| base (pre-trained = warm-started) | 0.086 | 0.231 | | |
+| after RL | 0.711 | 0.738 | +0.625 ± 0.105 | +0.507 ± 0.094 |
+| after RL with shuffled rewards (control) | 0.000 | 0.159 | -0.086 ± 0.047 | -0.072 ± 0.040 |
 
-Two more runs of the same build, rank 64 (the first with the RL run and the control
-side by side, the second with other benches beside the RL run): base 0.219 / 0.141,
-after RL 0.492 / 0.703 (+0.273 ± 0.138, +0.562 ± 0.104), control 0.000 / 0.000 (-0.219
-± 0.072, -0.141 ± 0.060). In all three the control's own training reward fell from
-0.30-0.45 to 0.15 (every episode the crashing program) within 3-4 steps, while RL's rose
-to 0.8-0.9.
+RL minus control, paired over tasks: +0.711 ± 0.089 pass@1. The control's own training
+reward went 0.30, 0.20, then 0.15-0.20 (the crashing program), RL's 0.35 -> 0.88.
+
+The previous build (da34401b565c4c6e, every turn its own sequence carrying the whole
+history, three runs at rank 64): base 0.133 / 0.219 / 0.141, after RL +0.477 ± 0.106,
++0.273 ± 0.138, +0.562 ± 0.104, control -0.133 ± 0.059, -0.219 ± 0.072, -0.141 ± 0.060;
+in all three the control's training reward fell from 0.30-0.45 to 0.15 within 3-4 steps,
+while RL's rose to 0.8-0.9.
 
 Why rank 64. At rank 16 (the same lr, steps and recipe; two runs, each its own build)
 RL rose +0.484 ± 0.115 and +0.414 ± 0.119, and the control once fell (-0.133 ± 0.055)
@@ -48,18 +51,20 @@ Not established: why the control falls rather than wanders (a guess: Adam's firs
 updates are nearly sign(gradient), and under shuffled credit the gradient's median, not
 its mean, points to each group's majority behaviour, here the crashing program).
 
-Pre-training 1,667 s (rollouts and fit, one thread, with the test suite beside it),
-held-out NLL 0.007, answers copied exactly 0.85 in full context. The RL run with both
-evaluations 840 s (base eval 80 s, 8 steps 622 s, trained eval 132 s), the control
-561 s, the whole bench 1,402 s with the model cached; peak memory 5.0 GB. That is over
-the issue's 15 minutes: a training step costs 55-70 s here for 40,000-67,000 trained
-tokens (16 episodes of ~3 turns, ~860 observation tokens a turn). tinker-cookbook's
-`trajectory_to_data` starts a new sequence whenever a turn's observation does not extend
-the previous one token for token (bench/local_service.py saw one sequence per turn in
-the warm start); if that holds here, merging the turns would cut the tokens trained 2-3x
-(not investigated). RL moves the model from writing a crashing program (reward 0.15) to
-reading the workspace and writing the family's program, and the answer follows the
-printed integer; under shuffled rewards the model writes the crashing program.
+Pre-training 1,310 s (rollouts 148 s and fit, one thread, with the test suite beside it
+for its first half; 1,667 s for the previous build), held-out NLL 0.006, answers copied
+exactly 0.94 in full context (1.00 in windows; 0.85 / 0.93 before). The RL run with
+both evaluations 511 s (base eval 69 s, 8 steps 279 s, trained eval 117 s), the control
+278 s, the whole bench 790 s (13 min) with the model cached; peak memory 5.1 GB: within
+the issue's 15 minutes and 6 GB. A training step takes 20-24 s, against 55-70 s when
+each turn was a sequence with the whole history again (40,000-67,000 tokens a step, the
+whole bench 1,402 s): tinker-cookbook's `trajectory_to_data` merges an episode's turns
+only while each observation extends the previous one token for token, and with the
+cookbook's Qwen3 renderer none did (its parse keeps the newline before `<tool_call>`
+that its renderer writes again); observations now continue the sampled tokens. RL
+moves the model from writing a crashing program (reward 0.15) to reading the workspace
+and writing the family's program, and the answer follows the printed integer; under
+shuffled rewards the model writes the crashing program.
 
 History. The first recipe taught the copy of the printed integer into the answer on
 64-token windows only: 0.83-0.98 of held-out answers copied exactly there, but 0.29 in
@@ -67,7 +72,8 @@ the whole ~1,400-token answer turn, where the workspace's own numbers draw the c
 away; pass@1 then moved by a few hundredths (base 0.016, after RL 0.047, +0.031 ±
 0.030; reward 0.255 -> 0.508). Fitting whole answer turns alone from the start (4 a
 step) reached 0.17 after 1,019 s. Windows first, then whole turns beside fewer windows
-from step 450 (the recipe now) copies 0.85 in full context (0.93 in windows), and
+from step 450 (the recipe now) copied 0.85 in full context (0.93 in windows) when each
+turn was its own sequence, 0.94 (1.00) with episodes as one sequence, 3 a step, and
 pass@1 moves as above. At lr 4e-3 and 12 steps RL first reached 0.9 training reward,
 then collapsed to garbage after step 9 (now 2.5e-3, 8 steps).
 """

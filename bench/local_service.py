@@ -38,8 +38,11 @@ the time of a step goes now (profiled on one 6,144-token sequence): causal atten
 matrix), then the vocabulary-wide log-softmax at the loss positions. In the table the warm start's
 8 oracle episodes made 32 sequences: tinker-cookbook's `trajectory_to_data` starts a new
 sequence whenever a turn's observation does not extend the previous one token for token,
-and each turn was a sequence carrying the whole history again. Since observations
-continue the sampled tokens (piexp.env.sampled_context) an episode is one sequence.
+and each turn is a sequence carrying the whole history again. Observations now continue
+the sampled tokens where the renderer extends its history (piexp.env.sampled_context:
+`qwen3_instruct`, learner-local's, makes one sequence an episode), but tiny-local's
+`qwen3` renderer drops each earlier turn's think block from the history, so here the
+turns stay separate sequences (32 and 101,945 tokens again on 2026-12-01).
 
 Compilation and sampling (same period, 2026-12-01 04:32-04:41, load average 5-10 from
 other engineers' runs; `before` is the branch point 9d2d91f). An RL run of 2 iterations,

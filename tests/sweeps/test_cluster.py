@@ -312,6 +312,9 @@ def test_status_of_a_single_run_folder_and_watch(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a terminal's foreground job: a suite started in the background (`make test &`)
+        # hands its children SIGINT ignored, and Python then installs no Ctrl-C handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Redraws every 0.2 s: 10 s leaves room for a slow start on a loaded machine (3 s,
     # the earlier wait, was too short there).

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from piexp.pretrain import build
-from piexp.pretrain.data import TokenSequence
+from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows
 from piexp.pretrain.recipe import LearnerRecipe, recipe_digest, source_digest
 
 TINY = dataclasses.replace(
@@ -99,6 +99,19 @@ def test_fit_learns_the_data_and_pushes_the_rest_of_the_vocabulary_down(exact_po
         # The sampled softmax alone learns the order of the data's tokens but leaves
         # much of the probability on the rest of the vocabulary.
         assert float(outside.max()) > 0.2
+
+
+def test_answer_turn_of_a_merged_episode_is_its_last_action_in_context() -> None:
+    # One episode as one sequence: two actions (weighted) between observations.
+    weights = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    episode = TokenSequence("oracle", 1.0, 0, list(range(10)), list(range(1, 11)), weights)
+    earlier = TokenSequence("oracle", 1.0, 1, [5, 6], [6, 7], [0.0, 1.0])
+    (turn, other) = answer_turns([episode, earlier])
+    assert turn.tokens == episode.tokens  # the whole context stays
+    assert turn.weights == [0.0] * 7 + [1.0] * 3  # only the last action is a target
+    assert other.weights == [0.0, 1.0]
+    (window, _) = answer_windows([episode, earlier], 2)
+    assert window.tokens == list(range(5, 10)) and window.weights == [0.0, 0.0, 1.0, 1.0, 1.0]
 
 
 def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,10 @@ each episode trained as one sequence (piexp.env.sampled_context):
 | after RL with shuffled rewards (control) | 0.000 | 0.159 | -0.086 ± 0.047 | -0.072 ± 0.040 |
 
 RL minus control, paired over tasks: +0.711 ± 0.089 pass@1. The control's own training
-reward went 0.30, 0.20, then 0.15-0.20 (the crashing program), RL's 0.35 -> 0.88.
+reward went 0.30, 0.20, then 0.15-0.20 (the crashing program), RL's 0.35 -> 0.88. A
+second run of the same build, the same way: base 0.109, after RL 0.797 (+0.688 ±
+0.101), control 0.000 (-0.109 ± 0.060); whole bench 874 s, peak 4.9 GB. The slow test
+passed a third time on a fresh clone's own build (bit-identical: the build is seeded).
 
 The previous build (da34401b565c4c6e, every turn its own sequence carrying the whole
 history, three runs at rank 64): base 0.133 / 0.219 / 0.141, after RL +0.477 ± 0.106,
@@ -52,19 +55,20 @@ updates are nearly sign(gradient), and under shuffled credit the gradient's medi
 its mean, points to each group's majority behaviour, here the crashing program).
 
 Pre-training 1,310 s (rollouts 148 s and fit, one thread, with the test suite beside it
-for its first half; 1,667 s for the previous build), held-out NLL 0.006, answers copied
-exactly 0.94 in full context (1.00 in windows; 0.85 / 0.93 before). The RL run with
-both evaluations 511 s (base eval 69 s, 8 steps 279 s, trained eval 117 s), the control
-278 s, the whole bench 790 s (13 min) with the model cached; peak memory 5.1 GB: within
-the issue's 15 minutes and 6 GB. A training step takes 20-24 s, against 55-70 s when
-each turn was a sequence with the whole history again (40,000-67,000 tokens a step, the
-whole bench 1,402 s): tinker-cookbook's `trajectory_to_data` merges an episode's turns
-only while each observation extends the previous one token for token, and with the
-cookbook's Qwen3 renderer none did (its parse keeps the newline before `<tool_call>`
-that its renderer writes again); observations now continue the sampled tokens. RL
-moves the model from writing a crashing program (reward 0.15) to reading the workspace
-and writing the family's program, and the answer follows the printed integer; under
-shuffled rewards the model writes the crashing program.
+for its first half; 1,164 s alone from an empty cache; 1,667 s for the previous build),
+held-out NLL 0.006, answers copied exactly 0.94 in full context (1.00 in windows; 0.85 /
+0.93 before). The RL run with both evaluations 511 s (base eval 69 s, 8 steps 279 s,
+trained eval 117 s), the control 278 s, the whole bench 790 s (13 min; 874 s the second
+time) with the model cached; peak memory 5.1 GB: within the issue's 15 minutes and 6 GB.
+A training step takes 20-24 s, against 55-70 s when each turn was a sequence with the
+whole history again (40,000-67,000 tokens a step, the whole bench 1,402 s):
+tinker-cookbook's `trajectory_to_data` merges an episode's turns only while each
+observation extends the previous one token for token, and with the cookbook's Qwen3
+renderer none did (its parse keeps the newline before `<tool_call>` that its renderer
+writes again); observations now continue the sampled tokens. RL moves the model from
+writing a crashing program (reward 0.15) to reading the workspace and writing the
+family's program, and the answer follows the printed integer; under shuffled rewards the
+model writes the crashing program.
 
 History. The first recipe taught the copy of the printed integer into the answer on
 64-token windows only: 0.83-0.98 of held-out answers copied exactly there, but 0.29 in

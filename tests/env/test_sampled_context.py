@@ -44,9 +44,9 @@ def _read(text: str, *paths: str) -> dict:
     return {"role": "assistant", "content": text, "tool_calls": calls}
 
 
-async def _two_turns(renderer_names: tuple[str, str], actions) -> tuple[list, list, list]:
-    """Observations, actions and canonical renderings of a two-turn episode whose
-    actions are `actions(renderer, stop)`."""
+async def _episode(renderer_names: tuple[str, str], actions) -> tuple[list, list, list]:
+    """Observations, actions and canonical renderings of an episode whose turns are the
+    actions `actions(renderer, stop)` yields."""
     renderer = get_run_renderer(*renderer_names)
     env = build_workspace_env(
         task=TASK, language="python", settings=_settings(renderer=renderer_names), renderer=renderer, evaluation=True
@@ -69,7 +69,7 @@ def test_a_turn_with_text_before_its_tool_calls_is_seen_as_sampled() -> None:
         yield render_assistant_tokens(renderer, _read("Reading the input first.", "a.txt", "a.txt"), stop)
         yield render_assistant_tokens(renderer, _read("Once more.", "a.txt"), stop)
 
-    observations, taken, canonical = asyncio.run(_two_turns(INSTRUCT, actions))
+    observations, taken, canonical = asyncio.run(_episode(INSTRUCT, actions))
     for before, action, after, rewritten in zip(observations[:-1], taken, observations[1:], canonical, strict=True):
         assert after[: len(before) + len(action)] == before + action
         assert rewritten[: len(before) + len(action)] != before + action  # the splice changed something
@@ -87,7 +87,7 @@ def test_a_sampled_tokenization_the_tokenizer_would_not_choose_is_kept() -> None
         assert renderer.tokenizer.decode(split) == text and split != canonical[:-1]
         yield [*split, canonical[-1]]
 
-    observations, taken, canonical = asyncio.run(_two_turns(INSTRUCT, actions))
+    observations, taken, canonical = asyncio.run(_episode(INSTRUCT, actions))
     assert observations[1][: len(observations[0]) + len(taken[0])] == observations[0] + taken[0]
     assert canonical[0] != observations[1]
 
@@ -100,7 +100,7 @@ def test_a_renderer_that_rewrites_its_history_keeps_the_canonical_rendering() ->
         message["content"] = [{"type": "thinking", "thinking": "The file is small."}]
         yield render_assistant_tokens(renderer, message, stop)
 
-    observations, taken, canonical = asyncio.run(_two_turns(THINKING, actions))
+    observations, taken, canonical = asyncio.run(_episode(THINKING, actions))
     assert observations[1] == canonical[0]
     assert observations[1][: len(observations[0]) + len(taken[0])] != observations[0] + taken[0]
 

@@ -21,6 +21,14 @@ class ServiceUnavailableError(UserError):
     exit_code = 3
 
 
+class RunIncompleteError(UserError):
+    """A part of piexp (the sandbox, the model service) failed, so the run could not
+    finish: what it finished is kept, it is not marked complete, and the same command
+    resumes it. Never the model's outcome."""
+
+    exit_code = 4
+
+
 def report_user_error(error: UserError) -> None:
     """Print a user error as one wrapped paragraph on stderr (no traceback)."""
     text = " ".join(str(error).split())

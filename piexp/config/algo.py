@@ -152,6 +152,10 @@ class AlgoSettings(_Strict):
         description="control: permute total rewards within each group before advantages (a run that must NOT learn)"
     )
     rollout_error_tolerance: RolloutErrorTolerance = Field(description="failing rollouts")
+    infrastructure_errors: Literal["retry", "mask", "penalize"] = Field(
+        description="an episode whose program could not run for the sandbox's reasons: re-rolled (retry), "
+        "left out of its group (mask), or given reward.weights.infrastructure_error (penalize, the reference's)"
+    )
     termination: TerminationPolicy = Field(description="rewards of limit-stopped trajectories")
     parse_errors: ParseErrors = Field(description="malformed tool calls")
     tool_execution: Literal["parallel", "sequential"] | None = Field(
@@ -186,6 +190,12 @@ class AlgoSettings(_Strict):
         tolerance = self.rollout_error_tolerance
         if tolerance.min_successful is not None and tolerance.strategy != "min_viable_group":
             raise ValueError("algo.rollout_error_tolerance.min_successful is only used with strategy=min_viable_group")
+        if self.infrastructure_errors != "penalize" and tolerance.strategy == "fail_fast":
+            raise ValueError(
+                f"algo.infrastructure_errors={self.infrastructure_errors} needs a rollout strategy that survives a "
+                "failed episode; algo.rollout_error_tolerance.strategy=fail_fast would stop the run at the first "
+                "one (use model_default, or algo.infrastructure_errors=penalize)"
+            )
         if self.loss_fn_config.as_dict() and self.loss_fn not in ("ppo", "cispo", "gspo"):
             raise ValueError(
                 f"algo.loss_fn_config (clip thresholds) is only used by ppo, cispo and gspo, "

@@ -143,6 +143,20 @@ class SandboxSettings(_Strict):
     allow_unisolated: bool = Field(description="embedded: run without bubblewrap (unsafe)")
     launcher: Literal["zygote", "bwrap"] = Field(description="embedded: how an isolated run starts")
     start_timeout_s: PositiveFloat = Field(description="the server must answer /v1/ping within this many seconds")
+    max_restarts: Annotated[int, Field(ge=0)] = Field(
+        description="embedded: restarts of a server that died or hung allowed within restart_window_s"
+    )
+    restart_window_s: PositiveFloat = Field(description="embedded: the window max_restarts is counted in")
+    health_timeout_s: PositiveFloat = Field(
+        description="embedded: a live server that answers no health check for this long is restarted"
+    )
+    unavailable_after_s: PositiveFloat = Field(
+        description="a sandbox that answers nothing for this long is given up and the run stops (resumable)"
+    )
+    episode_retries: Annotated[int, Field(ge=0)] = Field(
+        description="an episode whose program could not run for the sandbox's reasons is played again "
+        "up to this many times (in training: per group); it is never scored"
+    )
 
     @model_validator(mode="after")
     def _url_is_loopback(self) -> SandboxSettings:

@@ -13,6 +13,7 @@ from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
 from piexp.env.rollout_policy import rollout_config
 from piexp.env.shuffled_rewards import ShuffledRewardDataset
 from piexp.env.splits import build_splits
+from piexp.sandbox.availability import refuse_down_sandbox
 from piexp.sandbox.url import ensure_loopback_url
 from piexp.tasks import Task
 
@@ -33,6 +34,25 @@ def group_builders(
         for task in tasks
         for language in languages
     ]
+
+
+class HealthCheckedDataset(RLDataset):
+    """The inner dataset, refusing a batch once the sandbox is marked down, so a sandbox
+    gone for good stops the run (`SandboxDown`) before any sampling is paid for."""
+
+    def __init__(self, inner: RLDataset, sandbox_url: str) -> None:
+        self.inner = inner
+        self.sandbox_url = sandbox_url
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        refuse_down_sandbox(self.sandbox_url)
+        return self.inner.get_batch(index)
+
+    def set_epoch(self, seed: int = 0) -> None:
+        self.inner.set_epoch(seed)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self.inner)
 
 
 class RepeatingDataset(RLDataset):
@@ -76,6 +96,8 @@ def episode_settings(config: RunConfig, sandbox_url: str) -> EpisodeSettings:
         sandbox_url=sandbox_url,
         memory_limit_mb=config.sandbox.memory_limit_mb,
         rollout=rollout_config(config.model.name, config.limits, config.algo),
+        infrastructure_errors=config.algo.infrastructure_errors,
+        sandbox_wait_s=config.sandbox.unavailable_after_s,
     )
 
 
@@ -103,4 +125,5 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         train_dataset: RLDataset = RepeatingDataset(train, config.mode.groups_per_batch, config.mode.max_steps)
         if config.algo.shuffle_rewards:  # the control run: rewards permuted within each group
             train_dataset = ShuffledRewardDataset(train_dataset, config.seed)
+        train_dataset = HealthCheckedDataset(train_dataset, self.sandbox_url)
         return train_dataset, RepeatingDataset(evaluation, len(evaluation), None)

@@ -20,6 +20,7 @@ from piexp.env.prompt import workspace_prompt
 from piexp.env.reward import WorkspaceReward
 from piexp.env.sampled_context import spliced_observation
 from piexp.env.tools import WorkspaceTools
+from piexp.sandbox.availability import wait_for_sandbox
 from piexp.tasks import Task
 
 
@@ -36,6 +37,12 @@ class EpisodeSettings:
     memory_limit_mb: int | None = None
     # The cookbook RolloutConfig of the run (piexp.env.rollout_policy); None = the model's default.
     rollout: RolloutConfig | None = None
+    # A training episode whose program the sandbox could not run: "penalize" scores it
+    # (reward.weights.infrastructure_error); otherwise it raises InfrastructureFailure for
+    # the rollout strategy to retry or mask. Evaluation episodes always raise.
+    infrastructure_errors: str = "retry"
+    # How long a sandbox that does not answer is waited for before the run stops.
+    sandbox_wait_s: float = 60.0
 
     def resolved_renderer_name(self) -> str:
         return self.renderer_name or model_info.get_recommended_renderer_name(self.model_name)
@@ -49,6 +56,12 @@ def get_run_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
 
     register_offline_tokenizers()
     return renderers.get_renderer(renderer_name, tokenizer_utils.get_tokenizer(model_name))
+
+
+class InfrastructureFailure(Exception):
+    """The sandbox could not run an episode's program (not the program's fault): the
+    episode has no outcome to score. An eval or check plays it again; training retries,
+    masks or (`algo.infrastructure_errors=penalize`) scores it instead of raising."""
 
 
 class WorkspaceEnv(RenderHookEnv):
@@ -74,13 +87,30 @@ class WorkspaceEnv(RenderHookEnv):
     # on the instance; the class is adopted without __init__, so these are the defaults).
     _seen: tinker.ModelInput | None = None
     _action: list[int] | None = None
+    # The episode's workspace, and whether a sandbox failure raises (build_workspace_env).
+    _workspace: WorkspaceTools | None = None
+    _raise_infrastructure_failures: bool = True
+    _sandbox_wait_s: float = 60.0
 
     async def step(self, action: Any, *, extra: Any = None) -> Any:
         self._action = list(action)
         try:
-            return await super().step(action, extra=extra)
+            result = await super().step(action, extra=extra)
         finally:
             self._action = None
+        await self._check_infrastructure()
+        return result
+
+    async def _check_infrastructure(self) -> None:
+        """After a step whose program the sandbox could not run: stop the run if the
+        sandbox is gone for good (`SandboxDown`, after waiting for it), else raise
+        `InfrastructureFailure` unless this episode is to be scored as it is."""
+        workspace = self._workspace
+        if workspace is None or workspace.infrastructure_failure is None:
+            return
+        await wait_for_sandbox(workspace.sandbox_url, self._sandbox_wait_s)
+        if self._raise_infrastructure_failures:
+            raise InfrastructureFailure(workspace.infrastructure_failure)
 
     async def render(self, messages: list[Message], **kwargs: Any) -> tinker.ModelInput:
         observation = await self._render_canonical(messages, **kwargs)
@@ -143,7 +173,12 @@ def build_workspace_env(
     )
     environment.example_id = f"{task.task_id}:{language}"
     # Same object and state, plus the inline rendering of small turns (see above).
-    return adopt_env_class(environment, WorkspaceEnv)
+    adopted = adopt_env_class(environment, WorkspaceEnv)
+    if isinstance(adopted, WorkspaceEnv):
+        adopted._workspace = workspace
+        adopted._raise_infrastructure_failures = evaluation or settings.infrastructure_errors != "penalize"
+        adopted._sandbox_wait_s = settings.sandbox_wait_s
+    return adopted
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ from tinker_cookbook.rl.rollout_strategy import FailFast, MinViableGroup, RetryO
 from piexp.config.algo import AlgoSettings
 from piexp.config.schema import Limits
 
+# `algo.infrastructure_errors=mask`: a group keeps at least this many episodes, or is dropped.
+MASKED_GROUP_MIN_EPISODES = 2
+
 
 def termination_policy(algo: AlgoSettings) -> TerminationRewardPolicy | None:
     """The configured policy, or None (the cookbook then uses the model's default)."""
@@ -70,10 +73,19 @@ def rollout_config(model_name: str, limits: Limits, algo: AlgoSettings) -> Rollo
     return chz.replace(base, **changes)
 
 
-def rollout_error_tolerance(algo: AlgoSettings) -> RolloutStrategy | None:
-    """`rl.train.Config.rollout_error_tolerance`: None is the model's default."""
+def rollout_error_tolerance(algo: AlgoSettings, episode_retries: int, group_size: int) -> RolloutStrategy | None:
+    """`rl.train.Config.rollout_error_tolerance`: None is the model's default. Left to the
+    model's default, `algo.infrastructure_errors` chooses: `retry` re-rolls an episode
+    whose sandbox failed (`episode_retries` per group; past them the group is dropped),
+    `mask` drops it from its group and drops a group left with fewer than two episodes
+    (no advantage without a second), `penalize` keeps the model's default (the episode is
+    scored, as in the reference environment)."""
     tolerance = algo.rollout_error_tolerance
     if tolerance.strategy == "model_default":
+        if algo.infrastructure_errors == "retry":
+            return RetryOnFailure(max_retries=episode_retries)
+        if algo.infrastructure_errors == "mask":
+            return MinViableGroup(min_successful=min(MASKED_GROUP_MIN_EPISODES, group_size), max_retries=0)
         return None
     if tolerance.strategy == "fail_fast":
         return FailFast()

@@ -53,6 +53,8 @@ class WorkspaceTools:
         self.stdout_chars = stdout_chars
         self.stderr_chars = stderr_chars
         self.memory_limit_mb = memory_limit_mb
+        # Why the sandbox could not run a program in this episode (None: it always could).
+        self.infrastructure_failure: str | None = None
 
     # Tool specs by (class, tool names); see tool_specs().
     _spec_cache: ClassVar[dict[tuple[type, tuple[str, ...]], list[ToolSpec]]] = {}
@@ -143,11 +145,9 @@ class WorkspaceTools:
         )
         run_result = response.get("run_result")
         if response.get("status") == "SandboxError" or not isinstance(run_result, dict):
-            return self._result(
-                "bash",
-                status="infrastructure_error",
-                error=str(response.get("error") or response.get("message") or response)[:1000],
-            )
+            failure = str(response.get("error") or response.get("message") or response)[:1000]
+            self.infrastructure_failure = failure
+            return self._result("bash", status="infrastructure_error", error=failure)
         stdout = str(run_result.get("stdout") or "")
         raw_code = run_result.get("return_code")
         # A run that hit the time-out has no return code; it is the submission's failure.

@@ -34,12 +34,13 @@ from piexp.console import say
 from piexp.env.dataset import episode_settings
 from piexp.env.episode import get_run_renderer
 from piexp.env.splits import RunSplits
-from piexp.errors import UserError
+from piexp.errors import RunIncompleteError, UserError
 from piexp.languages import language as registered_language
 from piexp.launch.episodes import Episode, run_episodes
 from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord
 from piexp.run_records import CHECK_FILE
+from piexp.sandbox.availability import SandboxDown
 from piexp.sandbox.client import close_sandbox_clients, sandbox_client
 from piexp.tasks import Task
 from piexp.transcripts.failures import failure_cells, summarize_failures
@@ -66,12 +67,17 @@ async def probe_runtimes(config: RunConfig, sandbox_url: str) -> dict[str, dict[
     client = sandbox_client(sandbox_url)
 
     async def probe(name: str) -> tuple[str, dict[str, Any]]:
-        _ok, response = await client.run(
+        answered, response = await client.run(
             code=registered_language(name).print_statement(HELLO),
             files={},
             timeout=config.limits.sandbox_timeout_s,
             language=name,
         )
+        if not answered:  # the sandbox's failure, not the runtime's: no verdict on it
+            raise RunIncompleteError(
+                f"The check could not probe the {name} runtime: {response.get('message')}. Nothing was judged; "
+                "run the same command again once the sandbox is healthy."
+            )
         result = response.get("run_result")
         if not isinstance(result, dict):
             detail = str(response.get("message") or response.get("error") or response)[:300]
@@ -210,13 +216,29 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
         tasks = [*splits.train, *splits.eval]
         policies = {name: make_policy(name, renderer, tasks) for name in ("oracle", *SAMPLED_POLICIES)}
-        records = await run_episodes(
-            plan_episodes(config, splits, runnable),
-            policies,
-            settings,
-            label="check",
-            max_concurrency=check_settings(config).max_concurrency,
-        )
+        planned = plan_episodes(config, splits, runnable)
+        try:
+            records = await run_episodes(
+                planned,
+                policies,
+                settings,
+                label="check",
+                max_concurrency=check_settings(config).max_concurrency,
+                retries=config.sandbox.episode_retries,
+            )
+        except SandboxDown as down:
+            raise RunIncompleteError(
+                f"The check stopped: {down}. No episode was judged on the sandbox's failure and no "
+                f"check.json was written; run the same command again once the sandbox is healthy."
+            ) from None
+        unrun = [record for record in records if record.infrastructure_failure]
+        if unrun:
+            raise RunIncompleteError(
+                f"The check could not run {len(unrun)} of {len(planned)} episodes: the sandbox failed to run "
+                f"their program {config.sandbox.episode_retries + 1} times each (first: {unrun[0].policy} on "
+                f"{unrun[0].task_id} {unrun[0].language}: {unrun[0].error}). These are piexp's failures, not "
+                "the tasks'; no check.json was written. Run the same command again once the sandbox is healthy."
+            )
         weight = config.reward.weights.answer
         for record in records:
             problem = expectation_violation(record, weight)

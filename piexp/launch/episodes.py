@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tinker_cookbook.completers import TokenCompleter
 
-from piexp.console import ProgressReport
+from piexp.console import ProgressReport, say
 from piexp.env.episode import EpisodeSettings
 from piexp.files import read_jsonl
 from piexp.policies.rollout import EpisodeRecord, run_episode
@@ -57,23 +57,32 @@ async def run_episodes(
     max_concurrency: int,
     on_record: Callable[[EpisodeRecord], None] | None = None,
     play: PlayEpisode = run_episode,
+    retries: int = 0,
 ) -> list[EpisodeRecord]:
     """Play `episodes`; `on_record` sees each record as soon as its episode finishes (in
     the order they finish). A failed rollout is a record with `error` set, never an
-    exception; an exception from `on_record` or an interruption stops the episodes still
-    running before it propagates."""
+    exception; one that failed for the sandbox's reasons is played again up to `retries`
+    times first. An exception from `on_record`, an interruption or a sandbox gone for good
+    (`SandboxDown`) stops the episodes still running before it propagates."""
     semaphore = asyncio.Semaphore(max_concurrency)
+    replays = 0
 
     async def one(episode: Episode) -> EpisodeRecord:
+        nonlocal replays
         async with semaphore:
-            return await play(
-                policies[episode.policy],
-                episode.policy,
-                episode.task,
-                episode.language,
-                settings,
-                sample=episode.sample,
-            )
+            for attempt in range(retries + 1):
+                replays += attempt > 0
+                record = await play(
+                    policies[episode.policy],
+                    episode.policy,
+                    episode.task,
+                    episode.language,
+                    settings,
+                    sample=episode.sample,
+                )
+                if not record.infrastructure_failure:
+                    break
+            return record
 
     records: list[EpisodeRecord] = []
     with ProgressReport(label, len(episodes)) as progress:
@@ -89,6 +98,8 @@ async def run_episodes(
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+    if replays:
+        say(f"{label}: {replays} episode(s) played again after the sandbox failed to run their program")
     order = {(episode.policy, *episode.key): i for i, episode in enumerate(episodes)}
     records.sort(key=lambda r: order[(r.policy, *r.key)])
     return records

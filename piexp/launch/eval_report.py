@@ -74,6 +74,19 @@ def _failing_tasks(results: dict[str, Any]) -> list[str]:
     return lines + ["", "`python -m piexp show RUN --failed --task TASK_ID` prints such an episode's conversation.", ""]
 
 
+def incomplete_note(results: dict[str, Any]) -> str | None:
+    """The line that labels results lacking episodes the run could not play ("INCOMPLETE:
+    ..."), or None when every one was played; every place that shows results shows it."""
+    missing = int(results.get("episodes_failed_to_run") or 0)
+    if results.get("complete", True) and not missing:
+        return None
+    expected = results.get("episodes_expected", "?")
+    return (
+        f"INCOMPLETE: {missing} of {expected} episodes could not be run (piexp's sandbox or model service "
+        "failed; none was scored); the same command resumes the run"
+    )
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     k = results["k"]
     shown = _pass_columns(k)
@@ -81,7 +94,10 @@ def results_markdown(results: dict[str, Any]) -> str:
     subject = results["policy"] + (
         f" ({results['checkpoint'] or results['model']})" if results["policy"] == "model" else ""
     )
-    lines = [f"# Eval results: {subject}", "", f"k = {k} samples per task; binary reward decides a pass.", ""]
+    lines = [f"# Eval results: {subject}", ""]
+    if (note := incomplete_note(results)) is not None:
+        lines += [f"**{note}.**", ""]
+    lines += [f"k = {k} samples per task; binary reward decides a pass.", ""]
     lines += ["## pass@1 by family x language", ""]
     lines += _table(
         ["family", *languages],
@@ -97,13 +113,24 @@ def results_markdown(results: dict[str, Any]) -> str:
     per_cell = [(family, language, row[language]) for family, row in cells.items() for language in languages]
     lines += ["", "## Per cell: outcomes", ""]
     lines += _table(
-        ["family", "language", "tasks", "episodes", *(f"pass@{j}" for j in shown), "binary", "shaped", "stop reasons"],
+        [
+            "family",
+            "language",
+            "tasks",
+            "episodes",
+            "not run",
+            *(f"pass@{j}" for j in shown),
+            "binary",
+            "shaped",
+            "stop reasons",
+        ],
         (
             [
                 family,
                 language,
                 str(cell["tasks"]),
                 str(cell["episodes"]),
+                str(cell.get("not_run", 0)),
                 *(f"{cell[f'pass@{j}']:.3f}" for j in shown),
                 f"{cell['reward_binary']:.3f}",
                 f"{cell['reward_shaped']:.3f}",
@@ -160,7 +187,7 @@ def plot_heatmap(results: dict[str, Any], path: Path) -> None:
                 color="black" if value > 0.6 else "white",
                 fontsize=9,
             )
-    axes.set_title(f"pass@1: {results['policy']}")
+    axes.set_title(f"pass@1: {results['policy']}" + (" (INCOMPLETE)" if incomplete_note(results) else ""))
     figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -171,7 +198,8 @@ def summary_table(results: dict[str, Any]) -> Table:
     languages = results["languages"]
     table = Table(
         title=f"pass@1 ({results['policy']}, k={results['k']})",
-        caption=f"overall pass@1 {results['overall']['pass@1']:.3f} over {results['overall']['episodes']} episodes",
+        caption=f"overall pass@1 {results['overall']['pass@1']:.3f} over {results['overall']['episodes']} episodes"
+        + (f"\n[red]{note}[/red]" if (note := incomplete_note(results)) else ""),
     )
     table.add_column("family")
     for language in languages:

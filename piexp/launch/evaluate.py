@@ -32,12 +32,13 @@ from piexp.env.dataset import episode_settings
 from piexp.env.episode import get_run_renderer
 from piexp.env.reward import REWARD_METRICS
 from piexp.env.splits import RunSplits
-from piexp.errors import UserError
+from piexp.errors import RunIncompleteError, UserError
 from piexp.launch.episodes import Episode, EpisodeKey, EpisodeLog, run_episodes
 from piexp.launch.eval_report import plot_heatmap, results_markdown, summary_table
 from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord, run_episode
 from piexp.run_records import EPISODES_FILE
+from piexp.sandbox.availability import SandboxDown
 from piexp.sandbox.client import close_sandbox_clients
 from piexp.stats import pass_at_k
 from piexp.tasks import Task
@@ -48,10 +49,8 @@ from piexp.transcripts.store import EVAL_TRANSCRIPTS
 STATE_FILE = "eval_state.json"
 
 
-class EvalIncompleteError(UserError):
+class EvalIncompleteError(RunIncompleteError):
     """Some episodes could not be run; the finished ones are kept for a resume."""
-
-    exit_code = 1
 
 
 def eval_signature(config: RunConfig) -> dict[str, Any]:
@@ -121,14 +120,24 @@ def summarize(records: Iterable[EpisodeRecord], k: int) -> dict[str, Any]:
     }
 
 
-def build_results(config: RunConfig, records: Sequence[EpisodeRecord], k: int) -> dict[str, Any]:
+def build_results(
+    config: RunConfig, records: Sequence[EpisodeRecord], k: int, *, expected: Sequence[Episode] = ()
+) -> dict[str, Any]:
+    """The results of `records`; with the `expected` episodes, each cell and the whole
+    also count the episodes that were not run (`not_run`), and `complete` says whether
+    every one was."""
     cells: dict[str, dict[str, Any]] = {}
+    expected_cells = Counter((episode.task.family, episode.language) for episode in expected)
     for family in config.families:
         cells[family] = {}
         for language in config.eval_languages:
             mine = [r for r in records if r.family == family and r.language == language]
             cells[family][language] = summarize(mine, k)
+            if expected:
+                cells[family][language]["not_run"] = expected_cells[(family, language)] - len(mine)
     return {
+        "complete": not expected or len(records) >= len(expected),
+        "episodes_expected": len(expected) if expected else len(records),
         "policy": config.eval_policy,
         "checkpoint": config.checkpoint,
         "model": config.model.name,
@@ -203,6 +212,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
             f"{run_dir / EPISODES_FILE}"
         )
     errors: list[EpisodeRecord] = []
+    sandbox_down: SandboxDown | None = None
     started = time.perf_counter()
     try:
         if todo:
@@ -224,22 +234,39 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                     max_concurrency=config.mode.max_concurrency,
                     on_record=store,
                     play=run_episode,
+                    retries=config.sandbox.episode_retries,
                 )
+    except SandboxDown as down:
+        sandbox_down = down  # the finished episodes are kept and reported below
     finally:
         await close_sandbox_clients()
     wanted = {episode.key for episode in episodes}
     records = [finished[key] for key in sorted(finished) if key in wanted]
-    results = build_results(config, records, k)
+    results = build_results(config, records, k, expected=episodes)
     results["wall_s"] = round(time.perf_counter() - started, 3)
-    results["episodes_expected"] = len(episodes)
-    results["episodes_failed_to_run"] = len(errors)
+    results["episodes_failed_to_run"] = len(episodes) - len(records)
     write_results(run_dir, results)
     say(summary_table(results))
     say(f"wrote {run_dir / 'results.json'}, results.md, results.png, viewer.html")
-    if errors:
+    missing = len(episodes) - len(records)
+    resume = (
+        f"The {len(records)} finished episodes are saved and this run is not marked complete; run the same "
+        f"command with hydra.run.dir={run_dir} to play the other {missing} (no finished one is played twice)."
+    )
+    if sandbox_down is not None:
         raise EvalIncompleteError(
-            f"{len(errors)} of {len(episodes)} eval episodes could not be run (first: {errors[0].task_id} "
-            f"{errors[0].language}: {errors[0].error}). The finished ones are saved; run the same command "
-            f"with hydra.run.dir={run_dir} to retry the rest."
+            f"The eval stopped: {sandbox_down}. {missing} of {len(episodes)} episodes were not run, and none "
+            f"was scored for the sandbox's failure. {resume}"
+        )
+    if errors:
+        sandbox_failures = sum(record.infrastructure_failure for record in errors)
+        why = (
+            f"{sandbox_failures} because the sandbox could not run their program "
+            f"(after {config.sandbox.episode_retries} retries each), {len(errors) - sandbox_failures} because "
+            "the rollout raised"
+        )
+        raise EvalIncompleteError(
+            f"{missing} of {len(episodes)} eval episodes could not be run ({why}; first: {errors[0].task_id} "
+            f"{errors[0].language}: {errors[0].error}). {resume}"
         )
     return float(results["overall"]["pass@1"])

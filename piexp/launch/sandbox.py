@@ -1,4 +1,5 @@
-"""The sandbox a run uses: piexp's embedded server, or an existing loopback one."""
+"""The sandbox a run uses: piexp's embedded server, supervised (restarted when it dies or
+hangs, within `sandbox.max_restarts`), or an existing loopback one."""
 
 from __future__ import annotations
 
@@ -11,12 +12,8 @@ import httpx
 
 from piexp.config.schema import SandboxSettings
 from piexp.errors import UserError
+from piexp.sandbox.availability import mark_up, ping_url
 from piexp.sandbox.url import ensure_loopback_url
-
-
-def _ping_url(run_code_url: str) -> str:
-    base = run_code_url.rsplit("/run_code", 1)[0] if run_code_url.endswith("/run_code") else run_code_url
-    return base.rstrip("/") + "/v1/ping"
 
 
 def wait_for_remote(url: str, timeout_s: float) -> None:
@@ -24,14 +21,14 @@ def wait_for_remote(url: str, timeout_s: float) -> None:
     last_error = "no answer"
     while time.monotonic() < deadline:
         try:
-            if httpx.get(_ping_url(url), timeout=2.0).status_code == 200:
+            if httpx.get(ping_url(url), timeout=2.0).status_code == 200:
                 return
             last_error = "ping did not answer 200"
         except httpx.HTTPError as error:
             last_error = str(error) or type(error).__name__
         time.sleep(0.2)
     raise UserError(
-        f"The sandbox at {url} did not answer {_ping_url(url)} within {timeout_s:g} s ({last_error}). "
+        f"The sandbox at {url} did not answer {ping_url(url)} within {timeout_s:g} s ({last_error}). "
         "Start it first, or use sandbox=embedded."
     )
 
@@ -41,7 +38,7 @@ def refuse_unreachable_remote(url: str) -> None:
     refused), before any folder is made; a server that is still starting (it accepts but
     does not answer yet) is waited for later, in `wait_for_remote`."""
     try:
-        httpx.get(_ping_url(url), timeout=2.0)
+        httpx.get(ping_url(url), timeout=2.0)
     except httpx.ConnectError as error:
         raise UserError(
             f"The sandbox at {url} refuses connections ({error or 'connection refused'}): nothing listens "
@@ -58,10 +55,13 @@ def run_sandbox(settings: SandboxSettings) -> Iterator[str]:
         assert settings.url is not None
         url = ensure_loopback_url(settings.url)
         wait_for_remote(url, settings.start_timeout_s)
+        mark_up(url)  # this process may have given it up in an earlier run (a sequential sweep)
         yield url
         return
+    from piexp.console import say
     from piexp.sandbox.embedded import EmbeddedSandbox
     from piexp.sandbox.settings import SandboxSettings as ServerSettings
+    from piexp.sandbox.supervisor import RestartPolicy, SupervisedSandbox
 
     server = ServerSettings(
         default_memory_limit_mb=settings.memory_limit_mb,
@@ -71,5 +71,11 @@ def run_sandbox(settings: SandboxSettings) -> Iterator[str]:
     )
     if settings.max_concurrency is not None:  # None: the server's default (cores x 2)
         server = dataclasses.replace(server, max_concurrency=settings.max_concurrency)
-    with EmbeddedSandbox(server, startup_timeout_s=settings.start_timeout_s) as sandbox:
+    policy = RestartPolicy(
+        max_restarts=settings.max_restarts,
+        window_s=settings.restart_window_s,
+        health_timeout_s=settings.health_timeout_s,
+    )
+    embedded = EmbeddedSandbox(server, startup_timeout_s=settings.start_timeout_s)
+    with SupervisedSandbox(embedded, policy, report=say) as sandbox:
         yield sandbox.url

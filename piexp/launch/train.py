@@ -65,7 +65,7 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_che
         kl_reference_config=kl_reference,
         compute_post_kl=algo.compute_post_kl,
         remove_constant_reward_groups=algo.remove_constant_reward_groups,
-        rollout_error_tolerance=rollout_error_tolerance(algo),
+        rollout_error_tolerance=rollout_error_tolerance(algo, config.sandbox.episode_retries, mode.group_size),
         termination=termination_policy(algo),
         async_config=(
             rl_train.AsyncConfig(max_steps_off_policy=off_policy, groups_per_batch=mode.groups_per_batch)
@@ -120,4 +120,14 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
         finally:
             await close_sandbox_clients()
 
-    asyncio.run(_train())
+    from piexp.errors import RunIncompleteError
+    from piexp.sandbox.availability import SandboxDown
+
+    try:
+        asyncio.run(_train())
+    except SandboxDown as down:
+        raise RunIncompleteError(
+            f"Training stopped: {down}. No episode was scored or trained on for the sandbox's failure. The run "
+            f"is not marked complete; run the same command with hydra.run.dir={run_dir} to resume from its last "
+            "checkpoint."
+        ) from None

@@ -22,7 +22,7 @@ from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
 
-from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
+from piexp.env.episode import EpisodeSettings, InfrastructureFailure, WorkspaceGroupBuilder
 from piexp.env.reward import REWARD_METRICS, WorkspaceReward, final_answer, tool_payloads
 from piexp.tasks import Task
 from piexp.transcripts.capture import build_transcript
@@ -50,6 +50,8 @@ class EpisodeRecord:
     failures: dict[str, int] = field(default_factory=dict)  # tool-call failure counts (FAILURE_KINDS, calls)
     # The episode's transcript (not part of the record's JSON: stored in its own file).
     transcript: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # The error was the sandbox's, not the episode's: play it again (never recorded).
+    infrastructure_failure: bool = field(default=False, repr=False, compare=False)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -57,7 +59,7 @@ class EpisodeRecord:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        del data["transcript"]
+        del data["transcript"], data["infrastructure_failure"]
         return data
 
     @classmethod
@@ -118,6 +120,7 @@ async def run_episode(
         group = await do_group_rollout(builder, policy)
     except Exception as error:  # noqa: BLE001 - recorded, and reported by the caller
         record.error = f"{type(error).__name__}: {error}"
+        record.infrastructure_failure = isinstance(error, InfrastructureFailure)
         record.metrics = {name: 0.0 for name in REWARD_METRICS}
         record.wall_s = time.perf_counter() - start
         record.last_run = {"traceback": traceback.format_exc(limit=6)[-2000:]}

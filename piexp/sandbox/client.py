@@ -4,7 +4,10 @@ One `httpx.AsyncClient` per URL (and per event loop: an httpx client is bound to
 it was first used on) so connections are reused across the many tool calls of a run.
 Retries with exponential back-off happen only on transport failures (connection refused,
 reset, time-out, 5xx from a proxy); an answer from the sandbox, `SandboxError` included,
-is final: re-running a program the sandbox refused would only waste time.
+is final: re-running a program the sandbox refused would only waste time. A URL marked
+down (`piexp.sandbox.availability`) is not tried again. Longer outages are the caller's:
+an episode whose run failed waits for its sandbox (`availability.wait_for_sandbox`) and
+is played again, never scored.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Optional
 import httpx
 
 from piexp.languages import LANGUAGES
+from piexp.sandbox.availability import down_reason
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,8 @@ class SandboxClient:
         last_error = "no attempt made"
         async with self._semaphore:
             for attempt in range(self.max_retries + 1):
+                if (reason := down_reason(self.url)) is not None:
+                    return False, {"status": "SandboxError", "message": f"the sandbox at {self.url} {reason}"}
                 if attempt:
                     delay = self.backoff_s * (2 ** (attempt - 1)) * (1 + random.random() * 0.25)
                     await asyncio.sleep(delay)

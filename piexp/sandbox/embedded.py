@@ -108,11 +108,24 @@ class EmbeddedSandbox:
     def start(self) -> "EmbeddedSandbox":
         self._socket = bound_listening_socket(self.host, self.port or 0)
         self.port = self._socket.getsockname()[1]
+        if self.log_path:
+            self._log_file = open(self.log_path, "ab")
+        try:
+            self._spawn()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self) -> None:
+        """Start a server on the listening socket and wait until it answers. The socket
+        stays open here too, for the sandbox's whole life: a server that dies leaves the
+        port reserved, and connections made before a restart wait in its queue for the
+        next server instead of being refused."""
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
-        if self.log_path:
-            self._log_file = open(self.log_path, "ab")
+        assert self._socket is not None, "start() binds the socket first"
         self.proc = subprocess.Popen(
             self._argv(),
             env=env,
@@ -123,14 +136,14 @@ class EmbeddedSandbox:
             preexec_fn=set_parent_death_signal,
             pass_fds=(self._socket.fileno(),),
         )
-        # The server owns the listening socket now; our copy would only keep the port.
-        self._socket.close()
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self._wait_ready()
+
+    def restart(self) -> None:
+        """Kill the server's process group (whatever state it is in) and start a new
+        server on the same port. Call it from a thread that outlives the new server (the
+        parent-death signal, see the class docstring)."""
+        self._kill_group(signal.SIGKILL, grace_s=0)
+        self._spawn()
 
     def _wait_ready(self) -> None:
         assert self.proc is not None, "start() starts the server first"
@@ -152,24 +165,30 @@ class EmbeddedSandbox:
             f"the embedded sandbox server did not answer {self.base_url}/v1/ping within {self.startup_timeout_s:.0f} s"
         )
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM the server's process group, SIGKILL it after `grace_s`."""
+    def _kill_group(self, first: signal.Signals, grace_s: float) -> None:
+        """Send `first` to the server's process group, SIGKILL after `grace_s`, and reap it."""
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, first)  # the whole group: it outlives a server killed on its own
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-        elif proc is not None:
             proc.wait()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM the server's process group, SIGKILL it after `grace_s`; close the port."""
+        self._kill_group(signal.SIGTERM, grace_s)
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

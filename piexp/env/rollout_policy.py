@@ -76,14 +76,15 @@ def rollout_config(model_name: str, limits: Limits, algo: AlgoSettings) -> Rollo
 def rollout_error_tolerance(algo: AlgoSettings, episode_retries: int, group_size: int) -> RolloutStrategy | None:
     """`rl.train.Config.rollout_error_tolerance`: None is the model's default. Left to the
     model's default, `algo.infrastructure_errors` chooses: `retry` re-rolls an episode
-    whose sandbox failed (`episode_retries` per group; past them the group is dropped),
+    whose sandbox failed (`episode_retries` x the group's size per group, the cookbook's
+    budget being the group's; past them the group is dropped),
     `mask` drops it from its group and drops a group left with fewer than two episodes
     (no advantage without a second), `penalize` keeps the model's default (the episode is
     scored, as in the reference environment)."""
     tolerance = algo.rollout_error_tolerance
     if tolerance.strategy == "model_default":
         if algo.infrastructure_errors == "retry":
-            return RetryOnFailure(max_retries=episode_retries)
+            return RetryOnFailure(max_retries=episode_retries * group_size)
         if algo.infrastructure_errors == "mask":
             return MinViableGroup(min_successful=min(MASKED_GROUP_MIN_EPISODES, group_size), max_retries=0)
         return None

@@ -20,7 +20,7 @@ from piexp.env.prompt import workspace_prompt
 from piexp.env.reward import WorkspaceReward
 from piexp.env.sampled_context import spliced_observation
 from piexp.env.tools import WorkspaceTools
-from piexp.sandbox.availability import wait_for_sandbox
+from piexp.sandbox.availability import restarts, wait_for_sandbox
 from piexp.tasks import Task
 
 
@@ -99,6 +99,9 @@ class WorkspaceEnv(RenderHookEnv):
         finally:
             self._action = None
         await self._check_infrastructure()
+        if result.episode_done and self._workspace is not None:
+            # Restarts of the run's sandbox so far; the trainer logs its mean per step.
+            result.metrics["sandbox_restarts"] = float(restarts(self._workspace.sandbox_url))
         return result
 
     async def _check_infrastructure(self) -> None:

@@ -36,6 +36,7 @@ from piexp.errors import RunIncompleteError, UserError
 from piexp.launch.episodes import Episode, EpisodeKey, EpisodeLog, run_episodes
 from piexp.launch.eval_report import plot_heatmap, results_markdown, summary_table
 from piexp.policies import make_policy
+from piexp.policies.model import ModelServiceFailure
 from piexp.policies.rollout import EpisodeRecord, run_episode
 from piexp.run_records import EPISODES_FILE
 from piexp.sandbox.availability import SandboxDown
@@ -212,7 +213,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
             f"{run_dir / EPISODES_FILE}"
         )
     errors: list[EpisodeRecord] = []
-    sandbox_down: SandboxDown | None = None
+    stopped_by: SandboxDown | ModelServiceFailure | None = None
     started = time.perf_counter()
     try:
         if todo:
@@ -236,8 +237,8 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                     play=run_episode,
                     retries=config.sandbox.episode_retries,
                 )
-    except SandboxDown as down:
-        sandbox_down = down  # the finished episodes are kept and reported below
+    except (SandboxDown, ModelServiceFailure) as failure:
+        stopped_by = failure  # the finished episodes are kept and reported below
     finally:
         await close_sandbox_clients()
     wanted = {episode.key for episode in episodes}
@@ -253,10 +254,10 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
         f"The {len(records)} finished episodes are saved and this run is not marked complete; run the same "
         f"command with hydra.run.dir={run_dir} to play the other {missing} (no finished one is played twice)."
     )
-    if sandbox_down is not None:
+    if stopped_by is not None:
         raise EvalIncompleteError(
-            f"The eval stopped: {sandbox_down}. {missing} of {len(episodes)} episodes were not run, and none "
-            f"was scored for the sandbox's failure. {resume}"
+            f"The eval stopped: {stopped_by}. {missing} of {len(episodes)} episodes were not run, and none "
+            f"was scored for that failure. {resume}"
         )
     if errors:
         sandbox_failures = sum(record.infrastructure_failure for record in errors)

@@ -120,14 +120,23 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
         finally:
             await close_sandbox_clients()
 
+    import tinker
+
     from piexp.errors import RunIncompleteError
     from piexp.sandbox.availability import SandboxDown
 
+    resume = (
+        f"The run is not marked complete; run the same command with hydra.run.dir={run_dir} to resume from its "
+        "last checkpoint."
+    )
     try:
         asyncio.run(_train())
     except SandboxDown as down:
         raise RunIncompleteError(
-            f"Training stopped: {down}. No episode was scored or trained on for the sandbox's failure. The run "
-            f"is not marked complete; run the same command with hydra.run.dir={run_dir} to resume from its last "
-            "checkpoint."
+            f"Training stopped: {down}. No episode was scored or trained on for the sandbox's failure. {resume}"
+        ) from None
+    except tinker.TinkerError as error:  # what the SDK raises once its own retries are spent
+        raise RunIncompleteError(
+            f"Training stopped: a call to the model service (service={config.service.name}, "
+            f"{config.service.base_url or 'Tinker'}) failed: {type(error).__name__}: {error}. {resume}"
         ) from None

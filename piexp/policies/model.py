@@ -6,11 +6,34 @@ contract (which client calls are made, with which arguments)."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
-from tinker_cookbook.completers import TinkerTokenCompleter
+import tinker
+from tinker_cookbook.completers import TinkerTokenCompleter, TokensWithLogprobs
 
 from piexp.config.schema import RunConfig
+
+
+class ModelServiceFailure(BaseException):
+    """A sampling call failed after the tinker SDK's own retries: the model service, not
+    the episode, failed, so the run stops (resumable) instead of recording a stream of
+    failed episodes. A BaseException so that no rollout code takes it for one episode's
+    error (they catch `Exception`)."""
+
+
+@dataclass
+class ServiceTokenCompleter(TinkerTokenCompleter):
+    """`TinkerTokenCompleter` whose failed sampling calls raise `ModelServiceFailure`,
+    naming the service."""
+
+    service: str = "the model service"
+
+    async def __call__(self, model_input: Any, stop: Any, *, max_tokens: int | None = None) -> TokensWithLogprobs:
+        try:
+            return await super().__call__(model_input, stop, max_tokens=max_tokens)
+        except tinker.TinkerError as error:
+            raise ModelServiceFailure(f"{self.service}: {type(error).__name__}: {error}") from error
 
 
 async def build_model_policy(config: RunConfig, service_client: Any | None = None) -> TinkerTokenCompleter:
@@ -39,8 +62,9 @@ async def build_model_policy(config: RunConfig, service_client: Any | None = Non
         pending = service_client.create_sampling_client(base_model=config.model.name)
     # tinker returns a future of the client (awaitable); older clients return it directly.
     sampling_client = await pending if inspect.isawaitable(pending) else pending
-    return TinkerTokenCompleter(
+    return ServiceTokenCompleter(
         sampling_client,
         max_tokens=config.limits.max_generation_tokens,
         temperature=config.model.temperature,
+        service=f"sampling from service={config.service.name} ({config.service.base_url or 'Tinker'})",
     )

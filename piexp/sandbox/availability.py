@@ -17,6 +17,7 @@ import httpx
 
 _lock = threading.Lock()
 _down: dict[str, str] = {}  # /run_code URL -> why it will not answer again in this run
+_restarts: dict[str, int] = {}  # /run_code URL -> restarts of its server in this process
 
 
 class SandboxDown(BaseException):
@@ -41,6 +42,18 @@ def mark_up(url: str) -> None:
     """Forget that `url` was down (a new server took the URL: tests, a later run)."""
     with _lock:
         _down.pop(url, None)
+
+
+def note_restart(url: str) -> None:
+    with _lock:
+        _restarts[url] = _restarts.get(url, 0) + 1
+
+
+def restarts(url: str) -> int:
+    """How many times the server at `url` was restarted in this process (training logs it
+    per step as `sandbox_restarts`)."""
+    with _lock:
+        return _restarts.get(url, 0)
 
 
 def down_reason(url: str) -> str | None:

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .availability import answers_ping, mark_down, mark_up
+from .availability import answers_ping, mark_down, mark_up, note_restart
 from .embedded import EmbeddedSandbox
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class SupervisedSandbox:
             except Exception as error:  # noqa: BLE001 - the next restart is tried, within the bound
                 cause = f"{cause}, and its restart failed ({error})"
                 continue
+            note_restart(self.url)
             self.report(
                 f"sandbox: {cause}; restarted it on port {self.sandbox.port} "
                 f"(restart {len(self._restart_times)} of at most {self.policy.max_restarts} "

@@ -59,3 +59,36 @@ def test_checkpoint_contract():
     service = FakeService()
     asyncio.run(build_model_policy(config, service_client=service))
     assert service.calls == [{"model_path": path, "base_model": None}]
+
+
+class FailingSampling(FakeSampling):
+    """The sampler of a service that went away: every call fails as the SDK fails once its
+    retries are spent."""
+
+    async def sample_async(self, prompt, num_samples, sampling_params):
+        self.calls.append({"prompt": prompt})
+        raise tinker.RequestFailedError("sampler is gone", request_id="r-1", category="server")  # type: ignore[arg-type]
+
+
+def test_a_failing_sampler_stops_a_model_eval_instead_of_recording_failed_episodes(sandbox_url, tmp_path, monkeypatch):
+    import pytest
+
+    import piexp.launch.evaluate as evaluate
+    from piexp.env.splits import build_splits
+
+    config = load(["mode=eval", "policy=model", "family=arith", "lang=python", "tasks.eval_per_family=6",
+                   "tasks.train_per_family=1", "mode.max_concurrency=1"])  # fmt: skip
+    service = FakeService()
+    service.sampling = FailingSampling()
+
+    async def policy(config, tasks):
+        return await build_model_policy(config, service_client=service)
+
+    monkeypatch.setattr(evaluate, "_build_policy", policy)
+    with pytest.raises(evaluate.EvalIncompleteError, match="sampling from service=tinker.*RequestFailedError") as stop:
+        evaluate.run_eval(config, tmp_path, sandbox_url, build_splits(config))
+    assert stop.value.exit_code == 4 and "not marked complete" in str(stop.value)
+    assert len(service.sampling.calls) <= 2, "the eval stopped at the first failed call (one more may have started)"
+    assert not (tmp_path / "episodes.jsonl").read_text().strip(), "no episode was recorded"
+    results = evaluate.json.loads((tmp_path / "results.json").read_text())
+    assert results["complete"] is False and results["episodes_failed_to_run"] == 6

@@ -1,0 +1,135 @@
+"""`python -m piexp rescore RUN [reward overrides] [--out DIR] [--json]`: what the recorded
+episodes of an eval or check run would earn under other reward settings, without sampling
+or a sandbox (`piexp.launch.rescore`). Overrides are Hydra's, restricted to `reward`:
+`reward=binary`, `reward.weights.output=0.4,0.6,0.8` (a comma list is one setting per
+value; several lists, every combination). With none, the run's own settings are rescored,
+which checks that today's reward reproduces the recorded one. Writes `rescore.json`,
+`rescore.md` and `rescore.png` into `--out` (default: a new `rescore-<time>` folder in
+RUN)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from piexp.console import say
+from piexp.errors import UserError
+from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, read_transcripts
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m piexp rescore",
+        description="Recompute the rewards of a run's recorded episodes under other reward settings "
+        "(no sampling, no sandbox).",
+    )
+    parser.add_argument("run", type=Path, help="an eval or check run folder")
+    parser.add_argument(
+        "overrides", nargs="*", help="reward overrides, e.g. reward=binary reward.weights.output=0.4,0.6"
+    )
+    parser.add_argument("--out", type=Path, help="folder for rescore.json/.md/.png (default: RUN/rescore-<time>)")
+    parser.add_argument("--json", action="store_true", help="print rescore.json instead of the summary")
+    return parser
+
+
+def _transcripts(run: Path) -> list[dict]:
+    for name in (EVAL_TRANSCRIPTS, CHECK_TRANSCRIPTS):
+        path = run / name
+        if path.is_file():
+            transcripts = [t for t in read_transcripts(path) if "task_id" in t]
+            if transcripts:
+                return transcripts
+    raise UserError(
+        f"{run} holds no recorded episodes ({EVAL_TRANSCRIPTS} or {CHECK_TRANSCRIPTS}): rescore reads the "
+        "transcripts of an eval or check run."
+    )
+
+
+def _digests(run: Path) -> dict[str, str]:
+    try:
+        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"{run} has no readable manifest.json: its tasks cannot be verified.") from None
+    return dict(manifest.get("task_digests") or {})
+
+
+def _settings(overrides: Sequence[str]) -> list[list[str]]:
+    from piexp.config.compose import sweep_combinations
+
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if "=" not in item or not (key == "reward" or key.startswith("reward.")):
+            raise UserError(
+                f"rescore takes reward overrides only (reward=binary, reward.weights.NAME=V1,V2), not {item!r}: "
+                "the episodes were played under the run's other settings."
+            )
+    return [list(combination) for combination in sweep_combinations(list(overrides))] if overrides else [[]]
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    run = args.run.resolve()
+    from piexp.commands.reproduce import saved_overrides
+    from piexp.config.compose import load, saved_run_config, validate_saved
+    from piexp.launch.rescore import (
+        plot_settings,
+        refuse_cut,
+        rescore_markdown,
+        rescored_reward,
+        reproduction_check,
+        score_setting,
+        task_answers,
+    )
+
+    combinations = _settings(args.overrides)  # refused before anything is read or written
+    config = validate_saved(saved_run_config(run), run)
+    transcripts = _transcripts(run)
+    for transcript in transcripts:
+        refuse_cut(transcript)
+    tasks = task_answers(config, transcripts, _digests(run))
+    reproduced, differ = reproduction_check(transcripts, tasks, config.reward)
+    base = saved_overrides(run)
+    scores = []
+    for combination in combinations:
+        reward = load([*base, *combination]).reward if combination else config.reward
+        label = " ".join(combination) or "the run's own settings"
+        rewards = [
+            rescored_reward(t, tasks[str(t["task_id"])].answer, reward, binary=reward.mode == "binary")
+            for t in transcripts
+        ]
+        scores.append(score_setting(label, transcripts, rewards))
+    out = args.out or run / f"rescore-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "run": str(run),
+        "sampled_under": config.reward.model_dump(mode="json"),
+        "note": "the rollouts were sampled under the run's own reward settings",
+        "episodes": len(transcripts),
+        "reproduced": reproduced,
+        "differ": differ,
+        "settings": [
+            {
+                "label": s.label,
+                "cells": s.cells,
+                "mean": sum(s.rewards) / len(s.rewards),
+                "constant_groups": s.constant_groups,
+                "groups": s.groups,
+            }
+            for s in scores
+        ],
+    }
+    (out / "rescore.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (out / "rescore.md").write_text(rescore_markdown(run, scores, reproduced, differ, len(transcripts)))
+    plot_settings(scores, out / "rescore.png")
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    say(f"rescored {len(transcripts)} episodes of {run} (sampled under the run's own reward settings)")
+    say(f"today's reward reproduces {reproduced} of {len(transcripts)} recorded rewards under the run's settings")
+    for s in scores:
+        say(f"  {s.label}: mean {sum(s.rewards) / len(s.rewards):.3f}, constant groups {s.constant_groups:.0%}")
+    say(f"wrote {out / 'rescore.json'}, rescore.md, rescore.png")
+    return 0

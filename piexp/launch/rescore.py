@@ -1,0 +1,211 @@
+"""Rescore recorded episodes under other reward settings, without sampling or a sandbox:
+each episode's reward is recomputed by today's `WorkspaceReward` from its recorded
+conversation (the tool results it got, the answer it stated) and the task's answer,
+rebuilt from the run's own config and checked against the run's task digests. Under the
+run's own settings the recomputed rewards must equal the recorded ones (`reproduced`);
+each setting then gets its mean reward per family x language, the share of constant
+groups (one task and language, several samples: no advantage to learn from) and every
+group's advantages. The rollouts were sampled under the run's settings: a model trained
+under other rewards would have sampled other rollouts."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinker_cookbook.renderers.base import Message
+
+from piexp.config.schema import RewardSettings, RunConfig
+from piexp.env.reward import WorkspaceReward
+from piexp.errors import UserError
+from piexp.tasks import Task
+
+# A turn whose flags hold one of these ended the episode before the reward was graded:
+# its reward is the env's terminal value, the same under every weight.
+UNGRADED_FLAGS = ("context_overflow", "parse_error")
+
+
+def recorded_history(transcript: dict[str, Any]) -> list[Message]:
+    """The episode's message history as the reward read it: the prompt and the
+    conversation, tool results as the JSON text the tools answered (sorted keys);
+    messages the env never put in its history are left out."""
+    history: list[Message] = []
+    for message in [*transcript.get("prompt", []), *transcript.get("conversation", [])]:
+        role = message.get("role")
+        if role not in ("system", "user", "assistant", "tool") or message.get("not_in_history"):
+            continue
+        if role == "tool" and "result" in message:
+            content = json.dumps(message["result"], sort_keys=True)
+        else:
+            content = str(message.get("text", ""))
+        history.append({"role": role, "content": content})  # type: ignore[typeddict-item]
+    return history
+
+
+def refuse_cut(transcript: dict[str, Any]) -> None:
+    """A transcript whose caps cut text (a tool result, the final message) cannot be
+    rescored faithfully: refuse it, naming the episode."""
+    truncated = transcript.get("truncated") or {}
+    if truncated.get("fields") or truncated.get("chars_cut"):
+        raise UserError(
+            f"The transcript of {episode_name(transcript)} was cut by the transcript caps "
+            f"({truncated.get('fields')} fields, {truncated.get('chars_cut')} chars): its tool results cannot be "
+            "read back whole, so it cannot be rescored."
+        )
+
+
+def episode_name(transcript: dict[str, Any]) -> str:
+    return (
+        f"{transcript.get('policy')} on {transcript.get('task_id')} {transcript.get('language')} "
+        f"sample {transcript.get('sample')}"
+    )
+
+
+def rescored_reward(transcript: dict[str, Any], answer: str, reward: RewardSettings, *, binary: bool) -> float:
+    """The episode's total reward under `reward` (binary or shaped grading)."""
+    turns = transcript.get("turns") or []
+    last_flags = (turns[-1].get("flags") or {}) if turns else {}
+    if any(last_flags.get(name) for name in UNGRADED_FLAGS):
+        return float(transcript["reward"])  # ended before grading: the same in both modes
+    earlier = sum(float(turn.get("reward") or 0.0) for turn in turns[:-1])
+    grade, _metrics = WorkspaceReward(answer, reward.weights, binary=binary).grade(recorded_history(transcript))
+    return earlier + grade
+
+
+@dataclass
+class SettingScores:
+    """One reward setting's rewards of every episode, in the order of the transcripts."""
+
+    label: str
+    rewards: list[float]
+    cells: dict[str, dict[str, float]] = field(default_factory=dict)  # family -> language -> mean reward
+    groups: list[dict[str, Any]] = field(default_factory=list)  # task, language, rewards, advantages
+    constant_groups: float = 0.0  # share of groups (>= 2 samples) whose rewards are all equal
+
+
+def group_key(transcript: dict[str, Any]) -> tuple[str, str]:
+    return (str(transcript.get("task_id")), str(transcript.get("language")))
+
+
+def score_setting(label: str, transcripts: Sequence[dict[str, Any]], rewards: list[float]) -> SettingScores:
+    scores = SettingScores(label=label, rewards=rewards)
+    by_cell: dict[tuple[str, str], list[float]] = defaultdict(list)
+    by_group: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for transcript, value in zip(transcripts, rewards, strict=True):
+        by_cell[(str(transcript.get("family")), str(transcript.get("language")))].append(value)
+        by_group[group_key(transcript)].append(value)
+    for (family, language), values in sorted(by_cell.items()):
+        scores.cells.setdefault(family, {})[language] = sum(values) / len(values)
+    groups = [(key, values) for key, values in sorted(by_group.items()) if len(values) >= 2]
+    for (task_id, language), values in groups:
+        mean = sum(values) / len(values)
+        scores.groups.append(
+            {
+                "task_id": task_id,
+                "language": language,
+                "rewards": values,
+                "advantages": [round(value - mean, 6) for value in values],
+            }
+        )
+    if groups:
+        scores.constant_groups = sum(len(set(values)) == 1 for _key, values in groups) / len(groups)
+    return scores
+
+
+def task_answers(config: RunConfig, transcripts: Iterable[dict[str, Any]], digests: dict[str, str]) -> dict[str, Task]:
+    """The run's tasks by id, rebuilt from its config, each checked against the digest the
+    run recorded (a generator changed since: refused, naming the task)."""
+    from piexp.env.splits import build_splits
+
+    splits = build_splits(config)
+    tasks = {task.task_id: task for task in [*splits.train, *splits.eval]}
+    for transcript in transcripts:
+        task_id = str(transcript.get("task_id"))
+        task = tasks.get(task_id)
+        if task is None:
+            raise UserError(f"Task {task_id} of the recording is not among the tasks the run's config builds today.")
+        recorded = digests.get(task_id)
+        if recorded is not None and recorded != task.task_digest:
+            raise UserError(
+                f"Task {task_id} changed since the run was recorded (digest {recorded[:12]} then, "
+                f"{task.task_digest[:12]} now): its answer may differ, so the recording cannot be rescored."
+            )
+    return tasks
+
+
+def reproduction_check(
+    transcripts: Sequence[dict[str, Any]], tasks: dict[str, Task], reward: RewardSettings
+) -> tuple[int, list[str]]:
+    """How many episodes today's reward grades exactly as recorded under the run's own
+    settings (binary `reward` and shaped `shaped`), and a line per one it does not."""
+    same, differ = 0, []
+    for transcript in transcripts:
+        answer = tasks[str(transcript["task_id"])].answer
+        binary = rescored_reward(transcript, answer, reward, binary=True)
+        shaped = rescored_reward(transcript, answer, reward, binary=False)
+        if abs(binary - float(transcript["reward"])) < 1e-9 and abs(shaped - float(transcript["shaped"])) < 1e-9:
+            same += 1
+        else:
+            differ.append(
+                f"{episode_name(transcript)}: recorded binary {transcript['reward']:g} shaped "
+                f"{transcript['shaped']:g}, today {binary:g} and {shaped:g}"
+            )
+    return same, differ
+
+
+def rescore_markdown(run: Path, scores: Sequence[SettingScores], reproduced: int, differ: list[str], total: int) -> str:
+    lines = [f"# Rescore of {run}", ""]
+    lines += [
+        "**These rollouts were sampled under the run's own reward settings.** Rescoring shows what the same "
+        "episodes earn under other settings; a model trained under them would have sampled other episodes.",
+        "",
+        f"Under the run's own settings today's reward reproduces {reproduced} of {total} recorded rewards.",
+    ]
+    if differ:
+        lines += ["", "Episodes graded differently today (the reward code or its inputs changed):", ""]
+        lines += [f"- {line}" for line in differ[:20]]
+    lines += ["", "## Mean reward per family x language", ""]
+    cells = sorted({(family, language) for s in scores for family, row in s.cells.items() for language in row})
+    lines.append("| setting | " + " | ".join(f"{f} x {lang}" for f, lang in cells) + " | constant groups |")
+    lines.append("|---" * (len(cells) + 2) + "|")
+    for setting in scores:
+        values = [f"{setting.cells.get(f, {}).get(lang, float('nan')):.3f}" for f, lang in cells]
+        lines.append(f"| `{setting.label}` | " + " | ".join(values) + f" | {setting.constant_groups:.0%} |")
+    lines += [
+        "",
+        "A constant group (one task and language, several samples, all rewards equal) has zero advantages: "
+        "RL learns nothing from it. Each group's advantages are in rescore.json.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_settings(scores: Sequence[SettingScores], path: Path) -> None:
+    """Mean reward per family x language, one bar per setting, and the constant-group share."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = sorted({(family, language) for s in scores for family, row in s.cells.items() for language in row})
+    width = 0.8 / max(1, len(scores))
+    figure, axes = plt.subplots(figsize=(2.0 + 1.1 * len(cells), 4.0))
+    for index, setting in enumerate(scores):
+        values = [setting.cells.get(f, {}).get(lang, 0.0) for f, lang in cells]
+        axes.bar(
+            [i + index * width for i in range(len(cells))],
+            values,
+            width=width,
+            label=f"{setting.label} (constant groups {setting.constant_groups:.0%})",
+        )
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(cells))], labels=[f"{f}\n{lang}" for f, lang in cells])
+    axes.set_ylabel("mean reward")
+    axes.set_title("rescored rewards (rollouts sampled under the run's settings)")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 # Commands that need a finished run folder; tests/sweeps, tests/transcripts and
 # tests/launch run them on real folders.
-NEEDS_RUN_FOLDER = ("summarize", "reproduce", "status", "show", "compare", "rescore")
+NEEDS_RUN_FOLDER = ("summarize", "reproduce", "status", "show", "compare", "rescore", "replay")
 # Offline commands that the test runs for real (they need no account and finish fast).
 RUN_FOR_REAL = ("mode=check", "policy=oracle", "tasks ")
 

@@ -12,4 +12,5 @@ SUBCOMMANDS: dict[str, str] = {
     "show": "piexp.commands.show:main",
     "compare": "piexp.commands.compare:main",
     "rescore": "piexp.commands.rescore:main",
+    "replay": "piexp.commands.replay:main",
 }

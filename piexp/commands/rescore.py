@@ -70,7 +70,7 @@ def _settings(overrides: Sequence[str]) -> list[list[str]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
+    args = _parser().parse_intermixed_args(list(argv))
     run = args.run.resolve()
     from piexp.commands.reproduce import saved_overrides
     from piexp.config.compose import load, saved_run_config, validate_saved

@@ -49,6 +49,11 @@ def recorded_history(transcript: dict[str, Any]) -> list[Message]:
 def refuse_cut(transcript: dict[str, Any]) -> None:
     """A transcript whose caps cut text (a tool result, the final message) cannot be
     rescored faithfully: refuse it, naming the episode."""
+    if transcript.get("omitted"):
+        raise UserError(
+            f"The transcript of {episode_name(transcript)} is a stub ({transcript['omitted']}): its conversation "
+            "was not recorded, so it cannot be rescored or replayed."
+        )
     truncated = transcript.get("truncated") or {}
     if truncated.get("fields") or truncated.get("chars_cut"):
         raise UserError(

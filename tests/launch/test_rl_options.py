@@ -70,7 +70,12 @@ OPTIONS: list[tuple[list[str], str, Any]] = [
     ),
     (["algo.compute_post_kl=true"], "compute_post_kl", True),
     (["algo.remove_constant_reward_groups=true"], "remove_constant_reward_groups", True),
-    (["algo.rollout_error_tolerance.strategy=fail_fast"], "rollout_error_tolerance", FailFast()),
+    (
+        ["algo.rollout_error_tolerance.strategy=fail_fast", "algo.infrastructure_errors=penalize"],
+        "rollout_error_tolerance",
+        FailFast(),
+    ),
+    (["algo.infrastructure_errors=mask", "mode.group_size=4"], "rollout_error_tolerance", MinViableGroup(2, 0)),
     (
         [
             "algo.rollout_error_tolerance.strategy=retry",
@@ -180,7 +185,6 @@ def test_defaults_are_the_cookbook_defaults_and_piexps_previous_behaviour(tmp_pa
         "kl_reference_config",
         "compute_post_kl",
         "remove_constant_reward_groups",
-        "rollout_error_tolerance",
         "termination",
         "async_config",
         "stream_minibatch_config",
@@ -193,6 +197,12 @@ def test_defaults_are_the_cookbook_defaults_and_piexps_previous_behaviour(tmp_pa
         "span_chart_every",
     ):
         assert getattr(cfg, field) == getattr(reference, field), field
+    # Except the rollout strategy: an episode the sandbox failed is re-rolled
+    # (algo.infrastructure_errors=retry), never scored; algo.infrastructure_errors=penalize
+    # gives back the cookbook's default.
+    group = load([]).mode.group_size  # type: ignore[union-attr]
+    assert cfg.rollout_error_tolerance == RetryOnFailure(max_retries=3 * group)
+    assert build(tmp_path, "algo.infrastructure_errors=penalize").rollout_error_tolerance is None
     # The episodes' rollout policy is the model's default, as when none was passed.
     from tinker_cookbook.rl.rollout_presets import default_rollout_config_for_model
 

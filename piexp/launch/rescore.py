@@ -23,6 +23,7 @@ from piexp.config.schema import RewardSettings, RunConfig
 from piexp.env.reward import WorkspaceReward
 from piexp.errors import UserError
 from piexp.tasks import Task
+from piexp.transcripts.capture import TRANSCRIPT_VERSION
 
 # A turn whose flags hold one of these ended the episode before the reward was graded:
 # its reward is the env's terminal value, the same under every weight.
@@ -47,8 +48,15 @@ def recorded_history(transcript: dict[str, Any]) -> list[Message]:
 
 
 def refuse_cut(transcript: dict[str, Any]) -> None:
-    """A transcript whose caps cut text (a tool result, the final message) cannot be
-    rescored faithfully: refuse it, naming the episode."""
+    """A transcript of another format version, a stub, or one whose caps cut text (a tool
+    result, the final message) cannot be rescored or replayed faithfully: refuse it,
+    naming the episode."""
+    version = transcript.get("version")
+    if version != TRANSCRIPT_VERSION:
+        raise UserError(
+            f"The transcript of {episode_name(transcript)} has format version {version!r}; this piexp reads "
+            f"version {TRANSCRIPT_VERSION} (piexp/transcripts/capture.py), so it cannot be rescored or replayed."
+        )
     if transcript.get("omitted"):
         raise UserError(
             f"The transcript of {episode_name(transcript)} is a stub ({transcript['omitted']}): its conversation "

@@ -84,3 +84,15 @@ def test_a_transcript_cut_by_its_caps_is_refused_naming_the_episode(wrong_run, t
     path.write_bytes(gzip.compress(("\n".join([json.dumps(first), *lines[1:]]) + "\n").encode()))
     with pytest.raises(UserError, match=f"wrong on {first['task_id']} .* cut by the transcript caps"):
         rescore([str(copy), "--out", str(tmp_path / "o")])
+
+
+def test_a_transcript_of_another_format_version_is_refused_naming_it(wrong_run, tmp_path):
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(wrong_run), str(copy)], check=True)
+    path = copy / "transcripts.jsonl.gz"
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    first = json.loads(lines[0])
+    first["version"] = 99
+    path.write_bytes(gzip.compress(("\n".join([json.dumps(first), *lines[1:]]) + "\n").encode()))
+    with pytest.raises(UserError, match="has format version 99; this piexp reads version 1"):
+        rescore([str(copy), "--out", str(tmp_path / "o")])

@@ -43,7 +43,7 @@ def recorded_history(transcript: dict[str, Any]) -> list[Message]:
             content = json.dumps(message["result"], sort_keys=True)
         else:
             content = str(message.get("text", ""))
-        history.append({"role": role, "content": content})  # type: ignore[typeddict-item]
+        history.append({"role": role, "content": content})
     return history
 
 

@@ -46,6 +46,7 @@ class JobSummary:
     steps: int | None = None
     tool_failures: str = ""  # eval runs: failure kinds that occurred, with counts
     cells: dict[str, float | None] = field(default_factory=dict)  # eval runs: "family x language" -> pass@1
+    not_run: int = 0  # eval runs: episodes piexp's sandbox or model service could not run (results incomplete)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -93,6 +94,8 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
             value = finite_number(results["overall"].get(key))
             job.finals[metric] = job.bests[metric] = value
         job.tool_failures = _failure_column(results["overall"])
+        if results.get("complete") is False:
+            job.not_run = int(results.get("episodes_failed_to_run") or 0)
         for family, row in (results.get("cells") or {}).items():
             for language, cell in (row or {}).items():
                 if isinstance(cell, dict):

@@ -66,7 +66,7 @@ def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
         row = [
             job.name,
             job.mode,
-            job.state,
+            job.state + (f" ({job.not_run} episodes not run)" if job.not_run else ""),
             " ".join(varying),
             " ".join(job.overrides),
             "" if job.steps is None else str(job.steps),

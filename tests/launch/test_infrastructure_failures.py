@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from piexp.commands.job_summary import summarize_job
 from piexp.sandbox.embedded import free_port
 from piexp.sweeps.marker import MARKER_PATH
 
@@ -140,6 +141,8 @@ def test_past_the_restart_bound_the_eval_stops_incomplete_and_the_same_command_f
     assert results["overall"]["pass@1"] == 1.0, "no episode was scored for the sandbox's failure"
     assert "INCOMPLETE" in (run_dir / "results.md").read_text()
     assert not (run_dir / MARKER_PATH).exists()
+    summary = summarize_job(run_dir, run_dir, {})  # what `piexp summarize` shows of it
+    assert summary.state == "incomplete" and summary.not_run == results["episodes_failed_to_run"]
     kept = _episode_lines(run_dir)
     assert len(kept) >= done_before
 

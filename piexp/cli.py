@@ -16,7 +16,7 @@ from piexp.errors import exit_on_user_error
 
 
 def _subcommand(name: str) -> Callable[[list[str]], int | None]:
-    module_name, function_name = SUBCOMMANDS[name].split(":")
+    module_name, function_name = SUBCOMMANDS[name].target.split(":")
     return getattr(importlib.import_module(module_name), function_name)
 
 

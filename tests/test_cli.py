@@ -28,8 +28,28 @@ def test_help(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert "family: all, arith" in result.stdout and "mode: check, eval, train" in result.stdout
     assert "algo: agentic, dapo, default, grpo, ppo" in result.stdout
-    assert "algo=default|ppo|grpo|dapo|agentic" in result.stdout
+    assert "algo=default|agentic|dapo|grpo|ppo" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_is_generated_from_the_registries(tmp_path: Path) -> None:
+    """Issue 30, rough edge 1: the help advertised `policy=null` (refused, now `guess`),
+    missed `guess` and the `show` subcommand; conf/config.yaml's comment said the same."""
+    from piexp.commands import SUBCOMMANDS
+    from piexp.config.paths import config_dir
+    from piexp.config.schema import EVAL_POLICIES, OFFLINE_POLICIES
+
+    result = piexp(tmp_path, "--help")
+    assert result.returncode == 0, result.stderr
+    usage = result.stdout.split("== Configuration groups ==")[0]
+    for name in SUBCOMMANDS:
+        assert f"python -m piexp {name} " in usage, name
+    assert f"policy={'|'.join(OFFLINE_POLICIES)}" in usage and "policy=model" in usage
+    assert "null" not in usage
+    assert "experiment=offline" in usage
+    comment = next(line for line in (config_dir() / "config.yaml").read_text().splitlines() if line.startswith("policy:"))
+    assert all(f" {policy} " in comment for policy in EVAL_POLICIES), comment
+    assert "| null |" not in comment
 
 
 def test_comma_lists_without_multirun_print_as_lists(tmp_path: Path) -> None:

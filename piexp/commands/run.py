@@ -1,5 +1,5 @@
 """A run or a sweep: `python -m piexp [overrides...]` without a subcommand, handed to
-Hydra (`-m` sweeps, `--cfg job`, `--help`) after every command line is validated, so a
+Hydra (`-m` sweeps, `--cfg job`; `--help` is piexp's own, `piexp.commands.help`) after every command line is validated, so a
 bad value prints one paragraph, exits 2 and writes nothing (`piexp reproduce` goes
 through the same checks)."""
 
@@ -33,6 +33,11 @@ def main(argv: list[str]) -> int:
         return code
     argv = rewritten
     flags, overrides = split_hydra_flags(argv)
+    if {"--help", "-h"}.intersection(flags):
+        # piexp's own help, generated from its registries (Hydra's is --hydra-help).
+        from piexp.commands.help import render_help
+
+        return exit_on_user_error(lambda: print(render_help(overrides)))
     if not _INFO_FLAGS.intersection(flags):
         prints_only = bool({"--cfg", "-c"}.intersection(flags))
         code = exit_on_user_error(lambda: prevalidate(overrides, is_multirun(argv), prints_only, replace))

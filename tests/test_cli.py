@@ -47,7 +47,9 @@ def test_help_is_generated_from_the_registries(tmp_path: Path) -> None:
     assert f"policy={'|'.join(OFFLINE_POLICIES)}" in usage and "policy=model" in usage
     assert "null" not in usage
     assert "experiment=offline" in usage
-    comment = next(line for line in (config_dir() / "config.yaml").read_text().splitlines() if line.startswith("policy:"))
+    comment = next(
+        line for line in (config_dir() / "config.yaml").read_text().splitlines() if line.startswith("policy:")
+    )
     assert all(f" {policy} " in comment for policy in EVAL_POLICIES), comment
     assert "| null |" not in comment
 

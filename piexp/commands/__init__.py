@@ -21,6 +21,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "compare": Subcommand(
         "piexp.commands.compare:main", "RUN RUN [...] [--out DIR]", "eval runs side by side, differences with 95% CIs"
     ),
-    "reproduce": Subcommand("piexp.commands.reproduce:main", "DIR [--check-only]", "rerun a finished run from its folder"),
+    "reproduce": Subcommand(
+        "piexp.commands.reproduce:main", "DIR [--check-only]", "rerun a finished run from its folder"
+    ),
     "status": Subcommand("piexp.commands.status:main", "DIR [--watch]", "every job's state (dead jobs show as such)"),
 }

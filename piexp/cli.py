@@ -20,7 +20,24 @@ def _subcommand(name: str) -> Callable[[list[str]], int | None]:
     return getattr(importlib.import_module(module_name), function_name)
 
 
+# The shell's exit status of a command that wrote into a closed pipe (128 + SIGPIPE).
+CLOSED_PIPE_EXIT = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; output cut short by its reader (`... | head`) ends quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader has gone; what is still buffered must not fail again at exit with
+        # "Exception ignored ... BrokenPipeError", so stdout now leads nowhere.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE_EXIT
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     if args and args[0] in SUBCOMMANDS:

@@ -4,7 +4,9 @@ policies, made once for the module)."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +76,49 @@ def test_a_real_head_gets_its_lines_and_no_traceback(eval_sweep: Path) -> None:
     result = subprocess.run(["bash", "-c", pipeline], capture_output=True, text=True, timeout=120)
     assert result.stdout.splitlines()[:2] == ["[", " {"]
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+
+
+def test_ctrl_c_in_a_sweep_prints_one_resume_line_and_exits_130(tmp_path: Path, wait_until) -> None:
+    """Rough edge 3: Ctrl-C during a `-m` sweep printed joblib's 40-line KeyboardInterrupt
+    traceback and no resume line (a single run printed one line and exited 130)."""
+    environment = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    sweep = subprocess.Popen(
+        # Enough tasks that no job ends before the interrupt; the sweep folder from the clock.
+        [sys.executable, "-m", "piexp", "-m", *SMALL_EVAL, "policy=oracle,wrong", "tasks.eval_per_family=400"],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        # A suite run in the background hands its children SIGINT ignored; a terminal does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+
+        def both_jobs_running() -> bool:
+            status = list(tmp_path.glob("multirun/*/*/sweep_status.json"))
+            jobs = json.loads(status[0].read_text())["jobs"].values() if status else []
+            return sum(job.get("state") == "running" for job in jobs) == 2
+
+        wait_until("both jobs of the sweep to run", both_jobs_running, timeout=120)
+        os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
+        _, stderr = sweep.communicate(timeout=60)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    sweep_dir = next(tmp_path.glob("multirun/*/*")).relative_to(tmp_path)
+    assert sweep.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    interrupted = [line for line in stderr.splitlines() if "interrupted" in line]
+    assert len(interrupted) == 1, stderr[-3000:]
+    assert f"Resume with the same command and hydra.sweep.dir={sweep_dir}" in interrupted[0]
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(sweep.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until("the sweep's processes (jobs, sandboxes) to end", group_gone, timeout=15)

@@ -122,3 +122,42 @@ def test_ctrl_c_in_a_sweep_prints_one_resume_line_and_exits_130(tmp_path: Path, 
         return False
 
     wait_until("the sweep's processes (jobs, sandboxes) to end", group_gone, timeout=15)
+
+
+@pytest.fixture(scope="module")
+def check_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A passing `mode=check` of one cell (about 10 s): the oracle and every other scripted policy."""
+    work = tmp_path_factory.mktemp("check")
+    result = piexp(work, "mode=check", "family=arith", "lang=python", f"hydra.run.dir={work / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return work / "run"
+
+
+def test_show_failed_on_a_check_run_means_did_not_meet_its_expectation(check_run: Path) -> None:
+    """Rough edge 4: `show RUN --failed` listed the crash and wrong checks' expected zero
+    rewards as failures."""
+    failed = piexp(check_run, "show", str(check_run), "--failed", "--json")
+    assert failed.returncode == 0, failed.stderr
+    assert json.loads(failed.stdout) == []
+    rows = json.loads(piexp(check_run, "show", str(check_run), "--json").stdout)
+    earning_nothing = [row for row in rows if row["policy"] in ("crash", "wrong") and row["reward"] == 0]
+    assert earning_nothing and all(row["passed"] for row in earning_nothing)
+    episode = piexp(check_run, "show", str(check_run), "--policy", "wrong", "0")
+    assert "check expectation of wrong: met" in episode.stdout, episode.stdout[:2000]
+    assert "--failed" in piexp(check_run, "show", "--help").stdout  # its help says what failed means
+    assert "did not meet" in " ".join(piexp(check_run, "show", "--help").stdout.split())
+
+
+def test_a_failed_episode_shows_the_expected_answer_beside_the_stated_one(eval_sweep: Path) -> None:
+    """Rough edge 5: `show`, the viewer and the transcript gave only the stated answer."""
+    from piexp.transcripts.store import EVAL_TRANSCRIPTS, read_transcripts
+
+    wrong = eval_sweep / "1"
+    rows = json.loads(piexp(wrong, "show", str(wrong), "--failed", "--json").stdout)
+    assert rows and all(row["answer"] != row["expected"] for row in rows)
+    episode = piexp(wrong, "show", str(wrong), "--failed", "0")
+    assert f"answer {rows[0]['answer']} (expected {rows[0]['expected']})" in episode.stdout, episode.stdout[:2000]
+    listing = piexp(wrong, "show", str(wrong)).stdout
+    assert "expected" in listing and rows[0]["expected"] in listing
+    transcripts = list(read_transcripts(wrong / EVAL_TRANSCRIPTS))
+    assert {t["task_id"]: t["expected"] for t in transcripts} == {row["task_id"]: row["expected"] for row in rows}

@@ -94,6 +94,10 @@ BAD = [
     (["sumarize", "outputs"], "Unknown subcommand 'sumarize'. Did you mean summarize?"),
     (["mode=eval", "policy=oracle", "algo=grpo"], "training option (mode=train) that mode=eval would ignore"),
     (["mode=check", "policy=wrong"], "policy would be ignored by mode=check"),
+    # Issue 30, rough edge 6: a mistyped policy gets a suggestion; a mistyped tasks option
+    # was handed to Hydra, which failed with a LexerNoViableAltException.
+    (["mode=eval", "policy=orcale"], "unknown policy 'orcale'. Did you mean oracle?"),
+    (["tasks", "family=arith", "--param"], "Unknown option --param for tasks. Did you mean --params?"),
 ]
 
 

@@ -161,3 +161,25 @@ def test_a_failed_episode_shows_the_expected_answer_beside_the_stated_one(eval_s
     assert "expected" in listing and rows[0]["expected"] in listing
     transcripts = list(read_transcripts(wrong / EVAL_TRANSCRIPTS))
     assert {t["task_id"]: t["expected"] for t in transcripts} == {row["task_id"]: row["expected"] for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("option", "fragment"),
+    [
+        (["--family", "arth"], "has family 'arth', so --family arth would list nothing. Did you mean arith?"),
+        (["--lang", "cobol"], "has language 'cobol'"),
+        (["--stop-reason", "nope"], "has stop reason 'nope'"),
+        (["--policy", "orcale"], "Did you mean oracle?"),
+    ],
+    ids=["family", "lang", "stop-reason", "policy"],
+)
+def test_a_show_filter_value_the_run_lacks_is_refused_with_a_suggestion(
+    eval_sweep: Path, option: list[str], fragment: str
+) -> None:
+    """Rough edge 6: such a filter printed an empty table with exit 0 and no suggestion."""
+    result = piexp(eval_sweep, "show", str(eval_sweep), *option)
+    assert result.returncode == 2, result.stdout[:2000]
+    text = " ".join(result.stderr.split())
+    assert fragment in text and "Traceback" not in text
+    assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
+    assert result.stdout == ""

@@ -23,12 +23,37 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from piexp.config.suggest import did_you_mean
 from piexp.errors import UserError
 from piexp.languages import LANGUAGES, language_of_path
 from piexp.transcripts.runs import RunView, load_run
 
 # Lines of a tool's stdout / stderr shown in the terminal (the transcript keeps more).
 STDOUT_HEAD_LINES = 12
+
+
+# Filters naming a value of a row field: (option, row field, what one value is, what several are).
+_VALUE_FILTERS = (
+    ("--family", "family", "family", "families"),
+    ("--lang", "language", "language", "languages"),
+    ("--policy", "policy", "policy", "policies"),
+    ("--stop-reason", "stop_reason", "stop reason", "stop reasons"),
+)
+
+
+def refuse_absent_values(view: RunView, args: argparse.Namespace) -> None:
+    """A filter value no episode of the run has (a typo, or another run's family) would
+    list nothing and look like an answer: refused, naming the closest values it has."""
+    for option, field, what, plural in _VALUE_FILTERS:
+        wanted = getattr(args, option.lstrip("-").replace("-", "_")) or []
+        present = sorted({str(row[field]) for row in view.rows})
+        for value in wanted:
+            if value not in present:
+                raise UserError(
+                    f"No episode of {view.root} has {what} {value!r}, so {option} {value} would list "
+                    f"nothing.{did_you_mean(value, present)} Its episodes' {plural}: "
+                    f"{', '.join(present) or 'none'}."
+                )
 
 
 def select(view: RunView, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -274,6 +299,7 @@ def main(argv: Sequence[str]) -> int:
         target = args.run / VIEWER_FILE if args.html is True else args.html
         print(f"wrote {write_viewer(target, view, other)}")
         return 0
+    refuse_absent_values(view, args)
     rows = select(view, args)
     if args.episode is None:
         if args.json:

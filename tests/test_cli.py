@@ -98,6 +98,9 @@ BAD = [
     # was handed to Hydra, which failed with a LexerNoViableAltException.
     (["mode=eval", "policy=orcale"], "unknown policy 'orcale'. Did you mean oracle?"),
     (["tasks", "family=arith", "--param"], "Unknown option --param for tasks. Did you mean --params?"),
+    # Rough edge 7: an empty run folder made the working directory the run folder.
+    (["mode=eval", "policy=oracle", "family=arith", "hydra.run.dir="], "hydra.run.dir is empty"),
+    (["-m", "mode=eval", "policy=oracle,wrong", "family=arith", "hydra.sweep.dir="], "hydra.sweep.dir is empty"),
 ]
 
 

@@ -183,3 +183,20 @@ def test_a_show_filter_value_the_run_lacks_is_refused_with_a_suggestion(
     assert fragment in text and "Traceback" not in text
     assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
     assert result.stdout == ""
+
+
+def test_compare_without_out_writes_into_a_new_folder_not_the_working_directory(
+    eval_sweep: Path, tmp_path: Path
+) -> None:
+    """Rough edge 7: `compare A B` without `--out` wrote compare.* into the working directory."""
+    folders = []
+    for _ in range(2):  # the second, maybe within the same second, gets a folder of its own
+        result = piexp(tmp_path, "compare", str(eval_sweep / "1"), str(eval_sweep / "0"))
+        assert result.returncode == 0, result.stderr
+        written = result.stdout.splitlines()[-1]
+        assert written.startswith("wrote comparisons/") and written.endswith("compare.json, compare.png")
+        folders.append(tmp_path / written.removeprefix("wrote ").split(",")[0].removesuffix("/compare.md"))
+    assert [path.name for path in tmp_path.iterdir()] == ["comparisons"]
+    assert folders[0] != folders[1]
+    for folder in folders:
+        assert sorted(path.name for path in folder.iterdir()) == ["compare.json", "compare.md", "compare.png"]

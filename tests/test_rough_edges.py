@@ -45,6 +45,7 @@ def eval_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sweep = work / "sweep"
     result = piexp(work, "-m", *SMALL_EVAL, "policy=oracle,wrong", f"hydra.sweep.dir={sweep}")
     assert result.returncode == 0, result.stderr[-3000:]
+    (work / "sweep.stderr").write_text(result.stderr)  # what a log of the sweep holds (no terminal)
     return sweep
 
 
@@ -200,3 +201,16 @@ def test_compare_without_out_writes_into_a_new_folder_not_the_working_directory(
     assert folders[0] != folders[1]
     for folder in folders:
         assert sorted(path.name for path in folder.iterdir()) == ["compare.json", "compare.md", "compare.png"]
+
+
+def test_without_a_terminal_lines_stay_whole_and_sweep_tables_name_their_job(eval_sweep: Path) -> None:
+    """Rough edge 8: without a terminal rich tables' titles and captions wrapped at about 35
+    columns ("overall pass@1 / 1.000 over 8 / episodes"), the plain progress line in two,
+    and the jobs' tables of a sweep interleaved without a job label."""
+    lines = (eval_sweep.parent / "sweep.stderr").read_text().splitlines()
+    stripped = [line.strip() for line in lines]
+    for number, policy in ((0, "oracle"), (1, "wrong")):
+        assert f"job {number}: pass@1 ({policy}, k=1)" in stripped, lines
+        assert any(line.startswith(f"eval {policy}: 2/2 episodes (100%),") and "elapsed" in line for line in lines)
+    assert stripped.count("overall pass@1 1.000 over 2 episodes") == 1
+    assert stripped.count("overall pass@1 0.000 over 2 episodes") == 1

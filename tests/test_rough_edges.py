@@ -214,3 +214,26 @@ def test_without_a_terminal_lines_stay_whole_and_sweep_tables_name_their_job(eva
         assert any(line.startswith(f"eval {policy}: 2/2 episodes (100%),") and "elapsed" in line for line in lines)
     assert stripped.count("overall pass@1 1.000 over 2 episodes") == 1
     assert stripped.count("overall pass@1 0.000 over 2 episodes") == 1
+
+
+def test_results_png_shows_shaped_reward_beside_pass_at_1(eval_sweep: Path) -> None:
+    """Rough edge 9: results.png showed pass@1 only, so `wrong` (shaped 0.30), `crash`
+    (0.15) and `guess` (0) looked identical."""
+    from PIL import Image
+
+    for job in ("0", "1"):
+        with Image.open(eval_sweep / job / "results.png") as image:
+            assert image.info["Description"] == "pass@1 and mean shaped reward by family x language"
+            one_panel = (1.6 + 1.3 * 1) * 120  # a single language: the width of one heatmap
+            assert image.width >= 2 * one_panel - 1, image.size
+
+
+def test_summarize_of_an_eval_sweep_has_no_training_columns(eval_sweep: Path, tmp_path: Path) -> None:
+    """Rough edge 9: summarize of eval runs printed training columns (`steps -`, final = best)."""
+    result = piexp(tmp_path, "summarize", str(eval_sweep), "--out", str(tmp_path / "summary"))
+    assert result.returncode == 0, result.stderr
+    assert "| job | mode | state | overrides | pass@1 | reward | tool_failures |" in result.stdout
+    assert "steps" not in result.stdout and "best_" not in result.stdout and "final_" not in result.stdout
+    assert "| 1 | eval | complete | policy=wrong | 0 | 0.3 | none |" in result.stdout
+    csv_header = (tmp_path / "summary" / "runs_summary.csv").read_text().splitlines()[0]
+    assert "final_pass@1" in csv_header  # scripts keep every column

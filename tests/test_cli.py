@@ -121,6 +121,17 @@ def test_training_without_api_key_exits_3_before_anything(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []
 
 
+def test_plain_piexp_without_a_key_names_the_offline_default(tmp_path: Path) -> None:
+    """Issue 30, rough edge 10: plain `python -m piexp` means training on Tinker and exits 3
+    without a key; the message did not mention the offline default a newcomer wanted."""
+    result = piexp(tmp_path)
+    assert result.returncode == 3, result.stderr
+    text = " ".join(result.stderr.split())
+    assert "python -m piexp experiment=offline" in text and "Traceback" not in text
+    assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_training_with_unreachable_service_fails_fast(tmp_path: Path) -> None:
     # Port 9 on loopback: nothing listens, so the probe is refused at once.
     result = piexp(

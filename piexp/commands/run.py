@@ -1,7 +1,8 @@
 """A run or a sweep: `python -m piexp [overrides...]` without a subcommand, handed to
-Hydra (`-m` sweeps, `--cfg job`; `--help` is piexp's own, `piexp.commands.help`) after every command line is validated, so a
-bad value prints one paragraph, exits 2 and writes nothing (`piexp reproduce` goes
-through the same checks)."""
+Hydra (`-m` sweeps, `--cfg job`) after every command line is validated, so a bad value
+prints one paragraph, exits 2 and writes nothing (`piexp reproduce` goes through the
+same checks). `--help` is piexp's own (`piexp.commands.help`); Ctrl-C ends a run or a
+sweep with one line saying how to resume and exit code 130."""
 
 from __future__ import annotations
 

@@ -62,8 +62,15 @@ def closed_pipe_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["tasks", "family=arith", "n=3"], ["show", "{sweep}", "--json"], ["summarize", "{sweep}"], ["--help"]],
-    ids=["tasks", "show --json", "summarize", "--help"],
+    [
+        ["tasks", "family=arith", "n=3"],
+        ["show", "{sweep}", "--json"],
+        ["show", "{sweep}"],
+        ["summarize", "{sweep}"],
+        ["--help"],
+        ["family=arith", "--cfg", "job"],
+    ],
+    ids=["tasks", "show --json", "show", "summarize", "--help", "--cfg job"],
 )
 def test_a_closed_pipe_ends_quietly(eval_sweep: Path, args: list[str]) -> None:
     """Rough edge 2: `... | head -2` printed a BrokenPipeError traceback."""

@@ -61,7 +61,7 @@ class _QuietOnClosedPipe:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; output cut short by its reader (`... | head`) ends quietly."""
     stdout = sys.stdout
-    sys.stdout = _QuietOnClosedPipe(stdout)  # type: ignore[assignment]
+    sys.stdout = _QuietOnClosedPipe(stdout)
     try:
         return _main(argv)
     except BrokenPipeError:  # a write that went around sys.stdout

@@ -8,8 +8,12 @@ setup:
 experiment: setup
 	.venv/bin/python -m piexp experiment=offline
 
+# The 25 slowest tests of the last `make test` (pytest --durations=25), to keep the
+# suite fast as it grows: a test over 30 s says why in its docstring.
+TEST_DURATIONS := test-durations.txt
+
 test: setup
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q --durations=25 --durations-file=$(TEST_DURATIONS)
 
 bench: setup
 	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done

@@ -10,17 +10,67 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO
 
 from piexp.commands import SUBCOMMANDS
 from piexp.errors import exit_on_user_error
 
 
 def _subcommand(name: str) -> Callable[[list[str]], int | None]:
-    module_name, function_name = SUBCOMMANDS[name].split(":")
+    module_name, function_name = SUBCOMMANDS[name].target.split(":")
     return getattr(importlib.import_module(module_name), function_name)
 
 
+# The shell's exit status of a command that wrote into a closed pipe (128 + SIGPIPE).
+CLOSED_PIPE_EXIT = 141
+
+
+def _end_on_closed_pipe() -> NoReturn:
+    # The reader has gone; what is still buffered must not fail again at exit with
+    # "Exception ignored ... BrokenPipeError", so stdout now leads nowhere.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    os.close(devnull)
+    raise SystemExit(CLOSED_PIPE_EXIT)
+
+
+class _QuietOnClosedPipe:
+    """stdout, except that writing into a pipe whose reader has gone (`... | head`) ends
+    the process quietly with the shell's status: Hydra (`--cfg job`) and rich catch the
+    BrokenPipeError themselves and would print a traceback or exit 1."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _end_on_closed_pipe()
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _end_on_closed_pipe()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; output cut short by its reader (`... | head`) ends quietly."""
+    stdout = sys.stdout
+    sys.stdout = _QuietOnClosedPipe(stdout)
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # a write that went around sys.stdout
+        _end_on_closed_pipe()
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     if args and args[0] in SUBCOMMANDS:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,9 +26,25 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-console = Console(stderr=True)
+# Without a terminal (CI, nohup, a sweep job's log) rich would assume 80 columns and wrap
+# every longer line in two; such output is read in a log viewer, so lines stay whole up to
+# this width (COLUMNS, when set, still decides).
+NON_TERMINAL_WIDTH = 200
+
+
+def _stderr_console() -> Console:
+    terminal = Console(stderr=True)
+    if terminal.is_terminal or "COLUMNS" in os.environ:
+        return terminal
+    return Console(stderr=True, width=NON_TERMINAL_WIDTH)
+
+
+console = _stderr_console()
 PLAIN_PROGRESS_EVERY_S = 10.0  # a progress line this often without a terminal, and in job.log
 _JOB_LOG_WIDTH = 120
+# Which sweep job is speaking ("job 3"): the jobs of a sweep print into one stream, where
+# their tables would otherwise be told apart by nothing. None outside a sweep.
+_job_label: Optional[str] = None
 
 _job_log: Optional[Path] = None
 # The root logger's handler writing log records into the job.log (Hydra's own file
@@ -44,6 +63,28 @@ def attach_job_log(path: Path) -> None:
     # Log lines in job.log look like those on the console (the format Hydra configured).
     _job_log_records.setFormatter(next((h.formatter for h in root.handlers if h.formatter), None))
     root.addHandler(_job_log_records)
+
+
+def set_job_label(label: Optional[str]) -> None:
+    """Name the sweep job whose tables `say` prints from now on (None: not a sweep job)."""
+    global _job_label
+    _job_label = label
+
+
+def _cells(title: Any) -> int:
+    if isinstance(title, Text):
+        return title.cell_len
+    return Text.from_markup(title).cell_len if isinstance(title, str) else 0
+
+
+def _labelled(table: Table) -> Table:
+    """The table with the sweep job's label in its title, and at least as wide as its title
+    and caption: rich wraps those to the table's width (a two-column table's caption came
+    out in 17-character lines)."""
+    if _job_label is not None:
+        table.title = f"{_job_label}: {table.title}" if table.title else _job_label
+    table.min_width = max(table.min_width or 0, _cells(table.title), _cells(table.caption))
+    return table
 
 
 def detach_job_log() -> None:
@@ -71,7 +112,8 @@ def _to_job_log(*objects: Any, **kwargs: Any) -> None:
 
 
 def say(*objects: Any, **kwargs: Any) -> None:
-    """Print to the console and into the run's job.log."""
+    """Print to the console and into the run's job.log (a table labelled with its sweep job)."""
+    objects = tuple(_labelled(item) if isinstance(item, Table) else item for item in objects)
     console.print(*objects, **kwargs)
     _to_job_log(*objects, **kwargs)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,32 @@ import pytest
 # Tests never reach a hub: tokenizers come from installed packages (piexp.tokenizer).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--durations-file",
+        metavar="PATH",
+        default=None,
+        help="also write the slowest tests (as many as --durations asks, default 25) into PATH",
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """`--durations-file`: pytest's --durations table in a file (`make test` names it), so
+    the slowest tests of a whole run can be read after the fact and the suite kept fast."""
+    path = config.getoption("--durations-file")
+    if not path:
+        return
+    count = config.getoption("durations") or 25
+    reports = [
+        report for reports in terminalreporter.stats.values() for report in reports if hasattr(report, "duration")
+    ]
+    reports.sort(key=lambda report: report.duration, reverse=True)
+    lines = [f"slowest {min(count, len(reports))} durations (of {len(reports)} test phases; exit status {exitstatus})"]
+    lines += [f"{report.duration:8.2f}s {report.when:<8} {report.nodeid}" for report in reports[:count]]
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    terminalreporter.write_line(f"the slowest tests: {path}")
 
 
 def _wait_until(what: str, predicate: Callable[[], Any], timeout: float = 15.0, every: float = 0.05) -> Any:

@@ -28,8 +28,30 @@ def test_help(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert "family: all, arith" in result.stdout and "mode: check, eval, train" in result.stdout
     assert "algo: agentic, dapo, default, grpo, ppo" in result.stdout
-    assert "algo=default|ppo|grpo|dapo|agentic" in result.stdout
+    assert "algo=default|agentic|dapo|grpo|ppo" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_is_generated_from_the_registries(tmp_path: Path) -> None:
+    """Issue 30, rough edge 1: the help advertised `policy=null` (refused, now `guess`),
+    missed `guess` and the `show` subcommand; conf/config.yaml's comment said the same."""
+    from piexp.commands import SUBCOMMANDS
+    from piexp.config.paths import config_dir
+    from piexp.config.schema import EVAL_POLICIES, OFFLINE_POLICIES
+
+    result = piexp(tmp_path, "--help")
+    assert result.returncode == 0, result.stderr
+    usage = result.stdout.split("== Configuration groups ==")[0]
+    for name in SUBCOMMANDS:
+        assert f"python -m piexp {name} " in usage, name
+    assert f"policy={'|'.join(OFFLINE_POLICIES)}" in usage and "policy=model" in usage
+    assert "null" not in usage
+    assert "experiment=offline" in usage
+    comment = next(
+        line for line in (config_dir() / "config.yaml").read_text().splitlines() if line.startswith("policy:")
+    )
+    assert all(f" {policy} " in comment for policy in EVAL_POLICIES), comment
+    assert "| null |" not in comment
 
 
 def test_comma_lists_without_multirun_print_as_lists(tmp_path: Path) -> None:
@@ -72,6 +94,13 @@ BAD = [
     (["sumarize", "outputs"], "Unknown subcommand 'sumarize'. Did you mean summarize?"),
     (["mode=eval", "policy=oracle", "algo=grpo"], "training option (mode=train) that mode=eval would ignore"),
     (["mode=check", "policy=wrong"], "policy would be ignored by mode=check"),
+    # Issue 30, rough edge 6: a mistyped policy gets a suggestion; a mistyped tasks option
+    # was handed to Hydra, which failed with a LexerNoViableAltException.
+    (["mode=eval", "policy=orcale"], "unknown policy 'orcale'. Did you mean oracle?"),
+    (["tasks", "family=arith", "--param"], "Unknown option --param for tasks. Did you mean --params?"),
+    # Rough edge 7: an empty run folder made the working directory the run folder.
+    (["mode=eval", "policy=oracle", "family=arith", "hydra.run.dir="], "hydra.run.dir is empty"),
+    (["-m", "mode=eval", "policy=oracle,wrong", "family=arith", "hydra.sweep.dir="], "hydra.sweep.dir is empty"),
 ]
 
 
@@ -89,6 +118,17 @@ def test_training_without_api_key_exits_3_before_anything(tmp_path: Path) -> Non
     result = piexp(tmp_path, "mode=train", "family=arith")
     assert result.returncode == 3
     assert "TINKER_API_KEY" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plain_piexp_without_a_key_names_the_offline_default(tmp_path: Path) -> None:
+    """Issue 30, rough edge 10: plain `python -m piexp` means training on Tinker and exits 3
+    without a key; the message did not mention the offline default a newcomer wanted."""
+    result = piexp(tmp_path)
+    assert result.returncode == 3, result.stderr
+    text = " ".join(result.stderr.split())
+    assert "python -m piexp experiment=offline" in text and "Traceback" not in text
+    assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
     assert list(tmp_path.iterdir()) == []
 
 

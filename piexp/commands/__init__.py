@@ -1,16 +1,38 @@
 """Subcommands of `python -m piexp`: `run` is the Hydra app behind a command line
 without a subcommand (a run, a `-m` sweep, `--cfg job`, `--help`); the others are
-named on the command line and listed in `SUBCOMMANDS`."""
+named on the command line and listed in `SUBCOMMANDS`, which `--help` lists too."""
 
-# Subcommand name -> "module:function" taking the remaining argv (imported on use, so
-# `piexp summarize` does not load what `piexp tasks` needs).
-SUBCOMMANDS: dict[str, str] = {
-    "tasks": "piexp.commands.tasks:main",
-    "summarize": "piexp.commands.summarize:main",
-    "reproduce": "piexp.commands.reproduce:main",
-    "status": "piexp.commands.status:main",
-    "show": "piexp.commands.show:main",
-    "compare": "piexp.commands.compare:main",
-    "rescore": "piexp.commands.rescore:main",
-    "replay": "piexp.commands.replay:main",
+from typing import NamedTuple
+
+
+class Subcommand(NamedTuple):
+    target: str  # "module:function" taking the remaining argv
+    arguments: str  # what follows the name on the command line, as `--help` shows it
+    summary: str  # one line for `--help`
+
+
+# Imported on use, so `piexp summarize` does not load what `piexp tasks` needs.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "tasks": Subcommand("piexp.commands.tasks:main", "[family=...] [n=N] [split=eval] [--params]", "preview tasks"),
+    "show": Subcommand(
+        "piexp.commands.show:main", "RUN [N] [--failed] [--html]", "a run's episodes, one conversation, the viewer"
+    ),
+    "summarize": Subcommand("piexp.commands.summarize:main", "DIR", "tables and plots of a run or sweep"),
+    "compare": Subcommand(
+        "piexp.commands.compare:main", "RUN RUN [...] [--out DIR]", "eval runs side by side, differences with 95% CIs"
+    ),
+    "reproduce": Subcommand(
+        "piexp.commands.reproduce:main", "DIR [--check-only]", "rerun a finished run from its folder"
+    ),
+    "status": Subcommand("piexp.commands.status:main", "DIR [--watch]", "every job's state (dead jobs show as such)"),
+    "rescore": Subcommand(
+        "piexp.commands.rescore:main",
+        "RUN [reward overrides] [--out DIR]",
+        "recorded episodes' rewards under other reward settings (no sampling)",
+    ),
+    "replay": Subcommand(
+        "piexp.commands.replay:main",
+        "RUN [N ...] [--failed] [--out DIR]",
+        "play recorded episodes again through today's tools, sandbox and reward",
+    ),
 }

@@ -6,7 +6,9 @@ the first with a 95% confidence interval computed over tasks: the per-task diffe
 (a task's pass@1 is its share of correct samples) are paired, and the interval is
 mean +- t(0.975, n-1) x sd / sqrt(n) (a paired t-interval; n = tasks in the cell).
 Writes `compare.md`, `compare.json` and `compare.png` (pass@1 and reward per cell, with
-the interval of each run's mean over tasks) into `--out` (default: the current folder).
+the interval of each run's mean over tasks) into `--out` (default: a new folder
+`comparisons/DATE/TIME`, as runs go to `outputs/DATE/TIME`; never the current folder,
+where they would mix with whatever is there).
 
 Runs must have evaluated the same tasks: each run's `episodes.jsonl` records every
 task's content digest; a task missing from a run or generated differently is refused,
@@ -16,6 +18,7 @@ naming the first such task, since a comparison on different tasks means nothing.
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from piexp.launch.comparison import CompareError, write_comparison
@@ -24,10 +27,22 @@ from piexp.launch.comparison import CompareError, write_comparison
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m piexp compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="eval run folders; the first is the baseline")
-    parser.add_argument("--out", type=Path, default=Path("."), help="where compare.md/.json/.png go")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="where compare.md/.json/.png go (default: comparisons/DATE/TIME)"
+    )
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
         raise CompareError("compare needs at least two eval run folders (the first is the baseline)")
-    print(write_comparison(args.runs, args.out))
-    print(f"wrote {args.out / 'compare.md'}, compare.json, compare.png")
+    out = args.out if args.out is not None else new_comparison_folder()
+    print(write_comparison(args.runs, out))
+    print(f"wrote {out / 'compare.md'}, compare.json, compare.png")
     return 0
+
+
+def new_comparison_folder(root: Path = Path("comparisons")) -> Path:
+    """`root/DATE/TIME`, with a suffix when a comparison already took that second."""
+    base = root / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
+    folder, n = base, 1
+    while folder.exists():
+        folder, n = base.with_name(f"{base.name}-{n}"), n + 1
+    return folder

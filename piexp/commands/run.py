@@ -1,13 +1,15 @@
 """A run or a sweep: `python -m piexp [overrides...]` without a subcommand, handed to
-Hydra (`-m` sweeps, `--cfg job`, `--help`) after every command line is validated, so a
-bad value prints one paragraph, exits 2 and writes nothing (`piexp reproduce` goes
-through the same checks)."""
+Hydra (`-m` sweeps, `--cfg job`) after every command line is validated, so a bad value
+prints one paragraph, exits 2 and writes nothing (`piexp reproduce` goes through the
+same checks). `--help` is piexp's own (`piexp.commands.help`); Ctrl-C ends a run or a
+sweep with one line saying how to resume and exit code 130."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from piexp.commands import SUBCOMMANDS
 from piexp.config.argv import is_multirun, rewrite_list_overrides, split_hydra_flags
@@ -33,9 +35,17 @@ def main(argv: list[str]) -> int:
         return code
     argv = rewritten
     flags, overrides = split_hydra_flags(argv)
+    if {"--help", "-h"}.intersection(flags):
+        # piexp's own help, generated from its registries (Hydra's is --hydra-help).
+        from piexp.commands.help import render_help
+
+        return exit_on_user_error(lambda: print(render_help(overrides)))
+    sweep_dirs: list[Path | None] = []
     if not _INFO_FLAGS.intersection(flags):
         prints_only = bool({"--cfg", "-c"}.intersection(flags))
-        code = exit_on_user_error(lambda: prevalidate(overrides, is_multirun(argv), prints_only, replace))
+        code = exit_on_user_error(
+            lambda: sweep_dirs.append(prevalidate(overrides, is_multirun(argv), prints_only, replace))
+        )
         if code:
             return code
         if prints_only and is_multirun(argv):
@@ -47,8 +57,26 @@ def main(argv: list[str]) -> int:
     # The jobs check their own folders too (those the planner cannot name); they inherit this.
     os.environ[REPLACE_ENV] = "1" if replace else "0"
 
+    sweep_dir = sweep_dirs[0] if sweep_dirs else None
+    if sweep_dir is not None and not any(o.split("=", 1)[0].lstrip("+") == "hydra.sweep.dir" for o in overrides):
+        # The sweep folder the guard checked, not one Hydra names a second later from the
+        # clock; and the folder a resume line can name.
+        argv = [*argv, f"hydra.sweep.dir={sweep_dir}"]
     sys.argv = [sys.argv[0] if sys.argv else "piexp", *argv]
-    hydra_entry()
+    try:
+        hydra_entry()
+    except KeyboardInterrupt:
+        # A single run's job says how to resume itself; this is Ctrl-C in a sweep (joblib
+        # would print its own traceback) or before a run's job began.
+        if sweep_dir is None:
+            print("piexp: interrupted", file=sys.stderr)
+        else:
+            print(
+                f"piexp: interrupted; the sweep's finished jobs are kept. Resume with the same command and "
+                f"hydra.sweep.dir={sweep_dir} (finished jobs are skipped).",
+                file=sys.stderr,
+            )
+        return 130
     return 0
 
 
@@ -66,14 +94,15 @@ def _print_sweep_configs(overrides: Sequence[str]) -> None:
         print(OmegaConf.to_yaml(config))
 
 
-def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> None:
+def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> Path | None:
     """Everything a user can get wrong, checked before Hydra makes a folder: the config of
     every job, the service key, a remote sandbox that refuses connections, and job
-    folders that hold another run (refused, or moved aside with --replace)."""
+    folders that hold another run (refused, or moved aside with --replace). Returns the
+    sweep folder of a sweep (None for a single run, or when only printing)."""
     jobs = planned_jobs(overrides, multirun=multirun)
     configs = [config for _, config in jobs]
     if prints_only:
-        return
+        return None
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()
@@ -89,3 +118,4 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
     if sweep_dir is not None:
         # Rows of jobs an earlier, larger sweep left in this folder are not this sweep's.
         SweepStatus(sweep_dir).keep_only(range(len(jobs)))
+    return sweep_dir

@@ -23,12 +23,37 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from piexp.config.suggest import did_you_mean
 from piexp.errors import UserError
 from piexp.languages import LANGUAGES, language_of_path
 from piexp.transcripts.runs import RunView, load_run
 
 # Lines of a tool's stdout / stderr shown in the terminal (the transcript keeps more).
 STDOUT_HEAD_LINES = 12
+
+
+# Filters naming a value of a row field: (option, row field, what one value is, what several are).
+_VALUE_FILTERS = (
+    ("--family", "family", "family", "families"),
+    ("--lang", "language", "language", "languages"),
+    ("--policy", "policy", "policy", "policies"),
+    ("--stop-reason", "stop_reason", "stop reason", "stop reasons"),
+)
+
+
+def refuse_absent_values(view: RunView, args: argparse.Namespace) -> None:
+    """A filter value no episode of the run has (a typo, or another run's family) would
+    list nothing and look like an answer: refused, naming the closest values it has."""
+    for option, field, what, plural in _VALUE_FILTERS:
+        wanted = getattr(args, option.lstrip("-").replace("-", "_")) or []
+        present = sorted({str(row[field]) for row in view.rows})
+        for value in wanted:
+            if value not in present:
+                raise UserError(
+                    f"No episode of {view.root} has {what} {value!r}, so {option} {value} would list "
+                    f"nothing.{did_you_mean(value, present)} Its episodes' {plural}: "
+                    f"{', '.join(present) or 'none'}."
+                )
 
 
 def select(view: RunView, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -69,6 +94,8 @@ def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
         "family",
         "lang",
         "sample",
+        "answer",
+        "expected",
         "reward",
         "shaped",
         "stop",
@@ -88,6 +115,8 @@ def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
             str(row["family"]),
             str(row["language"]),
             str(row["sample"]),
+            "" if row["answer"] is None else str(row["answer"]),
+            "" if row.get("expected") is None else str(row["expected"]),
             f"[{colour}]{row['reward']:g}[/{colour}]" if row["reward"] is not None else "",
             f"{row['shaped']:.3f}" if row["shaped"] is not None else "",
             str(row["stop_reason"] or row.get("error") or ""),
@@ -150,16 +179,32 @@ def _result(message: dict[str, Any]) -> list[Any]:
     return parts
 
 
+def _answer(row: dict[str, Any]) -> str:
+    """The stated answer, and the task's beside it (runs recorded before it was kept have none)."""
+    expected = row.get("expected")
+    return f"answer {row['answer']}" + ("" if expected is None else f" (expected {expected})")
+
+
 def conversation(row: dict[str, Any], transcript: dict[str, Any] | None) -> Group:
-    head = Text(
-        f"{row['source']} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
-        f"sample {row['sample']}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
-        f"stop {row['stop_reason']}; answer {row['answer']}",
-        style="bold",
-    )
+    parts: list[Any] = [
+        Text(
+            f"{row['source']} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
+            f"sample {row['sample']}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
+            f"stop {row['stop_reason']}; {_answer(row)}",
+            style="bold",
+        )
+    ]
+    if row["source"] == "check":
+        violation = row.get("expectation_violation")
+        parts.append(
+            Text(
+                f"check expectation of {row['policy']}: "
+                + ("met" if row["passed"] else "not met" + (f" ({violation})" if violation else "")),
+                style="green" if row["passed"] else "red",
+            )
+        )
     if transcript is None:
-        return Group(head, Text("no transcript was recorded for this episode", style="yellow"))
-    parts: list[Any] = [head]
+        return Group(*parts, Text("no transcript was recorded for this episode", style="yellow"))
     parts.append(
         Text("reward breakdown: " + ", ".join(f"{k} {v:g}" for k, v in (transcript.get("metrics") or {}).items()))
     )
@@ -224,7 +269,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--lang", action="append", help="only this language (repeatable)")
     parser.add_argument("--policy", action="append", help="only this policy (repeatable; check runs have several)")
     parser.add_argument("--source", choices=("eval", "check"), help="only the eval's or the preflight check's episodes")
-    parser.add_argument("--failed", action="store_true", help="only episodes without binary reward 1")
+    parser.add_argument(
+        "--failed",
+        action="store_true",
+        help="only failed episodes: an eval's without binary reward 1, a check's that did not meet its "
+        "policy's expectation (crash and wrong are expected to earn nothing)",
+    )
     parser.add_argument("--stop-reason", action="append", help="only this stop reason (repeatable)")
     parser.add_argument("--task", help="only task ids containing this text")
     parser.add_argument("--json", action="store_true", help="print JSON (the listing, or the transcript)")
@@ -249,6 +299,7 @@ def main(argv: Sequence[str]) -> int:
         target = args.run / VIEWER_FILE if args.html is True else args.html
         print(f"wrote {write_viewer(target, view, other)}")
         return 0
+    refuse_absent_values(view, args)
     rows = select(view, args)
     if args.episode is None:
         if args.json:

@@ -19,7 +19,9 @@ Key metrics, and where they come from:
 * `reward`: eval runs: `overall.reward_shaped` (mean shaped reward); train runs:
   `env/all/reward/total` (mean reward of each training batch, in the run's reward mode).
 
-"final" is the last value (eval: the only one), "best" the highest. Eval runs also get a
+"final" is the last value (eval: the only one), "best" the highest. When no job trained,
+`runs_summary.md` (what is printed) shows each metric once, without `steps` and `best_`
+columns that would only repeat it; the CSV keeps every column for scripts. Eval runs also get a
 `tool_failures` column: the tool-call failures that occurred, with counts
 (`results.json` `overall.tool_failures`; `piexp.transcripts.failures` says what each is).
 """
@@ -85,8 +87,15 @@ def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
         writer.writerows(rows)
 
 
-def markdown(root: Path, header: list[str], rows: list[list[str]]) -> str:
-    shown = [i for i, name in enumerate(header) if name != "all_overrides"]
+def trained(jobs: Sequence[JobSummary]) -> bool:
+    """Whether any job has training steps (else final = best, and there are no steps)."""
+    return any(job.steps is not None or job.curves for job in jobs)
+
+
+def markdown(root: Path, header: list[str], rows: list[list[str]], *, training: bool = True) -> str:
+    hidden = {"all_overrides"} | (set() if training else {"steps", *(f"best_{metric}" for metric in KEY_METRICS)})
+    shown = [i for i, name in enumerate(header) if name not in hidden]
+    names = [header[i] if training else header[i].removeprefix("final_") for i in shown]
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|") or "-"
@@ -97,7 +106,7 @@ def markdown(root: Path, header: list[str], rows: list[list[str]]) -> str:
         f"{len(rows)} job(s). pass@1: eval split, binary reward; "
         "reward: mean reward in the run's reward mode (eval runs) or training-batch reward (train runs).",
         "",
-        "| " + " | ".join(header[i] for i in shown) + " |",
+        "| " + " | ".join(names) + " |",
         "| " + " | ".join("---" for _ in shown) + " |",
     ]
     for row in rows:
@@ -121,11 +130,12 @@ def seed_groups_markdown(jobs: Sequence[JobSummary]) -> str:
     groups = seed_groups(jobs)
     if all(len(members) < 2 for members in groups.values()):
         return ""
+    prefix = "final_" if trained(jobs) else ""
     lines = [
         "",
         "Over seeds (jobs that differ only by seed; mean ± 95% confidence interval, complete jobs):",
         "",
-        "| setting | seeds | " + " | ".join(f"final_{m}" for m in KEY_METRICS) + " |",
+        "| setting | seeds | " + " | ".join(f"{prefix}{m}" for m in KEY_METRICS) + " |",
         "| --- | --- | " + " | ".join("---" for _ in KEY_METRICS) + " |",
     ]
     for setting, members in groups.items():
@@ -187,7 +197,10 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     written = {"csv": out_dir / f"{OUTPUT_STEM}.csv", "md": out_dir / f"{OUTPUT_STEM}.md"}
     write_csv(written["csv"], header, rows)
     written["md"].write_text(
-        markdown(root, header, rows) + cells_markdown(jobs) + states_markdown(jobs) + seed_groups_markdown(jobs),
+        markdown(root, header, rows, training=trained(jobs))
+        + cells_markdown(jobs)
+        + states_markdown(jobs)
+        + seed_groups_markdown(jobs),
         encoding="utf-8",
     )
     for metric in KEY_METRICS:

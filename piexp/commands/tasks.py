@@ -25,6 +25,7 @@ def _take(args: list[str], key: str, default: str) -> str:
 def main(argv: Sequence[str]) -> int:
     from piexp.config.argv import rewrite_list_overrides
     from piexp.config.compose import load
+    from piexp.config.suggest import did_you_mean
     from piexp.env.prompt import workspace_prompt
     from piexp.tasks import build_tasks
     from piexp.tasks.preview import render_preview
@@ -41,6 +42,9 @@ def main(argv: Sequence[str]) -> int:
         config = load(rewrite_list_overrides(args))
         print("\n".join(render_params_help(FAMILIES[name]) for name in config.families), end="")
         return 0
+    for arg in args:
+        if arg.startswith("-"):  # Hydra would call it an override it cannot lex
+            raise UserError(f"Unknown option {arg} for tasks.{did_you_mean(arg, ['--params', '--help'])} {USAGE}")
     n_text = _take(args, "n", "1")
     split = _take(args, "split", "train")
     if not n_text.isdigit() or int(n_text) < 1:

@@ -299,7 +299,12 @@ class RunConfig(_Strict):
         if self.policy == "null":
             raise ValueError(RENAMED_POLICY_HINT)
         if self.policy is not None and self.policy not in EVAL_POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; valid policies: {', '.join(EVAL_POLICIES)}")
+            from piexp.config.suggest import did_you_mean
+
+            raise ValueError(
+                f"unknown policy {self.policy!r}.{did_you_mean(self.policy, EVAL_POLICIES)} "
+                f"Valid policies: {', '.join(EVAL_POLICIES)}"
+            )
         if self.checkpoint is not None:
             from piexp.checkpoint_source import resolve_checkpoint
 

@@ -259,7 +259,8 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
                 "overall": summarize_failures(r.failures for r in records),
                 "cells": failure_cells(records, config.families, requested),
             },
-            "episodes": [r.to_json() for r in records],
+            # Each with what it was checked for: met (None) or why not.
+            "episodes": [{**r.to_json(), "expectation_violation": expectation_violation(r, weight)} for r in records],
             "wall_s": round(time.perf_counter() - started, 3),
         }
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """How an eval's results read for a person: `results.md` (pass@k, reward steps and
-failing tasks per family x language, with what each column means), the pass@1 heatmap
-`results.png` and the table printed at the end of `mode=eval`. The numbers themselves are
+failing tasks per family x language, with what each column means), the heatmaps of
+pass@1 and shaped reward `results.png` and the table printed at the end of `mode=eval`. The numbers themselves are
 computed in `piexp.launch.evaluate`."""
 
 from __future__ import annotations
@@ -163,34 +163,45 @@ def results_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The panels of results.png: (results.json cell key, title). pass@1 alone made `wrong`
+# (shaped 0.30), `crash` (0.15) and `guess` (0) look the same; shaped reward tells them apart.
+HEATMAP_PANELS = (("pass@1", "pass@1"), ("reward_shaped", "mean shaped reward"))
+
+
 def plot_heatmap(results: dict[str, Any], path: Path) -> None:
-    """pass@1 by family (rows) x language (columns), values written in the cells."""
+    """pass@1 and mean shaped reward by family (rows) x language (columns), side by side,
+    values written in the cells; what it shows is also in the PNG's Description."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     families, languages = list(results["cells"]), results["languages"]
-    values = [[results["cells"][f][lang]["pass@1"] for lang in languages] for f in families]
-    figure, axes = plt.subplots(figsize=(1.6 + 1.3 * len(languages), 1.0 + 0.45 * len(families)))
-    image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    axes.set_xticks(range(len(languages)), labels=languages)
-    axes.set_yticks(range(len(families)), labels=families)
-    for row, family_values in enumerate(values):
-        for column, value in enumerate(family_values):
-            axes.text(
-                column,
-                row,
-                f"{value:.2f}",
-                ha="center",
-                va="center",
-                color="black" if value > 0.6 else "white",
-                fontsize=9,
-            )
-    axes.set_title(f"pass@1: {results['policy']}" + (" (INCOMPLETE)" if incomplete_note(results) else ""))
-    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+    width = 1.6 + 1.3 * len(languages)
+    figure, panels = plt.subplots(
+        1, len(HEATMAP_PANELS), figsize=(2 * width, 1.0 + 0.45 * len(families)), squeeze=False
+    )
+    for axes, (key, title) in zip(panels[0], HEATMAP_PANELS):
+        values = [[results["cells"][f][lang][key] for lang in languages] for f in families]
+        image = axes.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+        axes.set_xticks(range(len(languages)), labels=languages)
+        axes.set_yticks(range(len(families)), labels=families)
+        for row, family_values in enumerate(values):
+            for column, value in enumerate(family_values):
+                axes.text(
+                    column,
+                    row,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    color="black" if value > 0.6 else "white",
+                    fontsize=9,
+                )
+        axes.set_title(f"{title}: {results['policy']}" + (" (INCOMPLETE)" if incomplete_note(results) else ""))
+        figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    described = " and ".join(title for _, title in HEATMAP_PANELS)
+    figure.savefig(path, dpi=120, metadata={"Description": f"{described} by family x language"})
     plt.close(figure)
 
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from piexp.config.compose import validate
 from piexp.config.paths import config_dir
 from piexp.config.presets import register_presets
-from piexp.console import attach_job_log, detach_job_log
+from piexp.console import attach_job_log, detach_job_log, set_job_label
 from piexp.errors import UserError, report_user_error
 from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
 from piexp.launch.run import run_mode
@@ -37,6 +37,7 @@ def run_job(cfg: DictConfig) -> float | None:
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)
         attach_job_log(run_dir / "job.log")  # what the console shows, as plain text, in the run folder
+        set_job_label(f"job {job.num}" if job.multirun else None)
         return run_tracked(config, run_dir, job, run_mode)
     except UserError as error:
         if job.multirun:  # a sweep job's validation error: record it, keep the others going
@@ -54,6 +55,7 @@ def run_job(cfg: DictConfig) -> float | None:
         sys.exit(130)
     finally:
         detach_job_log()  # the next job of this process (a sequential sweep) logs into its own folder
+        set_job_label(None)
 
 
 def hydra_entry() -> None:

@@ -56,12 +56,24 @@ def planned_folders(overrides: Sequence[str], multirun: bool, count: int) -> tup
     _refuse_hydra_writing_into_jobs(cfg)
     multirun = multirun or str(OmegaConf.select(cfg, "hydra.mode") or "").endswith("MULTIRUN")
     if not multirun:
-        return None, [Path(str(cfg.hydra.run.dir))]
-    sweep_dir = Path(str(cfg.hydra.sweep.dir))
+        return None, [Path(_folder_setting(cfg, "hydra.run.dir"))]
+    sweep_dir = Path(_folder_setting(cfg, "hydra.sweep.dir"))
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")  # type: ignore[union-attr]
     if subdir != "${hydra.job.num}":
         return sweep_dir, [None] * count
     return sweep_dir, [sweep_dir / str(number) for number in range(count)]
+
+
+def _folder_setting(cfg: DictConfig, key: str) -> str:
+    """The folder `key` names; an empty one is refused: Hydra would make the working
+    directory itself the run folder and write the run's files among whatever is there."""
+    value = OmegaConf.select(cfg, key)
+    if value is None or not str(value).strip():
+        raise UserError(
+            f"{key} is empty: piexp would write into the current folder, among whatever is there. "
+            f"Name a folder ({key}=outputs/my-run), or leave {key} out for a new dated one."
+        )
+    return str(value)
 
 
 def _refuse_hydra_writing_into_jobs(cfg: DictConfig) -> None:

@@ -44,6 +44,7 @@ class EpisodeRecord:
     turns: int = 0
     tool_calls: int = 0
     answer: str | None = None  # the final integer the policy stated
+    expected: str | None = None  # the task's answer, beside the stated one wherever an episode is shown
     last_run: dict[str, Any] | None = None  # the last bash result (diagnostics)
     wall_s: float = 0.0
     error: str | None = None  # the rollout raised (nothing was graded)
@@ -111,6 +112,7 @@ async def run_episode(
         split=task.split,
         language=language,
         sample=sample,
+        expected=str(task.answer),
     )
     builder = _KeepEnvs(
         WorkspaceGroupBuilder(task=task, language=language, settings=settings, group_size=1, evaluation=True)

@@ -32,9 +32,11 @@ HEALTH_PATH = "/api/v1/healthz"
 _API_KEY_ENV = "TINKER_API_KEY"
 
 _OFFLINE_HINT = (
-    "Runs that need no model service still work without it: "
-    "`piexp mode=eval policy=oracle` (score the reference solutions) and `piexp mode=check` "
-    "(validate tasks and sandbox)."
+    "Without an account, start with `python -m piexp experiment=offline` (piexp's offline "
+    "default, `make experiment`: the check, then an eval of the oracle with its tables and "
+    "viewer). Other runs that need no model service: `python -m piexp mode=eval policy=oracle` "
+    "(score the reference solutions; policy=wrong, crash, guess or edit for the other scripted "
+    "policies) and `python -m piexp mode=check` (validate tasks and sandbox)."
 )
 
 

@@ -154,6 +154,7 @@ def build_transcript(
         "conversation": conversation,
         "turns": turns,
         "answer": record.answer,
+        "expected": record.expected,
         "reward": record.reward,
         "shaped": record.shaped,
         "metrics": record.metrics,

@@ -31,6 +31,7 @@ ROW_FIELDS = (
     "turns",
     "tool_calls",
     "answer",
+    "expected",
     "wall_s",
     "failures",
     "error",
@@ -53,6 +54,15 @@ def _episode_lines(path: Path) -> list[dict[str, Any]]:
     return [latest[key] for key in sorted(latest, key=str)]  # task order, not completion order
 
 
+def _passed(source: str, episode: dict[str, Any]) -> bool:
+    """An eval episode passes with binary reward 1; a check episode when it met its
+    policy's expectation (the `crash` and `wrong` checks pass by earning nothing). Check
+    runs recorded before the expectation was written per episode fall back to the reward."""
+    if source == "check" and "expectation_violation" in episode:
+        return episode["expectation_violation"] is None
+    return episode.get("reward") == 1.0
+
+
 def _add_source(
     view: RunView, folder: Path, job: str, source: str, episodes: list[dict[str, Any]], transcript_file: Path
 ) -> None:
@@ -60,7 +70,8 @@ def _add_source(
     for episode in episodes:
         row_id = len(view.rows)
         row = {name: episode.get(name) for name in ROW_FIELDS}
-        row.update(id=row_id, job=job, source=source, passed=episode.get("reward") == 1.0)
+        row.update(id=row_id, job=job, source=source, passed=_passed(source, episode))
+        row["expectation_violation"] = episode.get("expectation_violation") if source == "check" else None
         transcript = by_key.get(transcript_key(episode))
         row["has_transcript"] = transcript is not None
         if transcript is not None:

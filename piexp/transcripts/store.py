@@ -35,6 +35,7 @@ _STUB_FIELDS = (
     "version",
     *EPISODE_IDENTITY,
     "answer",
+    "expected",
     "reward",
     "shaped",
     "metrics",

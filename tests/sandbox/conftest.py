@@ -75,24 +75,48 @@ def _another_test_sessions(pid: int, me: int) -> bool:
     return False
 
 
-def processes_with(marker: str) -> list[tuple[int, str]]:
-    """This test session's processes whose command line contains `marker` (a /proc
-    scan, no psutil)."""
+def _ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent, and so on, up to (not including) init."""
+    chain: list[int] = []
+    pid = _parent(pid)
+    while pid > 1 and len(chain) < 64:
+        chain.append(pid)
+        pid = _parent(pid)
+    return chain
+
+
+def _the_servers(pid: int, server: int) -> bool:
+    """Whether `pid` is the sandbox server `server`'s: below it (the server is a child
+    subreaper, so its runs' orphans stay below it too), or an orphan no other process
+    claims (below init and no piexp or pytest process: possibly one of its runs that
+    escaped, so counted). The programs of other piexp runs on the machine (an eval beside
+    the suite, a second server of this session) are below their own servers: not its."""
+    ancestors = _ancestors(pid)
+    if server in ancestors:
+        return True
+    return not any("piexp" in _cmdline(p) or "pytest" in _cmdline(p) for p in ancestors)
+
+
+def processes_with(marker: str, server: int | None = None) -> list[tuple[int, str]]:
+    """The processes whose command line contains `marker` (a /proc scan, no psutil): the
+    sandbox server `server`'s (see `_the_servers`), or without one, this test session's."""
     found = []
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
         cmd = _cmdline(int(entry))
-        if marker in cmd and not _another_test_sessions(int(entry), me):
+        if marker not in cmd:
+            continue
+        if _the_servers(int(entry), server) if server is not None else not _another_test_sessions(int(entry), me):
             found.append((int(entry), cmd))
     return found
 
 
-def wait_no_processes(marker: str, timeout: float = 5.0) -> list[tuple[int, str]]:
+def wait_no_processes(marker: str, timeout: float = 5.0, server: int | None = None) -> list[tuple[int, str]]:
     deadline = time.monotonic() + timeout
     while True:
-        left = processes_with(marker)
+        left = processes_with(marker, server)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
@@ -132,10 +156,12 @@ class SandboxHandle:
         ]
 
     def assert_clean(self, marker: str | None = None) -> None:
-        """The server still answers, no run process and no run directory is left."""
+        """The server still answers, no run process of its own and no run directory is left
+        (other piexp runs' sandboxed programs on the machine are theirs, not leftovers)."""
         assert self.ping()
+        assert self.sb.proc is not None
         for m in filter(None, [marker, "_sandbox_main", "piexp-sbx-"]):
-            assert wait_no_processes(m) == [], f"leftover processes for {m!r}"
+            assert wait_no_processes(m, server=self.sb.proc.pid) == [], f"leftover processes for {m!r}"
         # A run's directories go right after its processes (a cancelled run's too).
         deadline = time.monotonic() + 5
         while self.run_dirs() and time.monotonic() < deadline:

@@ -57,6 +57,8 @@ print("RESULT " + json.dumps(out))
 
 
 def test_sampling_speedups_keep_tokens_and_distribution(run_backend_script, tmp_path: Path):
+    """Slow: the tiny model decodes in skyrl's JAX backend twice (JAX compiles on CPU each
+    time), with and without the speed-ups, then 200,000 categorical draws."""
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)

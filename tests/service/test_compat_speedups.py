@@ -52,6 +52,8 @@ print("RESULT " + json.dumps(out))
 
 
 def test_speedups_leave_logprobs_losses_and_gradients_unchanged(run_backend_script, tmp_path: Path):
+    """Slow: forward_backward runs in skyrl's JAX backend on CPU (compiled for each batch
+    shape), with and without the speed-ups."""
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)

@@ -23,6 +23,8 @@ print(float(jax.jit(piexp_probe)(jnp.arange(4096.0).reshape(64, 64) / 4096).sum(
 
 
 def test_second_process_loads_compiled_program_from_shared_cache(server_venv: Path, tmp_path: Path) -> None:
+    """Slow: three processes of the server venv start JAX and compile (or load) the same
+    program."""
     from piexp.service.local_server import compilation_cache_env
     from piexp.service.local_venv import venv_python
 

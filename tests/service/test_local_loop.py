@@ -40,6 +40,8 @@ def _loop(run_dir: Path) -> str:
 def test_the_loop_evaluates_trains_evaluates_the_final_checkpoint_and_compares(
     server_venv: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
+    """Slow (minutes): a base eval, an RL step and an eval of the trained checkpoint, each
+    through a real local server, then the loop rerun as if stopped during its trained eval."""
     run_dir = tmp_path / "run"
     _loop(run_dir)
     base, trained = (

@@ -39,6 +39,8 @@ def _wait_gone(pids: list[int], timeout_s: float = 20) -> list[int]:
 
 
 def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """Slow: a real local SkyRL server starts (its JAX engine loads the tiny model on CPU),
+    answers, and leaves no process after stop()."""
     import httpx
 
     from piexp.service.local_server import LocalServer
@@ -65,7 +67,8 @@ def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, t
 
 
 def test_killed_parent_takes_the_server_along(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
-    """PR_SET_PDEATHSIG: SIGKILL the piexp process; API server and engine die too."""
+    """PR_SET_PDEATHSIG: SIGKILL the piexp process; API server and engine die too. Slow: a
+    real server starts first."""
     script = textwrap.dedent(
         f"""
         import sys, time
@@ -109,7 +112,8 @@ def test_ctrl_c_mid_training_stops_in_seconds_with_one_line(
     server_venv: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
     """SIGINT (Ctrl-C) during the warm start's first step: exit 130 within seconds, one
-    line saying how to resume, no traceback, no server process left."""
+    line saying how to resume, no traceback, no server process left. Slow: a real run
+    starts the server and reaches its first training step before the interrupt."""
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     process = subprocess.Popen(

@@ -66,6 +66,8 @@ def _server_processes(run_dir: Path) -> list[str]:
 
 
 def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """Slow (minutes): real warm-start and RL steps of tiny-local through the local server,
+    twice (the run, then its resume), then an eval of the checkpoint on a fresh server."""
     run_dir = tmp_path / "run"
     _train(run_dir, "mode.max_steps=2")
 

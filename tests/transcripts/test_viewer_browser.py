@@ -82,6 +82,7 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
             assert await page.evaluate("document.getElementById('detail-section').hidden") is False
             detail = await page.evaluate("document.getElementById('detail').innerText")
             assert "call write" in detail and "solution.py" in detail and "stdout" in detail
+            assert "(expected " in detail  # a failed episode's stated answer beside the task's
             assert await page.evaluate("document.querySelectorAll('#detail .kw').length") > 0  # highlighted code
             await page.screenshot(wrong / "viewer.png")
 
@@ -112,6 +113,40 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
     asyncio.run(drive())
     assert (wrong / "viewer.png").read_bytes()[:4] == b"\x89PNG"
     print(f"screenshots: {wrong / 'viewer.png'}, {tmp_path / 'compare.png'}")
+
+
+def test_a_passing_check_counts_expectations_met(tmp_path):
+    """Issue 30, rough edge 4: the viewer of a passing `mode=check` counted binary reward
+    (the crash and wrong checks, which pass by earning nothing, showed as failures)."""
+    run = tmp_path / "check"
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", "mode=check", "family=arith", "lang=python", f"hydra.run.dir={run}"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    episodes = json.loads((run / "check.json").read_text())["episodes"]
+    sampled = sum(episode["policy"] in ("crash", "wrong", "guess") for episode in episodes)
+    assert sampled and all(episode["expectation_violation"] is None for episode in episodes)
+
+    async def drive() -> None:
+        async with Chromium() as page:
+            await page.open((run / VIEWER_FILE).as_uri())
+            counts = await page.evaluate("document.getElementById('counts').textContent")
+            assert f"check: {len(episodes)} met expectations, 0 did not" in counts, counts
+            assert "failed" not in counts
+            cells = await page.evaluate("[...document.querySelectorAll('#grids td.cell')].map(c => c.textContent)")
+            assert cells == [f"{len(episodes)}/{len(episodes)}"]
+            grid = await page.evaluate("document.getElementById('grids').innerText")
+            assert "met expectations / episodes" in grid
+            await page.evaluate(set_select("f-policy", "wrong"))
+            await page.evaluate("document.querySelector('#episodes tbody tr').click()")
+            detail = await page.evaluate("document.getElementById('detail').innerText")
+            assert "check expectation of wrong: met" in detail and "(expected " in detail
+            assert page.errors == [], page.errors
+
+    asyncio.run(drive())
 
 
 def test_a_2000_episode_viewer_writes_in_seconds_and_stays_usable(sandbox_url, tmp_path):

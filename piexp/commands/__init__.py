@@ -11,4 +11,5 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "piexp.commands.status:main",
     "show": "piexp.commands.show:main",
     "compare": "piexp.commands.compare:main",
+    "new-family": "piexp.commands.new_family:main",
 }

@@ -5,6 +5,7 @@ through the same checks)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -12,7 +13,10 @@ from collections.abc import Sequence
 from piexp.commands import SUBCOMMANDS
 from piexp.config.argv import is_multirun, rewrite_list_overrides, split_hydra_flags
 from piexp.config.compose import compose, planned_jobs, sweep_combinations
+from piexp.config.schema import RunConfig
+from piexp.config.search_path import take_config_dir, with_search_path
 from piexp.config.suggest import refuse_unknown_subcommand
+from piexp.env.splits import build_splits
 from piexp.errors import exit_on_user_error
 from piexp.launch.run_folder import REPLACE_ENV, guard_folders, planned_folders, take_replace_flag
 from piexp.launch.sandbox import refuse_unreachable_remote
@@ -54,7 +58,9 @@ def main(argv: list[str]) -> int:
 
 def _rewritten(argv: list[str]) -> list[str]:
     refuse_unknown_subcommand(argv, SUBCOMMANDS)
-    return rewrite_list_overrides(argv)
+    # --config-dir DIR becomes a search path entry with DIR absolute (Hydra's app and the
+    # validation read the same one), with the entry-point packages' folders after it.
+    return with_search_path(take_config_dir(rewrite_list_overrides(argv)))
 
 
 def _print_sweep_configs(overrides: Sequence[str]) -> None:
@@ -66,6 +72,18 @@ def _print_sweep_configs(overrides: Sequence[str]) -> None:
         print(OmegaConf.to_yaml(config))
 
 
+def verify_tasks(configs: Sequence[RunConfig]) -> None:
+    """Build every job's tasks now, each family twice (a generator that raises, returns a
+    bad answer or is not deterministic is refused before a folder exists); jobs that
+    share families, params, seed and counts are built once."""
+    seen: set[str] = set()
+    for config in configs:
+        key = json.dumps([config.family, config.seed, config.tasks.model_dump()], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            build_splits(config, verify_determinism=True)
+
+
 def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> None:
     """Everything a user can get wrong, checked before Hydra makes a folder: the config of
     every job, the service key, a remote sandbox that refuses connections, and job
@@ -74,6 +92,7 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
     configs = [config for _, config in jobs]
     if prints_only:
         return
+    verify_tasks(configs)
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()

@@ -133,8 +133,8 @@ class ScriptedPolicy(TokenCompleter):
         self._decoded = DecodeCache()
         self.guess = str(int(guess))
         # Keyed by what the model sees of a task, never by its answer.
-        self._families: dict[tuple[str, tuple[str, ...]], str] = {
-            (task.instruction, tuple(sorted(task.files))): task.family for task in tasks
+        self._tasks: dict[tuple[str, tuple[str, ...]], Task] = {
+            (task.instruction, tuple(sorted(task.files))): task for task in tasks
         }
 
     def plan(self, observation: Observation) -> list[Step]:
@@ -187,9 +187,12 @@ class ScriptedPolicy(TokenCompleter):
     # Shared pieces of plans.
 
     def family_of(self, observation: Observation) -> str:
+        return self.task_of(observation).family
+
+    def task_of(self, observation: Observation) -> Task:
         key = (observation.instruction, tuple(sorted(observation.files)))
         try:
-            return self._families[key]
+            return self._tasks[key]
         except KeyError:
             raise ObservationError(
                 f"the {self.name} policy was not given the task in this prompt; build it "
@@ -197,8 +200,9 @@ class ScriptedPolicy(TokenCompleter):
             ) from None
 
     def reference(self, observation: Observation) -> str:
-        # Looked up through the module at call time, so a test can monkeypatch it.
-        return task_registry.reference_solution(self.family_of(observation), observation.language)
+        # Looked up through the module at call time, so a test can monkeypatch it; a task
+        # file's task has its own reference, a generator family one for all its tasks.
+        return task_registry.task_reference(self.task_of(observation), observation.language)
 
     @staticmethod
     def read_all(observation: Observation) -> Act:

@@ -71,7 +71,10 @@ def test_edited_manifest_digest_names_the_task(source_run: Path) -> None:
 
 
 def test_changed_generator_is_detected(source_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from piexp.tasks import FAMILIES
+    """A generator whose code changed is refused by its family's code digest, naming the
+    family; one whose code digest is kept but whose tasks differ, by the first task."""
+    from piexp.tasks import BUILTIN_TARGETS, FAMILIES
+    from piexp.tasks import registry
 
     family = FAMILIES["arith"]
 
@@ -79,7 +82,13 @@ def test_changed_generator_is_detected(source_run: Path, monkeypatch: pytest.Mon
         instruction, files, answer, used = family.generate(rng, params)
         return instruction + " (changed)", files, answer, used
 
-    monkeypatch.setitem(FAMILIES, "arith", dataclasses.replace(family, generate=changed))
+    target = BUILTIN_TARGETS["arith"]
+    monkeypatch.setitem(registry._imported, target, dataclasses.replace(family, generate=changed))
+    with pytest.raises(UserError, match=r"Family 'arith' changed since the run.*its code \(.*test_reproduce.py\)"):
+        verify(source_run)
+    manifest = read_json(source_run / "manifest.json")
+    manifest.pop("family_origins")  # a run recorded before family origins were kept
+    (source_run / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match=r"generators changed.*train task #0 \(train-arith-0-00000"):
         verify(source_run)
 

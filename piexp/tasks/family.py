@@ -159,7 +159,7 @@ class Family:
         except Exception as error:  # the user's generator: any exception is a bug to report
             raise UserError(
                 f"{where}: the generator raised {type(error).__name__}: {error}. Fix generate() in "
-                f"{self.source_file}, then try `python -m piexp tasks family={self.name}`."
+                f"{self.source_file}, then preview with `python -m piexp tasks --config-dir DIR family={self.name}`."
             ) from None
         if not (isinstance(produced, tuple) and len(produced) == 4):
             raise UserError(f"{where}: generate() must return (instruction, files, answer, params_used).")

@@ -54,7 +54,9 @@ def test_readme_example(line: str, tmp_path: Path) -> None:
         pytest.skip(f"`{subcommand}` needs a finished run folder; tests/sweeps runs it on real ones")
     if any(arg.startswith("checkpoint=") and "://" not in arg for arg in argv):
         pytest.skip("checkpoint=<run folder> needs a finished training run; tests/test_checkpoint_source.py")
-    real = any(marker in line + " " for marker in RUN_FOR_REAL) and "-m" not in argv
+    if subcommand == "new-family" and "--from-jsonl" in argv:
+        pytest.skip("--from-jsonl needs the user's task file; tests/tasks/test_user_families.py runs it")
+    real = any(marker in line + " " for marker in RUN_FOR_REAL + ("new-family",)) and "-m" not in argv
     if not real and subcommand != "tasks" and "--help" not in argv and "--cfg" not in argv:
         argv = [*argv, "--cfg", "job"]
     result = run(argv, tmp_path)

@@ -16,7 +16,9 @@ from piexp.config.compose import compose, planned_jobs, sweep_combinations
 from piexp.config.schema import RunConfig
 from piexp.config.search_path import take_config_dir, with_search_path
 from piexp.config.suggest import refuse_unknown_subcommand
-from piexp.env.splits import build_splits
+from piexp.tasks import build_splits as build_task_splits
+from piexp.tasks import split_entry
+from piexp.tasks.registry import is_builtin
 from piexp.errors import exit_on_user_error
 from piexp.launch.run_folder import REPLACE_ENV, guard_folders, planned_folders, take_replace_flag
 from piexp.launch.sandbox import refuse_unreachable_remote
@@ -73,15 +75,24 @@ def _print_sweep_configs(overrides: Sequence[str]) -> None:
 
 
 def verify_tasks(configs: Sequence[RunConfig]) -> None:
-    """Build every job's tasks now, each family twice (a generator that raises, returns a
-    bad answer or is not deterministic is refused before a folder exists); jobs that
-    share families, params, seed and counts are built once."""
+    """Build the tasks of every family piexp does not ship, now and twice each: a
+    generator that raises, returns a bad answer or is not deterministic (or a task file
+    with a bad line) is refused before a folder exists. The built-ins are proven so by
+    piexp's own tests; jobs that share families, params, seed and counts are built once."""
     seen: set[str] = set()
     for config in configs:
-        key = json.dumps([config.family, config.seed, config.tasks.model_dump()], sort_keys=True, default=str)
-        if key not in seen:
+        mine = [name for name in config.families if not is_builtin(name, split_entry(config.family[name])[0])]
+        key = json.dumps([{name: config.family[name] for name in mine}, config.seed, config.tasks.model_dump()])
+        if mine and key not in seen:
             seen.add(key)
-            build_splits(config, verify_determinism=True)
+            build_task_splits(
+                config.tasks.train_per_family,
+                config.tasks.eval_per_family,
+                config.seed,
+                mine,
+                config.family,
+                verify_determinism=True,
+            )
 
 
 def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> None:

@@ -222,7 +222,7 @@ def code_origin(obj: Any, source_file: Path) -> dict[str, Any]:
 
     module = getattr(obj, "__module__", None) or ""
     top = module.split(".")[0]
-    distributions = metadata.packages_distributions().get(top, []) if top else []
+    distributions = _packages_distributions().get(top, []) if top else []
     distribution = distributions[0] if distributions else None
     version = None
     if distribution is not None:
@@ -231,6 +231,14 @@ def code_origin(obj: Any, source_file: Path) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             version = None
     return {"module": module, "file": str(source_file), "package": distribution, "version": version}
+
+
+@cache
+def _packages_distributions() -> Mapping[str, list[str]]:
+    """Top-level package -> distributions providing it (a scan of everything installed)."""
+    from importlib import metadata
+
+    return metadata.packages_distributions()
 
 
 def check_exact(family: str, *values: int) -> None:

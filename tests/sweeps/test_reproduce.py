@@ -124,6 +124,20 @@ def test_an_old_saved_config_spelling_out_sandbox_ids_still_reproduces(source_ru
         verify(source_run)
 
 
+def test_a_run_saved_before_families_named_their_code_still_reproduces(source_run: Path) -> None:
+    """Configs saved before issue 27 have family entries without `_target_`: they ran the
+    built-in of that name, which the recomposed YAML names now."""
+    path = source_run / ".hydra" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    assert config["family"]["arith"].pop("_target_") == "piexp.tasks.families.arith.FAMILY"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    manifest = read_json(source_run / "manifest.json")
+    manifest.pop("family_origins")
+    (source_run / "manifest.json").write_text(json.dumps(manifest))
+    _, _, report = verify(source_run)
+    assert report["reproduces"] == str(source_run.resolve())
+
+
 def test_bad_folder_is_one_paragraph_exit_2(tmp_path: Path) -> None:
     for target in (tmp_path / "missing", tmp_path):
         result = run_piexp(tmp_path, "reproduce", str(target), "--check-only")

@@ -75,17 +75,21 @@ def _print_sweep_configs(overrides: Sequence[str]) -> None:
 
 
 def verify_tasks(configs: Sequence[RunConfig]) -> None:
-    """Build the tasks of every family piexp does not ship, now and twice each: a
-    generator that raises, returns a bad answer or is not deterministic (or a task file
-    with a bad line) is refused before a folder exists. The built-ins are proven so by
-    piexp's own tests; jobs that share families, params, seed and counts are built once."""
+    """Build the tasks of every family piexp does not ship, now and twice each, and run
+    their references on a first task of each split: a generator that raises, returns a
+    bad answer or is not deterministic, a task file with a bad line, or a reference that
+    crashes or prints another number is refused before a folder exists. The built-ins
+    are proven so by piexp's own tests; identical jobs are verified once."""
     seen: set[str] = set()
     for config in configs:
         mine = [name for name in config.families if not is_builtin(name, split_entry(config.family[name])[0])]
-        key = json.dumps([{name: config.family[name] for name in mine}, config.seed, config.tasks.model_dump()])
+        key = json.dumps(
+            [{name: config.family[name] for name in mine}, config.seed, config.tasks.model_dump(), config.lang,
+             config.eval_lang, config.needs_references, config.sandbox.model_dump()]
+        )  # fmt: skip
         if mine and key not in seen:
             seen.add(key)
-            build_task_splits(
+            train, evals, _report = build_task_splits(
                 config.tasks.train_per_family,
                 config.tasks.eval_per_family,
                 config.seed,
@@ -93,6 +97,10 @@ def verify_tasks(configs: Sequence[RunConfig]) -> None:
                 config.family,
                 verify_determinism=True,
             )
+            # Imported here: the sandbox client loads only for a run with families of its own.
+            from piexp.launch.reference_check import refuse_wrong_references
+
+            refuse_wrong_references(config, [*train, *evals])
 
 
 def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> None:

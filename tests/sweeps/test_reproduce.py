@@ -83,7 +83,8 @@ def test_changed_generator_is_detected(source_run: Path, monkeypatch: pytest.Mon
         return instruction + " (changed)", files, answer, used
 
     target = BUILTIN_TARGETS["arith"]
-    monkeypatch.setitem(registry._imported, target, dataclasses.replace(family, generate=changed))
+    edited = dataclasses.replace(family, generate=changed, references_dir=family.refs_dir)
+    monkeypatch.setitem(registry._imported, target, edited)
     with pytest.raises(UserError, match=r"Family 'arith' changed since the run.*its code \(.*test_reproduce.py\)"):
         verify(source_run)
     manifest = read_json(source_run / "manifest.json")

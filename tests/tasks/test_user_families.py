@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -152,27 +153,44 @@ def test_family_from_a_folder_outside_piexp_checks_evaluates_and_reproduces(tmp_
     assert f"its code ({module})" in said(result)
 
 
-def test_family_of_an_installed_distribution_is_found_by_its_entry_point(tmp_path: Path) -> None:
-    """An installed distribution (its .dist-info, as pip writes it) declaring a config
-    package in the `piexp.families` entry-point group: no --config-dir needed."""
+def test_family_of_an_installed_package_is_found_by_its_entry_point(tmp_path: Path) -> None:
+    """A small package, built and installed by pip into a site folder, that declares its
+    config package in the `piexp.families` entry-point group: no --config-dir needed."""
+    project = tmp_path / "project"
+    package = write_family(project, "odds_ep")
+    (project / "conf").rename(project / package / "conf")
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent(f"""\
+            [build-system]
+            requires = ["setuptools>=68"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "my-tasks-{package[-8:]}"
+            version = "1.2.3"
+            [project.entry-points."piexp.families"]
+            odds = "{package}.conf"
+            [tool.setuptools]
+            packages = ["{package}"]
+            [tool.setuptools.package-data]
+            {package} = ["conf/family/*.yaml", "refs/*"]
+            """)
+    )
     site = tmp_path / "site"
-    package = write_family(site, "odds_ep")
-    (site / package / "conf").mkdir()
-    (site / "conf").rename(site / package / "conf_tmp")
-    (site / package / "conf").rmdir()
-    (site / package / "conf_tmp").rename(site / package / "conf")
-    dist = site / "my_tasks-1.2.3.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-tasks\nVersion: 1.2.3\n")
-    (dist / "entry_points.txt").write_text(f"[piexp.families]\nodds = {package}.conf\n")
-    (dist / "top_level.txt").write_text(f"{package}\n")
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(site), str(project)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-3000:]
     run = tmp_path / "check"
     result = run_piexp(
         tmp_path, "family=odds_ep", "lang=python", "mode=check", *SMALL, f"hydra.run.dir={run}", pythonpath=site
     )
     assert result.returncode == 0, result.stderr[-3000:]
     origin = read_json(run / "manifest.json")["family_origins"]["odds_ep"]
-    assert (origin["package"], origin["version"]) == ("my-tasks", "1.2.3")
+    assert (origin["package"], origin["version"]) == (f"my-tasks-{package[-8:]}", "1.2.3")
+    assert origin["file"].startswith(str(site))
+    assert f"pkg://{package}.conf" in read_json(run / "manifest.json")["config_search_path"]
 
 
 def task_line(task_id: object, answer: object, numbers: list[int], **extra: object) -> str:
@@ -227,21 +245,23 @@ def test_task_file_checks_evaluates_and_reproduction_refuses_an_edited_file(tmp_
     assert f"its task file ({path})" in said(result)
 
 
-def test_a_reference_printing_another_number_fails_the_check_naming_the_task(tmp_path: Path) -> None:
+def test_a_task_files_reference_printing_another_number_is_refused_before_anything_runs(tmp_path: Path) -> None:
     lines = good_task_lines(4)
-    entry = json.loads(lines[1])
+    entry = json.loads(lines[0])  # t0: the eval split's first task
     entry["references"]["python"] = "print(7)\n"
-    lines[1] = json.dumps(entry)
-    write_task_file(tmp_path, "sums_bad", lines)
+    lines[0] = json.dumps(entry)
+    path = write_task_file(tmp_path, "sums_bad", lines)
     run = tmp_path / "check"
     result = run_piexp(
-        tmp_path, "--config-dir", str(tmp_path / "conf"), "family=sums_bad", "mode=check", *SMALL[:2],
-        "mode.oracle_tasks_per_cell=4", f"hydra.run.dir={run}",
-    )  # fmt: skip
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "cell sums_bad x python: oracle on task train-sums_bad-t1" in said(result) or (
-        "cell sums_bad x python: oracle on task eval-sums_bad-t1" in said(result)
+        tmp_path,
+        "--config-dir",
+        str(tmp_path / "conf"),
+        "family=sums_bad",
+        "mode=check",
+        *SMALL,
+        f"hydra.run.dir={run}",
     )
+    assert_refused(result, run, f"its python reference ({path}) printed '7'", "on task eval-sums_bad-t0 (eval split)")
 
 
 @pytest.mark.parametrize(
@@ -256,6 +276,11 @@ def test_a_reference_printing_another_number_fails_the_check_naming_the_task(tmp
         ("nondeterministic", ["is not deterministic", "draw every random choice from the rng"]),
         ("no_js_reference", ["family fam has no reference program in javascript", "it has python"]),
         ("builtin_clash", ["'arith' is defined twice", "conf/family/arith.yaml"]),
+        (
+            "reference_crashes",
+            ["its javascript reference (", "refs/fam.js) crashed (exit 1", "on task train-fam-0-00000"],
+        ),
+        ("reference_wrong", ["its python reference (", "refs/fam.py) printed '7' as its last line", "whose answer is"]),
     ],
 )
 def test_bad_family_is_refused_in_one_paragraph_with_nothing_written(
@@ -282,6 +307,12 @@ def test_bad_family_is_refused_in_one_paragraph_with_nothing_written(
         write_family(root, name, answer="random.randint(0, 10**9)")  # the module's random, not rng
     elif case == "no_js_reference":
         write_family(root, name, references=("py",))
+    elif case == "reference_crashes":
+        package = write_family(root, name)
+        (root / package / "refs" / "fam.js").write_text('throw new Error("boom");\n')
+    elif case == "reference_wrong":
+        package = write_family(root, name)
+        (root / package / "refs" / "fam.py").write_text("print(7)\n")
     elif case == "builtin_clash":
         package = write_family(root, name)
         (root / "conf" / "family" / "arith.yaml").write_text(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Union
 
 from piexp.errors import UserError
@@ -146,7 +145,3 @@ def origin_record(name: str, target: str | None, params: Any) -> dict[str, Any]:
 
 def is_builtin(name: str, target: str | None) -> bool:
     return BUILTIN_TARGETS.get(name) == target
-
-
-def family_file(family: AnyFamily) -> Path:
-    return family.source_file

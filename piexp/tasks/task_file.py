@@ -1,4 +1,5 @@
-"""Task files: a fixed set of tasks read from a JSON Lines file instead of a generator.
+"""Task files: a fixed set of tasks read from a JSON Lines file (or a Parquet file, or a
+Hugging Face `datasets` folder, when pyarrow / datasets are installed) instead of a generator.
 
 Each line is one task: `id` (unique), `instruction`, `files` (name -> content), `answer`
 (an integer within +/-2^53), and optionally `references` (language -> program source)
@@ -139,28 +140,34 @@ def _split_of(files_digest: str, eval_percent: int) -> str:
 
 
 def load_task_file(family: str, path: str, eval_percent: int) -> LoadedTaskFile:
-    """The file's tasks, read once per content (the cache key includes the file's digest)."""
+    """The file's tasks, read once per content (the cache key is the content's digest)."""
     file = Path(path)
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
+    if not file.exists():
         raise UserError(
             f"task-file family {family!r}: {file} does not exist; set family.{family}.path to the JSON Lines "
             "file of its tasks (an absolute path works from any folder)."
-        ) from None
+        )
+    try:
+        digest = _content_digest(file)
     except OSError as error:
         raise UserError(f"task-file family {family!r}: {file} cannot be read ({error}).") from None
-    return _parse(family, file, hashlib.sha256(data).hexdigest(), eval_percent, data)
+    return _parse(family, file, digest, eval_percent)
 
 
-@cache
-def _parse(family: str, file: Path, sha256: str, eval_percent: int, data: bytes) -> LoadedTaskFile:
-    fix = "each line must be one JSON object with id, instruction, files, answer (and optionally references, split)"
-    tasks: list[Task] = []
-    references: dict[str, dict[str, str]] = {}
-    lines_of_id: dict[str, int] = {}
-    ids_of_digest: dict[str, str] = {}
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+def _content_digest(file: Path) -> str:
+    """SHA-256 of the file, or of every file of a folder (names and bytes, sorted)."""
+    if not file.is_dir():
+        return hashlib.sha256(file.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for member in sorted(path for path in file.rglob("*") if path.is_file()):
+        digest.update(str(member.relative_to(file)).encode() + b"\0" + member.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _jsonl_entries(file: Path, fix: str) -> list[tuple[int, str, Any]]:
+    """(line number, where, decoded JSON) of every non-blank line."""
+    entries = []
+    for number, raw in enumerate(file.read_bytes().split(b"\n"), start=1):
         if not raw.strip():
             continue
         where = f"{file} line {number}"
@@ -172,9 +179,58 @@ def _parse(family: str, file: Path, sha256: str, eval_percent: int, data: bytes)
                 "save the task file as UTF-8."
             ) from None
         try:
-            entry = json.loads(text)
+            entries.append((number, where, json.loads(text)))
         except json.JSONDecodeError as error:
             raise UserError(f"{where} is not valid JSON ({error.msg} at column {error.colno}); {fix}.") from None
+    return entries
+
+
+def _table_entries(file: Path) -> list[tuple[int, str, Any]]:
+    """Rows of a Parquet file or a Hugging Face `datasets` folder (`save_to_disk`), when
+    pyarrow / datasets are installed; `files` and `references` may be structs, maps or
+    JSON strings."""
+    try:
+        if file.is_dir():
+            import datasets
+
+            rows = list(datasets.load_from_disk(str(file)))
+        else:
+            import pyarrow.parquet as parquet
+
+            rows = parquet.read_table(file).to_pylist()
+    except ImportError as error:
+        raise UserError(
+            f"{file}: reading it needs {error.name} (pip install {error.name}); or give the tasks as JSON Lines."
+        ) from None
+    except Exception as error:  # the libraries' own errors for a file they cannot read
+        raise UserError(
+            f"{file} cannot be read as a {'datasets folder' if file.is_dir() else 'Parquet file'} ({error})."
+        ) from None
+    entries = []
+    for number, row in enumerate(rows, start=1):
+        entry = {key: value for key, value in dict(row).items() if value is not None}
+        for key in ("files", "references"):
+            value = entry.get(key)
+            if isinstance(value, str):
+                try:
+                    entry[key] = json.loads(value)
+                except json.JSONDecodeError:
+                    pass  # refused below as not an object
+            elif isinstance(value, list) and all(isinstance(item, (list, tuple)) and len(item) == 2 for item in value):
+                entry[key] = dict(value)  # a Parquet map column reads back as (key, value) pairs
+        entries.append((number, f"{file} row {number}", entry))
+    return entries
+
+
+@cache
+def _parse(family: str, file: Path, sha256: str, eval_percent: int) -> LoadedTaskFile:
+    fix = "each line must be one JSON object with id, instruction, files, answer (and optionally references, split)"
+    tasks: list[Task] = []
+    references: dict[str, dict[str, str]] = {}
+    lines_of_id: dict[str, int] = {}
+    ids_of_digest: dict[str, str] = {}
+    tabular = file.is_dir() or file.suffix == ".parquet"
+    for number, where, entry in _table_entries(file) if tabular else _jsonl_entries(file, fix):
         if not isinstance(entry, dict):
             raise UserError(f"{where} is a JSON {type(entry).__name__}, not an object; {fix}.")
         missing = [key for key in REQUIRED_FIELDS if key not in entry]
@@ -189,8 +245,9 @@ def _parse(family: str, file: Path, sha256: str, eval_percent: int, data: bytes)
         task_id = str(task_id)
         where = f"{where} (id {task_id})"
         if task_id in lines_of_id:
+            unit = "row" if tabular else "line"
             raise UserError(
-                f"{file}: id {task_id} appears on line {lines_of_id[task_id]} and again on line {number}; "
+                f"{file}: id {task_id} appears on {unit} {lines_of_id[task_id]} and again on {unit} {number}; "
                 "give every task its own id."
             )
         lines_of_id[task_id] = number
@@ -232,8 +289,8 @@ def _parse(family: str, file: Path, sha256: str, eval_percent: int, data: bytes)
         )
         if task.task_digest in ids_of_digest:
             raise UserError(
-                f"{file}: tasks {ids_of_digest[task.task_digest]} and {task_id} (line {number}) are identical; "
-                "remove one."
+                f"{file}: tasks {ids_of_digest[task.task_digest]} and {task_id} ({'row' if tabular else 'line'} "
+                f"{number}) are identical; remove one."
             )
         ids_of_digest[task.task_digest] = task_id
         tasks.append(task)

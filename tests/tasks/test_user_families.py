@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from piexp.errors import UserError
+
 SMALL = ["tasks.train_per_family=2", "tasks.eval_per_family=2", "mode.oracle_tasks_per_cell=1"]
 
 GENERATOR = """
@@ -436,3 +438,43 @@ def test_task_file_split_is_stable_and_keeps_a_workspace_in_one_split(tmp_path: 
     path.write_text("\n".join(reversed(lines)) + "\n")
     again = load_task_file("many", str(path), 25)
     assert sorted(task.params["id"] for task in again.tasks if task.split == "eval") == sorted(evals)
+
+
+def test_parquet_file_and_datasets_folder_are_task_files_too(tmp_path: Path) -> None:
+    """With pyarrow / datasets installed, the same tasks read from Parquet (files as a map
+    column) and from a `save_to_disk` folder (files as a JSON string) equal the JSONL's."""
+    pyarrow = pytest.importorskip("pyarrow")
+    parquet = pytest.importorskip("pyarrow.parquet")
+    datasets = pytest.importorskip("datasets")
+    from piexp.tasks.task_file import load_task_file
+
+    rows = [json.loads(line) for line in good_task_lines(6)]
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    expected = [(task.task_id, task.task_digest) for task in load_task_file("t", str(jsonl), 30).tasks]
+    table = pyarrow.Table.from_pylist(
+        [{**row, "files": list(row["files"].items()), "references": list(row["references"].items())} for row in rows],
+        schema=pyarrow.schema(
+            [
+                ("id", pyarrow.string()),
+                ("instruction", pyarrow.string()),
+                ("files", pyarrow.map_(pyarrow.string(), pyarrow.string())),
+                ("answer", pyarrow.int64()),
+                ("references", pyarrow.map_(pyarrow.string(), pyarrow.string())),
+                ("split", pyarrow.string()),
+            ]
+        ),
+    )
+    parquet.write_table(table, tmp_path / "t.parquet")
+    loaded = load_task_file("t", str(tmp_path / "t.parquet"), 30)
+    assert [(task.task_id, task.task_digest) for task in loaded.tasks] == expected
+    folder = tmp_path / "t_dataset"
+    flat = [{**row, "files": json.dumps(row["files"]), "references": json.dumps(row["references"])} for row in rows]
+    datasets.Dataset.from_list(flat).save_to_disk(str(folder))
+    assert [(task.task_id, task.task_digest) for task in load_task_file("t", str(folder), 30).tasks] == expected
+    # A bad row is named by its number.
+    flat[2]["answer"] = "12"
+    bad = tmp_path / "bad_dataset"
+    datasets.Dataset.from_list([{**row, "answer": str(row["answer"])} for row in flat]).save_to_disk(str(bad))
+    with pytest.raises(UserError, match=r"bad_dataset row 1 \(id t0\): answer must be a JSON integer"):
+        load_task_file("t", str(bad), 30)

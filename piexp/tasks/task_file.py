@@ -1,6 +1,5 @@
 """Task files: a fixed set of tasks read from a JSON Lines file (or a Parquet file, or a
 Hugging Face `datasets` folder, when pyarrow / datasets are installed) instead of a generator.
-
 Each line is one task: `id` (unique), `instruction`, `files` (name -> content), `answer`
 (an integer within +/-2^53), and optionally `references` (language -> program source)
 and `split` (`train` or `eval`). A task without `split` is assigned one by a stable

@@ -32,7 +32,8 @@ class RunIncompleteError(UserError):
 def report_user_error(error: UserError) -> None:
     """Print a user error as one wrapped paragraph on stderr (no traceback)."""
     text = " ".join(str(error).split())
-    print(textwrap.fill(f"piexp: {text}", width=100), file=sys.stderr)
+    # Never break inside a word: a path or a command in the message must stay copyable.
+    print(textwrap.fill(f"piexp: {text}", width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
 
 
 def exit_on_user_error(function: Callable[[], int | None]) -> int:

@@ -40,6 +40,11 @@ def _looks_secret_key(name: str) -> bool:
     return any(w in _SECRET_WORDS for w in words)
 
 
+# The shell's working directories: `pwd` there is "print working directory", and a path
+# scrubbed from run records (a family's file, a config folder) would make them unusable.
+_NOT_SECRET_ENV = frozenset({"PWD", "OLDPWD"})
+
+
 def _secret_values() -> tuple[frozenset[str], list[str]]:
     """Secrets to scrub: (exact values, substrings longest first).
 
@@ -52,7 +57,8 @@ def _secret_values() -> tuple[frozenset[str], list[str]]:
     values = {
         v.strip()
         for k, v in os.environ.items()
-        if (k == _API_KEY_ENV or _looks_secret_key(k)) and len(v.strip()) >= _MIN_SECRET_LEN
+        if (k == _API_KEY_ENV or (_looks_secret_key(k) and k not in _NOT_SECRET_ENV))
+        and len(v.strip()) >= _MIN_SECRET_LEN
     }
     return frozenset(exact | values), sorted(values, key=len, reverse=True)
 

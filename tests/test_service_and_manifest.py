@@ -237,3 +237,13 @@ def test_write_manifest_atomic_sorted_redacted(tmp_path: Path, monkeypatch: pyte
     # Rewriting replaces the file whole.
     mf.write_manifest(tmp_path / "run", {"seed": 2})
     assert json.loads(path.read_text()) == {"seed": 2}
+
+
+def test_the_working_directory_is_not_taken_for_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PWD and OLDPWD end in `pwd` but hold folders: a run record naming a family's file
+    or a config folder under them must keep its path (issue 27's manifests and reproduce)."""
+    monkeypatch.setenv("PWD", "/home/someone/experiments")
+    monkeypatch.setenv("OLDPWD", "/home/someone/tasks")
+    monkeypatch.setenv("DB_PASSWORD", "hunter2-hunter2")
+    record = {"file": "/home/someone/tasks/collatz.py", "note": "login hunter2-hunter2"}
+    assert redaction.redact_secrets(record) == {"file": "/home/someone/tasks/collatz.py", "note": "login <redacted>"}

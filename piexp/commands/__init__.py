@@ -35,4 +35,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "RUN [N ...] [--failed] [--out DIR]",
         "play recorded episodes again through today's tools, sandbox and reward",
     ),
+    "new-family": Subcommand(
+        "piexp.commands.new_family:main",
+        "NAME [--dir DIR] [--from-jsonl FILE]",
+        "a task family of your own, with its check (docs/families.md)",
+    ),
 }

@@ -32,6 +32,7 @@ def usage() -> str:
         "Usage:",
         _line("python -m piexp [group=option ...] [key=value ...]", "one run (comma lists for family/lang are lists)"),
         _line("python -m piexp -m key=a,b,c ...", "a multirun sweep"),
+        _line("python -m piexp --config-dir DIR family=NAME ...", "families of your own from DIR/family/NAME.yaml"),
         *(
             _line(f"python -m piexp {name} {command.arguments}", command.summary)
             for name, command in SUBCOMMANDS.items()

@@ -34,6 +34,7 @@ from piexp.commands.run import main as run_command
 from piexp.commands.run import prevalidate
 from piexp.config.compose import load, saved_run_config, saved_run_overrides, validate_saved
 from piexp.config.differences import config_differences, shown
+from piexp.config.search_path import with_search_path
 from piexp.env.splits import build_splits
 from piexp.errors import UserError
 from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe, read_rl_record
@@ -69,10 +70,12 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     """Recompose and verify the run in `run_dir`; returns (overrides, RunConfig, report)."""
     run_dir = run_dir.resolve()
     saved_cfg = saved_run_config(run_dir)
-    overrides = saved_overrides(run_dir)
     manifest = _read_manifest(run_dir)
+    # The search path the run found its families on (--config-dir, hydra.searchpath,
+    # entry points), spelled out again: the saved overrides hold only the run's own keys.
+    overrides = with_search_path(saved_overrides(run_dir), list(manifest.get("config_search_path") or []))
     try:
-        saved = validate_saved(saved_cfg, run_dir)
+        saved = validate_saved(saved_cfg, run_dir, overrides)
     except UserError as error:
         raise UserError(f"The saved config of {run_dir} is not valid for this piexp: {error}") from None
     config = load(overrides)
@@ -86,6 +89,7 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
         )
     rl_record = verify_rl_record(run_dir, config)
     splits = build_splits(config)
+    _verify_family_origins(run_dir, manifest, splits.family_origins)
     built = {"train": splits.train, "eval": splits.eval}
     expected = manifest["task_digests"]
     for split in ("train", "eval"):
@@ -114,6 +118,29 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
         "source_packages": manifest.get("packages"),
     }
     return overrides, config, report
+
+
+def _verify_family_origins(run_dir: Path, manifest: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse a rerun whose family code, references, params or task file changed (runs
+    recorded before family origins were kept have nothing to compare)."""
+    recorded = manifest.get("family_origins")
+    if not isinstance(recorded, dict):
+        return
+    for name, then in recorded.items():
+        current = now.get(name)
+        if not isinstance(then, dict) or current is None:
+            continue
+        for part in ("code", "references", "params"):
+            before, after = (then.get("digest") or {}).get(part), current["digest"].get(part)
+            if before != after:
+                what = "task file" if current.get("kind") == "task_file" and part == "code" else part
+                where = current.get("path") or current.get("file")
+                raise UserError(
+                    f"Family {name!r} changed since the run in {run_dir}: its {what} ({where}) has digest "
+                    f"{after} now, {before} in the run's manifest.json. The run cannot be reproduced with it; "
+                    f"restore the family as it was (origin then: {then.get('target')}, "
+                    f"{then.get('package') or then.get('file') or then.get('path')} {then.get('version') or ''})."
+                )
 
 
 def verify_rl_record(run_dir: Path, config: Any) -> str:

@@ -6,6 +6,7 @@ sweep with one line saying how to resume and exit code 130."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -14,7 +15,12 @@ from pathlib import Path
 from piexp.commands import SUBCOMMANDS
 from piexp.config.argv import is_multirun, rewrite_list_overrides, split_hydra_flags
 from piexp.config.compose import compose, planned_jobs, sweep_combinations
+from piexp.config.schema import RunConfig
+from piexp.config.search_path import take_config_dir, with_search_path
 from piexp.config.suggest import refuse_unknown_subcommand
+from piexp.tasks import build_splits as build_task_splits
+from piexp.tasks import split_entry
+from piexp.tasks.registry import is_builtin
 from piexp.errors import exit_on_user_error
 from piexp.launch.run_folder import REPLACE_ENV, guard_folders, planned_folders, take_replace_flag
 from piexp.launch.sandbox import refuse_unreachable_remote
@@ -82,7 +88,9 @@ def main(argv: list[str]) -> int:
 
 def _rewritten(argv: list[str]) -> list[str]:
     refuse_unknown_subcommand(argv, SUBCOMMANDS)
-    return rewrite_list_overrides(argv)
+    # --config-dir DIR becomes a search path entry with DIR absolute (Hydra's app and the
+    # validation read the same one), with the entry-point packages' folders after it.
+    return with_search_path(take_config_dir(rewrite_list_overrides(argv)))
 
 
 def _print_sweep_configs(overrides: Sequence[str]) -> None:
@@ -94,6 +102,35 @@ def _print_sweep_configs(overrides: Sequence[str]) -> None:
         print(OmegaConf.to_yaml(config))
 
 
+def verify_tasks(configs: Sequence[RunConfig]) -> None:
+    """Build the tasks of every family piexp does not ship, now and twice each, and run
+    their references on a first task of each split: a generator that raises, returns a
+    bad answer or is not deterministic, a task file with a bad line, or a reference that
+    crashes or prints another number is refused before a folder exists. The built-ins
+    are proven so by piexp's own tests; identical jobs are verified once."""
+    seen: set[str] = set()
+    for config in configs:
+        mine = [name for name in config.families if not is_builtin(name, split_entry(config.family[name])[0])]
+        key = json.dumps(
+            [{name: config.family[name] for name in mine}, config.seed, config.tasks.model_dump(), config.lang,
+             config.eval_lang, config.needs_references, config.sandbox.model_dump()]
+        )  # fmt: skip
+        if mine and key not in seen:
+            seen.add(key)
+            train, evals, _report = build_task_splits(
+                config.tasks.train_per_family,
+                config.tasks.eval_per_family,
+                config.seed,
+                mine,
+                config.family,
+                verify_determinism=True,
+            )
+            # Imported here: the sandbox client loads only for a run with families of its own.
+            from piexp.launch.reference_check import refuse_wrong_references
+
+            refuse_wrong_references(config, [*train, *evals])
+
+
 def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> Path | None:
     """Everything a user can get wrong, checked before Hydra makes a folder: the config of
     every job, the service key, a remote sandbox that refuses connections, and job
@@ -103,6 +140,7 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
     configs = [config for _, config in jobs]
     if prints_only:
         return None
+    verify_tasks(configs)
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()

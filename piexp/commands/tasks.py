@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from piexp.errors import UserError
 
 USAGE = (
-    "usage: python -m piexp tasks [family=...] [lang=...] [n=N] [split=train|eval] [other overrides]; "
+    "usage: python -m piexp tasks [--config-dir DIR] [family=...] [lang=...] [n=N] [split=train|eval] "
+    "[other overrides]; "
     "python -m piexp tasks family=NAME --params (each difficulty parameter, its range, default and effect)"
 )
 
@@ -30,17 +31,20 @@ def main(argv: Sequence[str]) -> int:
     from piexp.tasks import build_tasks
     from piexp.tasks.preview import render_preview
 
+    from piexp.config.search_path import take_config_dir
+
     args = list(argv)
     if any(arg in ("-h", "--help") for arg in args):
         print(USAGE)
         return 0
+    args = take_config_dir(args)  # --config-dir DIR: families of your own, as in a run
     if "--params" in args:
         args.remove("--params")
-        from piexp.tasks import FAMILIES
+        from piexp.tasks import get_family
         from piexp.tasks.params_help import render_params_help
 
         config = load(rewrite_list_overrides(args))
-        print("\n".join(render_params_help(FAMILIES[name]) for name in config.families), end="")
+        print("\n".join(render_params_help(get_family(name)) for name in config.families), end="")
         return 0
     for arg in args:
         if arg.startswith("-"):  # Hydra would call it an override it cannot lex

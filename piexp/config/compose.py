@@ -21,6 +21,8 @@ from pydantic import BaseModel, ValidationError
 from piexp.config.languages import check_configured_languages
 from piexp.config.paths import config_dir
 from piexp.config.presets import preset_names, register_presets
+from piexp.config.search_path import group_options as search_path_group_options
+from piexp.config.search_path import refuse_family_clashes, user_search_path, with_search_path
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
 
@@ -28,10 +30,11 @@ from piexp.errors import UserError
 MAX_VALIDATED_SWEEP_JOBS = 256
 
 
-def group_options(group: str) -> list[str]:
+def group_options(group: str, overrides: Sequence[str] = ()) -> list[str]:
+    """The options of a config group: piexp's conf/ and the search path `overrides` give."""
     if group == "experiment":
         return preset_names()
-    return sorted(path.stem for path in (config_dir() / group).glob("*.yaml"))
+    return search_path_group_options(group, user_search_path(overrides))
 
 
 _GROUPS = ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode", "languages", "experiment")
@@ -47,7 +50,13 @@ def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> Us
         for group in _GROUPS:
             if f"'{group}/" in text or f"'{group}'" in text or f" {group}=" in text:
                 chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
-                return UserError(unknown_options_hint(group, chosen[-1] if chosen else "", group_options(group)))
+                hint = unknown_options_hint(group, chosen[-1] if chosen else "", group_options(group, overrides))
+                if group == "family":
+                    hint += (
+                        " A family of your own is a YAML file DIR/family/NAME.yaml naming its code with _target_; "
+                        "select it with --config-dir DIR (see docs/families.md)."
+                    )
+                return UserError(hint)
     first_line = text.splitlines()[0] if text else type(error).__name__
     bad_key = re.match(r"Could not override '([^']+)'", first_line)
     if bad_key:
@@ -62,7 +71,7 @@ def _key_hint(key: str, overrides: Sequence[str]) -> str:
     choices compose (nothing when even those do not compose)."""
     from piexp.config.suggest import config_keys, unknown_key_hint
 
-    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in _GROUPS]
+    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in (*_GROUPS, "hydra.searchpath")]
     try:
         tree = OmegaConf.to_container(compose(choices), resolve=False)
     except UserError:
@@ -79,6 +88,7 @@ def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig
     from hydra.core.global_hydra import GlobalHydra
 
     register_presets()
+    overrides = with_search_path(overrides)
     already = GlobalHydra.instance().is_initialized()
     if already:
         # Inside a Hydra job: compose in a fresh context and restore Hydra's afterwards.
@@ -88,9 +98,12 @@ def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             try:
-                return hydra_compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
+                cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
             except Exception as error:  # Hydra raises several unrelated types here.
                 failure = error
+            else:
+                refuse_family_clashes(list(cfg.get("family") or {}), overrides)
+                return cfg
     finally:
         if already:
             GlobalHydra.instance().initialize(saved)  # type: ignore[arg-type]
@@ -221,19 +234,37 @@ def saved_run_overrides(run_dir: Path) -> list[str]:
     return overrides
 
 
-def validate_saved(saved_cfg: DictConfig, run_dir: Path) -> RunConfig:
+def validate_saved(saved_cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None) -> RunConfig:
     """The validated config `saved_cfg` that the run folder `run_dir` recorded. It is the
     whole config the run composed, but an option added to piexp after the run is absent
     from it: such an option takes the value the run's own overrides compose to now (the
-    defaults in conf/ are its only home), as the run, from before it existed, behaved."""
+    defaults in conf/ are its only home), as the run, from before it existed, behaved.
+    `overrides` are the ones to recompose with (default: the folder's own)."""
     saved: Any = OmegaConf.to_container(saved_cfg, resolve=False)
     try:
-        recomposed: Any = OmegaConf.to_container(compose(saved_run_overrides(run_dir)), resolve=False)
+        recomposed: Any = OmegaConf.to_container(
+            compose(saved_run_overrides(run_dir) if overrides is None else overrides), resolve=False
+        )
     except UserError:
         recomposed = None  # nothing to take missing options from: validation names them
     if isinstance(saved, dict) and isinstance(recomposed, dict):
         saved = _with_missing_fields(saved, recomposed, RunConfig)
+        saved["family"] = _with_family_targets(saved.get("family"), recomposed.get("family"))
     return validate(OmegaConf.create(saved))
+
+
+def _with_family_targets(saved: Any, recomposed: Any) -> Any:
+    """A run saved before families named their code with `_target_` ran the built-in of
+    that name: its entry takes the `_target_` the same family's YAML gives now."""
+    if not isinstance(saved, dict) or not isinstance(recomposed, dict):
+        return saved
+    filled = {}
+    for name, entry in saved.items():
+        now = recomposed.get(name)
+        if isinstance(entry, dict) and "_target_" not in entry and isinstance(now, dict) and "_target_" in now:
+            entry = {"_target_": now["_target_"], **entry}
+        filled[name] = entry
+    return filled
 
 
 def _with_missing_fields(saved: dict[str, Any], recomposed: dict[str, Any], schema: type[BaseModel]) -> dict[str, Any]:

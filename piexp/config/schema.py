@@ -253,21 +253,23 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:
-        from piexp.tasks import FAMILIES
+        from piexp.tasks import TARGET_KEY
+        from piexp.tasks.registry import activate, known_names
 
         from piexp.config.suggest import did_you_mean_aside
 
         if not self.family:
-            raise ValueError(f"no task family selected; choose from: {', '.join(sorted(FAMILIES))}")
-        unknown = sorted(set(self.family) - set(FAMILIES))
+            raise ValueError(f"no task family selected; choose from: {', '.join(known_names())}")
+        unknown = sorted(name for name, entry in self.family.items() if TARGET_KEY not in entry)
         if unknown:
             raise ValueError(
                 f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
-                f"{did_you_mean_aside(unknown[0], FAMILIES)}; valid families: {', '.join(sorted(FAMILIES))}"
+                f"{did_you_mean_aside(unknown[0], known_names())}; valid families: {', '.join(known_names())} "
+                f"(a family's YAML entry must name its code with {TARGET_KEY}, see docs/families.md)"
             )
-        for name, params in self.family.items():
-            # Ranges checked now, not when the run builds its tasks: nothing is written first.
-            FAMILIES[name].make_params(params)
+        # Each family's code is imported and its params range-checked now, not when the run
+        # builds its tasks: nothing is written first.
+        families = activate(self.family)
         if not self.lang:
             raise ValueError("lang is empty; give at least one language")
         for key, names in (("lang", self.lang), ("eval_lang", self.eval_lang or [])):
@@ -278,6 +280,7 @@ class RunConfig(_Strict):
                     f"{did_you_mean_aside(unknown[0], self.languages)}; "
                     f"valid languages: {', '.join(self.languages)}"
                 )
+        self._refuse_languages_without_references({name: family for name, (family, _) in families.items()})
         if self.eval_lang is not None and not self.eval_lang:
             raise ValueError("eval_lang is empty; give at least one language or leave it unset")
         if isinstance(self.mode, TrainMode):
@@ -312,6 +315,30 @@ class RunConfig(_Strict):
         if self.checkpoint is not None and self.eval_policy != "model":
             raise ValueError("checkpoint is only used with policy=model")
         return self
+
+    @property
+    def needs_references(self) -> bool:
+        """Whether the run plays reference programs: the check (or a preflight), the
+        oracle or edit policy, or a warm start imitating the oracle."""
+        mode = self.mode
+        if mode.name == "check" or getattr(mode, "preflight", False) or self.warm_start.sft_steps > 0:
+            return True
+        return mode.name == "eval" and self.eval_policy in ("oracle", "edit")
+
+    def _refuse_languages_without_references(self, families: dict[str, Any]) -> None:
+        """A family with references in some languages runs only in those; one with none
+        at all (a task file without references) only in runs that never play them."""
+        asked = list(dict.fromkeys([*self.lang, *(self.eval_lang or [])]))
+        for name, family in families.items():
+            has = family.reference_languages()
+            missing = [language for language in asked if language not in has]
+            if missing and (has or self.needs_references):
+                raise ValueError(
+                    f"family {name} has no reference program in {', '.join(missing)} (it has "
+                    f"{', '.join(has) or 'none'}; {family.source_file}), so the run cannot prove its tasks "
+                    f"solvable there: drop {', '.join(missing)} from lang/eval_lang, or add the reference"
+                    + (f" as {name}.<ext> in {family.refs_dir}" if hasattr(family, "refs_dir") else "")
+                )
 
     def _refuse_what_the_mode_ignores(self) -> None:
         """A setting the selected mode would silently ignore is refused, in every direction:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from piexp.config.schema import RunConfig, TrainMode
+from piexp.config.search_path import running_search_path
 from piexp.env.splits import build_splits
 from piexp.launch.base_model import BASE_MODEL_KEY, base_model_identity
 from piexp.launch.manifest import build_manifest, write_manifest
@@ -68,6 +69,10 @@ def _run_mode(config: RunConfig, run_dir: Path) -> float | None:
                 "train_languages": config.train_languages,
                 "eval_languages": config.eval_languages,
                 BASE_MODEL_KEY: base_model_identity(config.model.name),
+                # Where each family's code came from, with digests `piexp reproduce` checks,
+                # and the config search path that found their YAML.
+                "family_origins": splits.family_origins,
+                "config_search_path": running_search_path(),
             },
         ),
     )

@@ -133,9 +133,11 @@ class ScriptedPolicy(TokenCompleter):
         self._decoded = DecodeCache()
         self.guess = str(int(guess))
         # Keyed by what the model sees of a task, never by its answer.
-        self._families: dict[tuple[str, tuple[str, ...]], str] = {
-            (task.instruction, tuple(sorted(task.files))): task.family for task in tasks
-        }
+        # Tasks of a task file may share instruction and file names (their contents
+        # differ): such a key holds several tasks, told apart by what `read` showed.
+        self._tasks: dict[tuple[str, tuple[str, ...]], list[Task]] = {}
+        for task in tasks:
+            self._tasks.setdefault((task.instruction, tuple(sorted(task.files))), []).append(task)
 
     def plan(self, observation: Observation) -> list[Step]:
         raise NotImplementedError
@@ -187,9 +189,24 @@ class ScriptedPolicy(TokenCompleter):
     # Shared pieces of plans.
 
     def family_of(self, observation: Observation) -> str:
+        return self.task_of(observation).family
+
+    def task_of(self, observation: Observation) -> Task:
+        """The task in the prompt; among tasks that look alike in the prompt, the one whose
+        files match what the episode's `read` calls returned (before any read: the first,
+        whose reference only a plan step not yet taken uses; oracle and edit read first)."""
         key = (observation.instruction, tuple(sorted(observation.files)))
         try:
-            return self._families[key]
+            candidates = self._tasks[key]
+            if len(candidates) > 1:
+                seen = {
+                    str(result.get("path")): result.get("content")
+                    for result in observation.results
+                    if result.get("tool") == "read" and result.get("status") == "ok"
+                }
+                matching = [t for t in candidates if all(t.files.get(p) == c for p, c in seen.items())]
+                candidates = matching or candidates
+            return candidates[0]
         except KeyError:
             raise ObservationError(
                 f"the {self.name} policy was not given the task in this prompt; build it "
@@ -197,8 +214,9 @@ class ScriptedPolicy(TokenCompleter):
             ) from None
 
     def reference(self, observation: Observation) -> str:
-        # Looked up through the module at call time, so a test can monkeypatch it.
-        return task_registry.reference_solution(self.family_of(observation), observation.language)
+        # Looked up through the module at call time, so a test can monkeypatch it; a task
+        # file's task has its own reference, a generator family one for all its tasks.
+        return task_registry.task_reference(self.task_of(observation), observation.language)
 
     @staticmethod
     def read_all(observation: Observation) -> Act:

@@ -2,30 +2,27 @@
 overlap-proof train/eval splits.
 
 Public API:
-    Task, FAMILIES, build_tasks, build_splits, check_split_overlap,
-    assert_no_overlap, OverlapReport, reference_solution, get_family, resolve_params.
+    Task, Family, TaskFileFamily, FAMILIES (the built-ins), build_tasks, build_splits,
+    check_split_overlap, assert_no_overlap, OverlapReport, reference_solution,
+    task_reference, get_family, resolve_params. What a family must provide is the
+    protocol in `piexp.tasks.family` (and docs/families.md).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from piexp.errors import UserError
-from piexp.tasks.core import MAX_SAFE_INTEGER, SPLITS, FrozenMap, Task, derive_rng
-from piexp.tasks.family import Family
-from piexp.tasks.families import ALL_FAMILIES
+from piexp.tasks.core import MAX_SAFE_INTEGER, SPLITS, FrozenMap, Task
+from piexp.tasks.family import Family, FamilyDefinitionError, check_split
+from piexp.tasks.families import ALL_FAMILIES, BUILTIN_TARGETS
 from piexp.tasks.overlap import OverlapReport, assert_no_overlap, check_split_overlap
+from piexp.tasks.registry import TARGET_KEY, AnyFamily, activate, get_family, known_names, split_entry
+from piexp.tasks.task_file import TaskFileFamily
 
+# piexp's built-in families by name (a run's own families are activated from its config).
 FAMILIES: dict[str, Family] = {family.name: family for family in ALL_FAMILIES}
-
-
-def get_family(name: str) -> Family:
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise UserError(f"unknown task family {name!r}; valid families: {', '.join(sorted(FAMILIES))}") from None
 
 
 def _plain(value: Any) -> Any:
@@ -38,18 +35,26 @@ def _plain(value: Any) -> Any:
 def resolve_params(families: Sequence[str], params: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Each selected family's params: defaults updated by ``params[family]``.
 
-    ``params`` is typically ``cfg.family`` (which may name more families than are selected,
-    e.g. after ``family=all``); entries for unselected families are ignored, but entries
-    that name no family at all are refused, since they are almost certainly typos.
+    ``params`` is typically ``cfg.family`` (each entry a family's `_target_` and params);
+    an entry with a `_target_` activates that family (loading its code), one without
+    updates the params of the family already known by that name. Entries that name no
+    family at all are refused, since they are almost certainly typos.
     """
     overrides = _plain(params or {})
-    unknown = sorted(set(overrides) - set(FAMILIES))
+    with_target = {
+        name: entry for name, entry in overrides.items() if isinstance(entry, Mapping) and TARGET_KEY in entry
+    }
+    resolved = {name: params for name, (_family, params) in activate(with_target).items()}
+    unknown = sorted(set(overrides) - set(with_target) - set(known_names()))
     if unknown:
         raise UserError(
             f"params given for unknown task family {', '.join(map(repr, unknown))}; "
-            f"valid families: {', '.join(sorted(FAMILIES))}"
+            f"valid families: {', '.join(known_names())}"
         )
-    return {name: get_family(name).make_params(overrides.get(name)) for name in families}
+    return {
+        name: resolved[name] if name in resolved else get_family(name).make_params(split_entry(overrides.get(name))[1])
+        for name in families
+    }
 
 
 def build_tasks(
@@ -58,45 +63,34 @@ def build_tasks(
     seed: int,
     families: Sequence[str],
     params: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    verify_determinism: bool = False,
 ) -> list[Task]:
     """Deterministically generate ``tasks_per_family`` tasks of each family for one split.
 
     Task i of family f comes from its own RNG keyed by (seed, split, f, i), so adding a
     family or raising ``tasks_per_family`` never changes the tasks already there, and the
     train and eval streams are disjoint by construction. Duplicates inside the split are
-    refused (they would only arise from params too small to vary).
+    refused (they would only arise from params too small to vary). With
+    ``verify_determinism`` (the run's validation) every family builds its tasks twice and
+    a difference is refused, naming the first differing task.
     """
-    if split not in SPLITS:
-        raise UserError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+    check_split(split)
     if isinstance(families, str):
         # "arith,graph_paths" (as a CLI or the reference env's comma list spells it).
         families = [name.strip() for name in families.split(",") if name.strip()]
     if tasks_per_family < 0:
         raise UserError(f"tasks_per_family must be >= 0, got {tasks_per_family}")
     families = list(dict.fromkeys(families))  # keep order, drop repeats
-    for name in families:
-        get_family(name)
     resolved = resolve_params(families, params)
     tasks: list[Task] = []
     seen: dict[str, str] = {}
     for name in families:
-        family = FAMILIES[name]
-        for index in range(tasks_per_family):
-            rng, stream = derive_rng(seed, split, name, index)
-            instruction, files, answer, used = family.generate(rng, resolved[name])
-            if not -MAX_SAFE_INTEGER < int(answer) < MAX_SAFE_INTEGER:
-                raise AssertionError(f"{name}: answer {answer} exceeds +/-2^53")
-            task = Task(
-                task_id=f"{split}-{name}-{seed}-{index:05d}",
-                family=name,
-                split=split,
-                instruction=instruction,
-                files=files,
-                answer=str(int(answer)),
-                # The stream key makes (family, params) identify the generator stream, so
-                # the repeated-params check catches two tasks drawn from the same stream.
-                params={**dataclasses.asdict(resolved[name]), **used, "stream": stream},
-            )
+        family = get_family(name)
+        built = family.tasks(split, tasks_per_family, seed, resolved[name])
+        if verify_determinism:
+            _refuse_nondeterminism(family, built, family.tasks(split, tasks_per_family, seed, resolved[name]))
+        for task in built:
             if task.task_digest in seen:
                 raise UserError(
                     f"tasks {seen[task.task_digest]} and {task.task_id} are identical; "
@@ -107,16 +101,28 @@ def build_tasks(
     return tasks
 
 
+def _refuse_nondeterminism(family: AnyFamily, first: Sequence[Task], second: Sequence[Task]) -> None:
+    for one, other in zip(first, second):
+        if one.task_digest != other.task_digest or one.params_key != other.params_key:
+            raise UserError(
+                f"family {family.name!r} ({family.source_file}) is not deterministic: generated twice with the "
+                f"same seed, task {one.task_id} came out different. A generator must draw every random choice "
+                "from the rng it is given (not the random module, time, or set order)."
+            )
+
+
 def build_splits(
     train_tasks_per_family: int,
     eval_tasks_per_family: int,
     seed: int,
     families: Sequence[str],
     params: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    verify_determinism: bool = False,
 ) -> tuple[list[Task], list[Task], OverlapReport]:
     """Both splits plus their overlap report; refuses (UserError) any overlap."""
-    train = build_tasks("train", train_tasks_per_family, seed, families, params)
-    evals = build_tasks("eval", eval_tasks_per_family, seed, families, params)
+    train = build_tasks("train", train_tasks_per_family, seed, families, params, verify_determinism=verify_determinism)
+    evals = build_tasks("eval", eval_tasks_per_family, seed, families, params, verify_determinism=verify_determinism)
     report = check_split_overlap(train, evals)
     report.raise_if_overlap()
     return train, evals, report
@@ -131,8 +137,22 @@ def reference_solution(family: str, language: str) -> str:
     return get_family(family).reference(language)
 
 
+def task_reference(task: Task, language: str) -> str:
+    """The reference program for one task: its family's (a generator family has one
+    program for all its tasks, looked up through `reference_solution` so a test can
+    replace it), or the task's own (a task file gives one per task)."""
+    family = get_family(task.family)
+    if isinstance(family, TaskFileFamily):
+        return family.reference(language, task.task_id)
+    return reference_solution(task.family, language)
+
+
 __all__ = [
+    "BUILTIN_TARGETS",
     "FAMILIES",
+    "FamilyDefinitionError",
+    "TaskFileFamily",
+    "TARGET_KEY",
     "MAX_SAFE_INTEGER",
     "SPLITS",
     "Family",
@@ -145,5 +165,6 @@ __all__ = [
     "check_split_overlap",
     "get_family",
     "reference_solution",
+    "task_reference",
     "resolve_params",
 ]

@@ -1,14 +1,22 @@
-"""What a task family is: a name, difficulty params with defaults and limits, a generator,
-and three reference programs stored as real source files in ``families/refs/``.
-
-Limits on params are not cosmetic: they are what keeps every answer and intermediate
-within +/-2^53 and the workspace small enough for a prompt, so overrides outside them are
-refused rather than silently producing tasks the languages disagree on.
+"""The family protocol: what a task family is, whether it ships inside piexp or lives in the
+user's own code. A family is a `Family` object (a module attribute the YAML's `_target_`
+names): a name, a one-line summary, a frozen dataclass of integer difficulty params (each
+field with a default and a `# one-line meaning` comment) with inclusive `limits` for every
+field, a deterministic `generate(rng, params) -> (instruction, files, answer, used)` that
+draws only from `rng`, and reference programs kept as real source files named
+`<name>.<ext>` in `references_dir` (by default `refs/` beside the generator's module).
+Limits are not cosmetic: they keep every answer within +/-2^53 (exact in every language)
+and workspaces prompt-sized, so values outside them are refused. Whatever a generator
+does wrong (raises, returns a non-integer answer or one outside the exact range) is
+refused as the user's error, naming the family, the task and the file to fix; the page
+docs/families.md says the same for people.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import inspect
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,12 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from piexp.errors import UserError
+from piexp.languages import LANGUAGES
 from piexp.languages import language as registered_language
+from piexp.tasks.core import MAX_SAFE_INTEGER, SPLITS, Task, canonical_json, derive_rng
 
+# The built-in families' reference programs (each family's default `refs/` folder).
 REFS_DIR = Path(__file__).resolve().parent / "families" / "refs"
 
 # generate(rng, params) -> (instruction, files, answer, params_used)
 Generator = Callable[[random.Random, Any], tuple[str, dict[str, str], int, dict[str, Any]]]
+
+
+class FamilyDefinitionError(UserError):
+    """A family object that breaks the protocol (params without bounds, a bad default)."""
 
 
 @dataclass(frozen=True)
@@ -33,11 +48,50 @@ class Family:
     # field name -> (min, max) inclusive; every field must have one.
     limits: Mapping[str, tuple[int, int]]
     generate: Generator
+    # Where `<name>.py`, `<name>.js`, `<name>.jl` live; None = `refs/` beside the generator.
+    references_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        names = {f.name for f in dataclasses.fields(self.params_type)}
-        if names != set(self.limits):
-            raise TypeError(f"{self.name}: limits must cover exactly {sorted(names)}")
+        where = f"family {self.name!r} ({self.source_file})"
+        if not self.name.isidentifier():
+            raise FamilyDefinitionError(f"{where}: its name must be an identifier (letters, digits, _).")
+        if not dataclasses.is_dataclass(self.params_type):
+            raise FamilyDefinitionError(f"{where}: params_type must be a dataclass of integer parameters.")
+        names = [f.name for f in dataclasses.fields(self.params_type)]
+        unbounded = [name for name in names if name not in self.limits]
+        if unbounded:
+            raise FamilyDefinitionError(
+                f"{where}: parameter(s) {', '.join(unbounded)} have no bounds; add each to limits= as "
+                f"name: (lowest, highest) (bounds keep answers exact in every language and workspaces small)."
+            )
+        extra = sorted(set(self.limits) - set(names))
+        if extra:
+            raise FamilyDefinitionError(f"{where}: limits name {', '.join(extra)}, which params_type does not have.")
+        try:
+            defaults = self.params_type()
+        except TypeError as error:
+            raise FamilyDefinitionError(f"{where}: every parameter needs a default ({error}).") from None
+        for name in names:
+            low, high = self.limits[name]
+            value = getattr(defaults, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise FamilyDefinitionError(
+                    f"{where}: the default {name}={value!r} must be an integer within its limits [{low}, {high}]."
+                )
+        if not callable(self.generate):
+            raise FamilyDefinitionError(f"{where}: generate must be a function (rng, params) -> task.")
+
+    @property
+    def source_file(self) -> Path:
+        """The file that defines the generator: the family's code."""
+        try:
+            return Path(inspect.getsourcefile(self.generate) or "").resolve()
+        except TypeError:
+            return Path("<unknown>")
+
+    @property
+    def refs_dir(self) -> Path:
+        return Path(self.references_dir) if self.references_dir is not None else self.source_file.parent / "refs"
 
     @property
     def defaults(self) -> Any:
@@ -73,14 +127,118 @@ class Family:
                 raise UserError(f"family {self.name!r}: {problem}")
         return params
 
-    def reference(self, language: str) -> str:
-        """Source of the reference program in `language` (a registry name)."""
-        return _read_reference(self.name, registered_language(language).extension)
+    def reference_file(self, language: str) -> Path:
+        return self.refs_dir / f"{self.name}.{registered_language(language).extension}"
+
+    def reference_languages(self) -> tuple[str, ...]:
+        """The languages this family has a reference program in."""
+        return tuple(name for name in LANGUAGES if self.reference_file(name).is_file())
+
+    def reference(self, language: str, task_id: str | None = None) -> str:
+        """Source of the reference program in `language` (a registry name); one program
+        serves every task of a generated family, so `task_id` is not needed."""
+        path = self.reference_file(language)
+        if not path.is_file():
+            raise UserError(
+                f"family {self.name!r} has no {language} reference ({path} does not exist); it has "
+                f"references in: {', '.join(self.reference_languages()) or 'no language'}."
+            )
+        return _read_reference(path)
+
+    def tasks(self, split: str, count: int, seed: int, params: Any) -> list[Task]:
+        """Tasks 0..count-1 of `split`, each from its own stream keyed by (seed, split, name, i)."""
+        return [self.task(split, index, seed, params) for index in range(count)]
+
+    def task(self, split: str, index: int, seed: int, params: Any) -> Task:
+        rng, stream = derive_rng(seed, split, self.name, index)
+        where = f"family {self.name!r} ({self.source_file}), task {index} of the {split} split (seed {seed})"
+        try:
+            produced = self.generate(rng, params)
+        except UserError:
+            raise
+        except Exception as error:  # the user's generator: any exception is a bug to report
+            raise UserError(
+                f"{where}: the generator raised {type(error).__name__}: {error}. Fix generate() in "
+                f"{self.source_file}, then preview with `python -m piexp tasks --config-dir DIR family={self.name}`."
+            ) from None
+        if not (isinstance(produced, tuple) and len(produced) == 4):
+            raise UserError(f"{where}: generate() must return (instruction, files, answer, params_used).")
+        instruction, files, answer, used = produced
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            raise UserError(
+                f"{where}: the answer {answer!r} is a {type(answer).__name__}, not an integer; "
+                "generate() must return a Python int."
+            )
+        if not -MAX_SAFE_INTEGER < answer < MAX_SAFE_INTEGER:
+            raise UserError(
+                f"{where}: the answer {answer} lies outside +/-2^53, which JavaScript cannot hold exactly; "
+                "lower the family's limits so every answer stays within it."
+            )
+        if not isinstance(instruction, str) or not isinstance(files, Mapping) or not isinstance(used, Mapping):
+            raise UserError(f"{where}: instruction must be a str, files and params_used dicts.")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            raise UserError(f"{where}: files must map file names (str) to contents (str).")
+        return Task(
+            task_id=f"{split}-{self.name}-{seed}-{index:05d}",
+            family=self.name,
+            split=split,
+            instruction=instruction,
+            files=files,
+            answer=str(answer),
+            # The stream key makes (family, params) identify the generator stream, so
+            # the repeated-params check catches two tasks drawn from the same stream.
+            params={**dataclasses.asdict(params), **used, "stream": stream},
+        )
+
+    def origin(self) -> dict[str, Any]:
+        """Where the family's code comes from (module, file, package and version)."""
+        return {"kind": "generator", **code_origin(self.generate, self.source_file)}
+
+    def digest(self, params: Any) -> dict[str, str]:
+        """Digests of the family's code, its reference programs and the params used."""
+        references = {name: file_digest(self.reference_file(name)) for name in self.reference_languages()}
+        return {
+            "code": file_digest(self.source_file),
+            "references": hashlib.sha256(canonical_json(references).encode()).hexdigest(),
+            "params": hashlib.sha256(canonical_json(dataclasses.asdict(params)).encode()).hexdigest(),
+        }
 
 
 @cache
-def _read_reference(name: str, ext: str) -> str:
-    return (REFS_DIR / f"{name}.{ext}").read_text(encoding="utf-8")
+def _read_reference(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def file_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+def code_origin(obj: Any, source_file: Path) -> dict[str, Any]:
+    """Module, source file, and the installed distribution (with version) providing it."""
+    from importlib import metadata
+
+    module = getattr(obj, "__module__", None) or ""
+    top = module.split(".")[0]
+    distributions = _packages_distributions().get(top, []) if top else []
+    distribution = distributions[0] if distributions else None
+    version = None
+    if distribution is not None:
+        try:
+            version = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            version = None
+    return {"module": module, "file": str(source_file), "package": distribution, "version": version}
+
+
+@cache
+def _packages_distributions() -> Mapping[str, list[str]]:
+    """Top-level package -> distributions providing it (a scan of everything installed)."""
+    from importlib import metadata
+
+    return metadata.packages_distributions()
 
 
 def check_exact(family: str, *values: int) -> None:
@@ -88,3 +246,8 @@ def check_exact(family: str, *values: int) -> None:
     for value in values:
         if not -(2**53) < value < 2**53:
             raise AssertionError(f"{family}: value {value} exceeds +/-2^53")
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise UserError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")

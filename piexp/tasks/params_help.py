@@ -11,6 +11,7 @@ import re
 
 from piexp.errors import UserError
 from piexp.tasks.family import Family
+from piexp.tasks.task_file import TaskFileFamily
 
 # `name: int = 150  # what it changes` in a params dataclass.
 _FIELD_LINE = re.compile(r"^\s*(?P<name>\w+)\s*:\s*[\w\[\], |]+=\s*[^#]+#\s*(?P<doc>.+)$")
@@ -48,7 +49,13 @@ def _example(family: Family, params: dict[str, int], label: str, max_chars: int)
     return "\n".join(lines) + "\n"
 
 
-def render_params_help(family: Family, max_chars: int = 300) -> str:
+def render_params_help(family: Family | TaskFileFamily, max_chars: int = 300) -> str:
+    if isinstance(family, TaskFileFamily):
+        return (
+            f"# {family.name}: {family.summary}\n\nSet with family.{family.name}.NAME=VALUE:\n"
+            f"- path: the JSON Lines file of its tasks (now {family.source_file})\n"
+            "- eval_percent: percent of the tasks without a `split` field assigned to eval (0..100)\n"
+        )
     docs = param_docs(family)
     defaults = dataclasses.asdict(family.defaults)
     lines = [

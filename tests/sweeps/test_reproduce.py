@@ -71,7 +71,10 @@ def test_edited_manifest_digest_names_the_task(source_run: Path) -> None:
 
 
 def test_changed_generator_is_detected(source_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from piexp.tasks import FAMILIES
+    """A generator whose code changed is refused by its family's code digest, naming the
+    family; one whose code digest is kept but whose tasks differ, by the first task."""
+    from piexp.tasks import BUILTIN_TARGETS, FAMILIES
+    from piexp.tasks import registry
 
     family = FAMILIES["arith"]
 
@@ -79,7 +82,14 @@ def test_changed_generator_is_detected(source_run: Path, monkeypatch: pytest.Mon
         instruction, files, answer, used = family.generate(rng, params)
         return instruction + " (changed)", files, answer, used
 
-    monkeypatch.setitem(FAMILIES, "arith", dataclasses.replace(family, generate=changed))
+    target = BUILTIN_TARGETS["arith"]
+    edited = dataclasses.replace(family, generate=changed, references_dir=family.refs_dir)
+    monkeypatch.setitem(registry._imported, target, edited)
+    with pytest.raises(UserError, match=r"Family 'arith' changed since the run.*its code \(.*test_reproduce.py\)"):
+        verify(source_run)
+    manifest = read_json(source_run / "manifest.json")
+    manifest.pop("family_origins")  # a run recorded before family origins were kept
+    (source_run / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match=r"generators changed.*train task #0 \(train-arith-0-00000"):
         verify(source_run)
 
@@ -113,6 +123,20 @@ def test_an_old_saved_config_spelling_out_sandbox_ids_still_reproduces(source_ru
         r".*\(nodejs\); that id is fixed by the language registry",
     ):
         verify(source_run)
+
+
+def test_a_run_saved_before_families_named_their_code_still_reproduces(source_run: Path) -> None:
+    """Configs saved before issue 27 have family entries without `_target_`: they ran the
+    built-in of that name, which the recomposed YAML names now."""
+    path = source_run / ".hydra" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    assert config["family"]["arith"].pop("_target_") == "piexp.tasks.families.arith.FAMILY"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    manifest = read_json(source_run / "manifest.json")
+    manifest.pop("family_origins")
+    (source_run / "manifest.json").write_text(json.dumps(manifest))
+    _, _, report = verify(source_run)
+    assert report["reproduces"] == str(source_run.resolve())
 
 
 def test_bad_folder_is_one_paragraph_exit_2(tmp_path: Path) -> None:

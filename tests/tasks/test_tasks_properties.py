@@ -11,6 +11,7 @@ import pytest
 
 from piexp.errors import UserError
 from piexp.tasks import (
+    BUILTIN_TARGETS,
     FAMILIES,
     MAX_SAFE_INTEGER,
     build_tasks,
@@ -125,6 +126,8 @@ def test_conf_file_matches_family_params(family: str) -> None:
     data = yaml.safe_load(text)
     assert list(data) == [family]
     defaults = dataclasses.asdict(get_family(family).defaults)
+    # The built-ins load through the same `_target_` as any user's family.
+    assert data[family].pop("_target_") == BUILTIN_TARGETS[family]
     assert data[family] == defaults, "conf defaults and code defaults disagree"
     body = text.split(f"\n{family}:\n", 1)[1]
     for line in body.splitlines():
@@ -148,7 +151,10 @@ def test_conf_all_composes_every_family() -> None:
     assert list(cfg.family) == list(FAMILIES)
     tasks = build_tasks("eval", 1, 0, list(cfg.family), params=cfg.family)
     assert [t.family for t in tasks] == list(FAMILIES)
-    assert OmegaConf.to_container(cfg.family)["arith"] == dataclasses.asdict(get_family("arith").defaults)
+    assert OmegaConf.to_container(cfg.family)["arith"] == {
+        "_target_": BUILTIN_TARGETS["arith"],
+        **dataclasses.asdict(get_family("arith").defaults),
+    }
 
 
 def test_preview_shows_prompt_files_and_answer() -> None:

@@ -1,0 +1,196 @@
+"""Where families (and any other config group option) are found: Hydra's config search
+path. It is piexp's own conf/, then each `hydra.searchpath` entry: a `file://DIR` (what
+`--config-dir DIR` becomes, made absolute, so a run works from any folder and its
+manifest can say where its families came from), a `pkg://package` of an installed
+package, and every package an installed distribution declares in the `piexp.families`
+entry-point group (`[project.entry-points."piexp.families"] my_tasks = "my_tasks.conf"`:
+installing it is all it takes). All of them are spelled out as one `hydra.searchpath`
+override, which the validation's composition and Hydra's own app both read. A family
+name defined by two YAML files on that path is refused, naming both files.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from piexp.config.paths import config_dir
+from piexp.errors import UserError
+
+ENTRY_POINT_GROUP = "piexp.families"
+SEARCHPATH_KEY = "hydra.searchpath"
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+
+_ASSIGNMENT = re.compile(r"^(?P<key>hydra\.searchpath)=(?P<value>.*)$", re.S)
+
+
+def entry_point_packages() -> list[str]:
+    """Config packages installed distributions declare in the `piexp.families` group."""
+    from importlib.metadata import entry_points
+
+    return sorted({entry.module for entry in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def _parse_list(value: str) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        (override,) = OverridesParser.create().parse_overrides([f"{SEARCHPATH_KEY}={value}"])
+        parsed = override.value()
+    except Exception as error:
+        raise UserError(f"{SEARCHPATH_KEY}={value} is not a list of search path entries ({error}).") from None
+    if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
+        raise UserError(f"{SEARCHPATH_KEY} must be a list like ['file:///abs/conf','pkg://my_pkg.conf'], got {value}.")
+    return list(parsed)
+
+
+def user_search_path(overrides: Sequence[str]) -> list[str]:
+    """The `hydra.searchpath` entries an override list gives (last one wins, as in Hydra)."""
+    entries: list[str] = []
+    for override in overrides:
+        match = _ASSIGNMENT.match(override)
+        if match:
+            entries = _parse_list(match["value"])
+    return entries
+
+
+def _quoted(entry: str) -> str:
+    if "'" in entry:
+        raise UserError(f"The config search path entry {entry} contains a single quote; rename the folder.")
+    return f"'{entry}'"
+
+
+def with_search_path(overrides: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
+    """`overrides` with one `hydra.searchpath` override holding the user's entries, then
+    `extra`, then the entry-point packages (no override at all when there are none)."""
+    entries = list(
+        dict.fromkeys([*user_search_path(overrides), *extra, *(f"pkg://{p}" for p in entry_point_packages())])
+    )
+    rest = [override for override in overrides if not _ASSIGNMENT.match(override)]
+    if not entries:
+        return rest
+    return [*rest, f"{SEARCHPATH_KEY}=[{','.join(_quoted(entry) for entry in entries)}]"]
+
+
+def take_config_dir(argv: Sequence[str]) -> list[str]:
+    """`--config-dir DIR` (or `-cd DIR`, `--config-dir=DIR`) -> a `file://` search path
+    entry with DIR made absolute, so a job (and a reproduction) finds it from any folder."""
+    rest: list[str] = []
+    dirs: list[str] = []
+    args = list(argv)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in CONFIG_DIR_FLAGS:
+            if index + 1 >= len(args):
+                raise UserError(f"{arg} needs a folder: {arg} DIR (DIR/family/NAME.yaml selects family=NAME).")
+            dirs.append(args[index + 1])
+            index += 2
+            continue
+        if arg.startswith("--config-dir="):
+            dirs.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+        index += 1
+    if not dirs:
+        return rest
+    entries = []
+    for folder in dirs:
+        path = Path(folder).expanduser().resolve()
+        if not path.is_dir():
+            raise UserError(
+                f"--config-dir {folder}: {path} is not a folder; give the folder that holds family/NAME.yaml."
+            )
+        entries.append(f"file://{path}")
+    return with_search_path(rest, entries)
+
+
+def search_folders(entries: Sequence[str]) -> list[Path]:
+    """piexp's conf/, then the folder of each search path entry (file:// or pkg://)."""
+    folders = [config_dir()]
+    for entry in entries:
+        if entry.startswith("file://"):
+            path = Path(entry.removeprefix("file://"))
+            if not path.is_dir():
+                raise UserError(
+                    f"The config search path entry {entry} is not a folder; fix --config-dir or {SEARCHPATH_KEY}."
+                )
+            folders.append(path)
+        elif entry.startswith("pkg://"):
+            package = entry.removeprefix("pkg://").replace("/", ".")
+            try:
+                spec = importlib.util.find_spec(package)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None or not spec.submodule_search_locations:
+                raise UserError(
+                    f"The config search path entry {entry} names no importable package; install it or "
+                    "put it on PYTHONPATH."
+                )
+            folders.extend(Path(location) for location in spec.submodule_search_locations)
+    return list(dict.fromkeys(folders))
+
+
+def group_options(group: str, entries: Sequence[str] = ()) -> list[str]:
+    """Every option of a config group on the search path."""
+    names: set[str] = set()
+    for folder in search_folders(entries):
+        names.update(path.stem for path in (folder / group).glob("*.yaml"))
+    return sorted(names)
+
+
+def family_definitions(entries: Sequence[str]) -> dict[str, list[tuple[Path, str | None]]]:
+    """Family name -> every (YAML file, its `_target_`) on the search path defining it."""
+    found: dict[str, list[tuple[Path, str | None]]] = {}
+    for folder in search_folders(entries):
+        for path in sorted((folder / "family").glob("*.yaml")):
+            for name, target in _defined_families(path, path.stat().st_mtime_ns):
+                found.setdefault(name, []).append((path, target))
+    return found
+
+
+@functools.cache
+def _defined_families(path: Path, _mtime_ns: int) -> tuple[tuple[str, str | None], ...]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ()  # Hydra reports an unreadable option if it is selected
+    if not isinstance(data, dict):
+        return ()
+    return tuple(
+        (str(name), str(entry.get("_target_")) if isinstance(entry, dict) and "_target_" in entry else None)
+        for name, entry in data.items()
+        if name != "defaults"
+    )
+
+
+def refuse_family_clashes(selected: Sequence[str], overrides: Sequence[str]) -> None:
+    """A selected family defined by two YAML files on the search path is refused."""
+    entries = user_search_path(overrides)
+    if not entries:
+        return  # piexp's own conf/ alone: one file per family
+    definitions = family_definitions(entries)
+    for name in selected:
+        places = definitions.get(name, [])
+        if len(places) > 1:
+            first, second = places[0], places[1]
+            raise UserError(
+                f"Family name {name!r} is defined twice on the config search path: in {first[0]} "
+                f"(_target_ {first[1]}) and in {second[0]} (_target_ {second[1]}). Rename one (its YAML file, "
+                "its entry and its Family(name=...)): which one a run gets must not depend on search order."
+            )
+
+
+def running_search_path() -> list[str]:
+    """The `hydra.searchpath` entries of the Hydra job running now ([] outside a job):
+    what the manifest records, so `piexp reproduce` finds the run's families again."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return [str(entry) for entry in (HydraConfig.get().searchpath or [])]

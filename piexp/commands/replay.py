@@ -33,7 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--family", action="append", help="only this family (repeatable)")
     parser.add_argument("--lang", action="append", help="only this language (repeatable)")
     parser.add_argument("--policy", action="append", help="only this policy (repeatable)")
-    parser.add_argument("--source", choices=("eval", "check"), help="only the eval's or the check's episodes")
+    parser.add_argument(
+        "--source", choices=("eval", "check", "train"), help="only the eval's, check's or training's episodes"
+    )
     parser.add_argument("--failed", action="store_true", help="only episodes without binary reward 1")
     parser.add_argument("--stop-reason", action="append", help="only this stop reason (repeatable)")
     parser.add_argument("--task", help="only task ids containing this text")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from piexp.console import say
 from piexp.errors import UserError
-from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, read_transcripts
+from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, TRAIN_TRANSCRIPTS, read_transcripts
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,15 +36,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _transcripts(run: Path) -> list[dict]:
-    for name in (EVAL_TRANSCRIPTS, CHECK_TRANSCRIPTS):
+    for name in (EVAL_TRANSCRIPTS, CHECK_TRANSCRIPTS, TRAIN_TRANSCRIPTS):
         path = run / name
         if path.is_file():
             transcripts = [t for t in read_transcripts(path) if "task_id" in t]
             if transcripts:
                 return transcripts
     raise UserError(
-        f"{run} holds no recorded episodes ({EVAL_TRANSCRIPTS} or {CHECK_TRANSCRIPTS}): rescore reads the "
-        "transcripts of an eval or check run."
+        f"{run} holds no recorded episodes ({EVAL_TRANSCRIPTS}, {CHECK_TRANSCRIPTS} or {TRAIN_TRANSCRIPTS}): "
+        "rescore reads the transcripts of an eval, check or training run."
     )
 
 

@@ -268,7 +268,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--family", action="append", help="only this family (repeatable)")
     parser.add_argument("--lang", action="append", help="only this language (repeatable)")
     parser.add_argument("--policy", action="append", help="only this policy (repeatable; check runs have several)")
-    parser.add_argument("--source", choices=("eval", "check"), help="only the eval's or the preflight check's episodes")
+    parser.add_argument(
+        "--source",
+        choices=("eval", "check", "train"),
+        help="only the eval's, the preflight check's or the training's episodes",
+    )
     parser.add_argument(
         "--failed",
         action="store_true",

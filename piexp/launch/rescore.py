@@ -101,7 +101,12 @@ class SettingScores:
 
 
 def group_key(transcript: dict[str, Any]) -> tuple[str, str]:
-    return (str(transcript.get("task_id")), str(transcript.get("language")))
+    """The group an episode was sampled in: its task and language (an eval's k samples),
+    and in a training run its iteration and group too."""
+    task = str(transcript.get("task_id"))
+    if "iteration" in transcript:
+        task = f"{task} @ iteration {transcript['iteration']} group {transcript.get('group')}"
+    return (task, str(transcript.get("language")))
 
 
 def score_setting(label: str, transcripts: Sequence[dict[str, Any]], rewards: list[float]) -> SettingScores:

@@ -11,7 +11,7 @@ from piexp.config.schema import RunConfig, TrainMode
 # Fields of rl.train.Config that no config option sets, and why (tests/launch/
 # test_rl_options.py fails on any other field that is not reachable from config):
 PIEXP_SET_FIELDS = {
-    "dataset_builder": "piexp's WorkspaceDatasetBuilder (tasks, splits, sandbox URL from the run)",
+    "dataset_builder": "piexp's RecordingDatasetBuilder (tasks, splits, sandbox URL and run folder from the run)",
     "recipe_name": "always piexp_pi_workspace: names piexp's recipe to the service",
     "log_path": "the run folder",
     "evaluator_builders": "none: the eval split comes from the dataset builder (mode.eval_every)",
@@ -27,7 +27,7 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_che
     the loop resumes from the last checkpoint there by itself (never interactively)."""
     from tinker_cookbook.rl import train as rl_train
 
-    from piexp.env.dataset import WorkspaceDatasetBuilder
+    from piexp.launch.train_transcripts import RecordingDatasetBuilder
     from piexp.env.rollout_policy import rollout_error_tolerance, termination_policy
 
     mode, algo = config.mode, config.algo
@@ -42,7 +42,9 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_che
     minibatches = algo.stream_minibatch_config.num_minibatches
     return rl_train.Config(
         learning_rate=config.model.learning_rate,
-        dataset_builder=WorkspaceDatasetBuilder(config_json=config.model_dump_json(), sandbox_url=sandbox_url),
+        dataset_builder=RecordingDatasetBuilder(
+            config_json=config.model_dump_json(), sandbox_url=sandbox_url, run_dir=str(run_dir)
+        ),
         model_name=config.model.name,
         recipe_name="piexp_pi_workspace",
         renderer_name=config.model.renderer,
@@ -103,6 +105,8 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     logging.getLogger(rl_train.__name__).addFilter(_NoTrajectoryDumps())
 
     from piexp.launch.rl_record import write_rl_record
+    from piexp.launch.train_transcripts import TrainRecorder
+    from piexp.transcripts.store import TRAIN_TRANSCRIPTS
     from piexp.sandbox.client import close_sandbox_clients
 
     async def _train() -> None:
@@ -119,6 +123,7 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
             write_run_viewer(run_dir)  # the reward curve, and links to the cookbook's per-iteration pages
         finally:
             await close_sandbox_clients()
+            TrainRecorder.close(str(run_dir / TRAIN_TRANSCRIPTS))
 
     import tinker
 

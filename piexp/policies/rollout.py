@@ -128,14 +128,35 @@ async def run_episode(
         record.last_run = {"traceback": traceback.format_exc(limit=6)[-2000:]}
         return record
     record.wall_s = time.perf_counter() - start
-    trajectory = group.trajectories_G[0]
-    total = float(group.get_total_rewards()[0])
+    env = builder.envs[0] if builder.envs else None
+    fill_record(
+        record,
+        group.trajectories_G[0],
+        float(group.get_total_rewards()[0]),
+        env,
+        task,
+        settings,
+        record_transcript=record_transcript,
+    )
+    return record
+
+
+def fill_record(
+    record: EpisodeRecord,
+    trajectory: Trajectory,
+    total: float,
+    env: Env | None,
+    task: Task,
+    settings: EpisodeSettings,
+    *,
+    record_transcript: bool = True,
+) -> None:
+    """Fill `record` from a finished trajectory, its total reward and its env: `reward`
+    the binary grade and `shaped` the shaped one of the same history (whichever the env
+    graded with, the other is graded again), metrics, stop reason, failures, transcript."""
     final_metrics = dict(trajectory.transitions[-1].metrics) if trajectory.transitions else {}
-    record.reward = total
     record.turns = len(trajectory.transitions)
     record.stop_reason = str(trajectory.stop_reason) if trajectory.stop_reason is not None else None
-
-    env = builder.envs[0] if builder.envs else None
     history = _history(env) if env is not None else []
     payloads = tool_payloads(history)
     record.tool_calls = len(payloads)
@@ -144,15 +165,16 @@ async def run_episode(
     if runs:
         record.last_run = {k: runs[-1].get(k) for k in ("status", "return_code", "stdout", "stderr", "error")}
     shaped, metrics = WorkspaceReward(task.answer, settings.reward.weights, binary=False).grade(history)
+    binary, _ = WorkspaceReward(task.answer, settings.reward.weights, binary=True).grade(history)
     record.metrics = {name: float(metrics[name]) for name in REWARD_METRICS}
     if "functional_correct" in final_metrics:
-        # The env graded this history: swap its binary grade for the shaped one.
-        last = trajectory.transitions[-1].reward
-        record.shaped = total - last + shaped
+        # The env graded this history (its last step's reward): each mode's grade instead.
+        before = total - trajectory.transitions[-1].reward
+        record.reward, record.shaped = before + binary, before + shaped
     else:
         # Ended before grading (context overflow, parse error): both modes give the
         # same terminal reward.
-        record.shaped = total
+        record.reward = record.shaped = total
     record.failures = count_failures(history, (t.metrics for t in trajectory.transitions), record.stop_reason)
     if record_transcript:
         message_env = getattr(env, "message_env", None)
@@ -160,7 +182,6 @@ async def run_episode(
         record.transcript = build_transcript(
             record, history, prompt_messages, trajectory.transitions, getattr(env, "renderer", None)
         )
-    return record
 
 
 def _history(env: Env) -> list[Any]:

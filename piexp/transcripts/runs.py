@@ -18,6 +18,7 @@ from piexp.transcripts.store import (
     CHECK_TRANSCRIPTS,
     EPISODE_IDENTITY,
     EVAL_TRANSCRIPTS,
+    TRAIN_TRANSCRIPTS,
     read_transcripts,
     transcript_key,
 )
@@ -89,6 +90,18 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
         _add_source(view, folder, job, "check", episodes, folder / CHECK_TRANSCRIPTS)
     if (folder / EPISODES_FILE).is_file():
         _add_source(view, folder, job, "eval", _episode_lines(folder / EPISODES_FILE), folder / EVAL_TRANSCRIPTS)
+    if (folder / TRAIN_TRANSCRIPTS).is_file():
+        # A training run's episodes are their transcripts (no episode records beside them).
+        trained = list(read_transcripts(folder / TRAIN_TRANSCRIPTS))
+        for transcript in trained:
+            row_id = len(view.rows)
+            row = {name: transcript.get(name) for name in ROW_FIELDS}
+            row.update(id=row_id, job=job, source="train", passed=transcript.get("reward") == 1.0)
+            row.update(expectation_violation=None, has_transcript=True, iteration=transcript.get("iteration"))
+            row["turns"] = len(transcript.get("turns") or [])
+            row["tool_calls"] = sum(m.get("role") == "tool" for m in transcript.get("conversation") or [])
+            view.transcripts[row_id] = transcript
+            view.rows.append(row)
     curve = metric_curve(read_metrics(folder), "reward")
     if curve:
         view.reward_curves[job] = curve

@@ -1,6 +1,6 @@
 """Transcripts on disk: one gzip-compressed JSON line per episode, next to the episode
 records (`transcripts.jsonl.gz` beside eval's `episodes.jsonl`, `check_transcripts.jsonl.gz`
-beside `check.json`).
+beside `check.json`, `train_transcripts.jsonl.gz` in a training run).
 
 The file is one gzip stream flushed after every line, so a process killed mid-run leaves
 every finished transcript readable. Opening a writer rewrites the file with only the
@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 
 EVAL_TRANSCRIPTS = "transcripts.jsonl.gz"
 CHECK_TRANSCRIPTS = "check_transcripts.jsonl.gz"
+TRAIN_TRANSCRIPTS = "train_transcripts.jsonl.gz"  # a training run's episodes, each with its iteration
 # Compressed bytes one run's transcript file may reach before episodes are stubbed.
 RUN_BYTES = 512 * 1024 * 1024
 # Which episode a transcript or an episode record is: a stub keeps them, as does an

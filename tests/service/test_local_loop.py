@@ -17,6 +17,7 @@ import pytest
 from piexp.launch.base_model import base_model_identity
 
 from piexp.sweeps.marker import MARKER_PATH
+from piexp.transcripts.store import TRAIN_TRANSCRIPTS, read_transcripts
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +64,10 @@ def test_the_loop_evaluates_trains_evaluates_the_final_checkpoint_and_compares(
     comparison = (run_dir / "compare.md").read_text()
     assert "eval_base" in comparison and "eval_trained" in comparison and (run_dir / "compare.png").is_file()
     assert json.loads((run_dir / "compare.json").read_text())["overall"]["tasks"] == 2
+    # The RL step recorded the episodes it trained on, sampled by the real model.
+    trained_on = list(read_transcripts(run_dir / TRAIN_TRANSCRIPTS))
+    assert [(t["iteration"], t["group"], t["sample"]) for t in trained_on] == [(0, 0, 0), (0, 0, 1)]
+    assert all(t["policy"] == "model" and t["conversation"] for t in trained_on)
 
     # A loop stopped during its trained evaluation (no completion marker, no results yet)
     # resumes there: the finished stages are skipped, the finished episodes kept.

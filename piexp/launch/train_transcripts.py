@@ -1,0 +1,150 @@
+"""A training run records the episodes it trains on, in the transcript format of eval and
+check (`train_transcripts.jsonl.gz`, capped the same way), each with the iteration and
+group it belongs to, so `show`, the viewer, `replay` and `rescore` read them too. The
+train dataset's groups are wrapped (`RecordingDataset`); a group's transcripts are written
+once its rewards are computed, which the cookbook does for exactly the trajectories that
+enter the batch (a failed or masked episode is not among them). A resumed run restarts
+at a checkpointed iteration: transcripts of that iteration and later ones are dropped
+when the file is opened again and recorded anew."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import chz
+from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+
+from piexp.env.dataset import WorkspaceDatasetBuilder
+from piexp.env.episode import WorkspaceGroupBuilder
+from piexp.policies.rollout import EpisodeRecord, fill_record
+from piexp.transcripts.store import TRAIN_TRANSCRIPTS, TranscriptWriter
+
+TRAIN_POLICY = "model"  # the policy name a training episode is recorded under
+
+
+def transcript_position(transcript: dict[str, Any]) -> tuple[int, int, int]:
+    """(iteration, group, sample): one training episode."""
+    return (
+        int(transcript.get("iteration") or 0),
+        int(transcript.get("group") or 0),
+        int(transcript.get("sample") or 0),
+    )
+
+
+class _EarlierIterations:
+    """The transcripts a resumed run keeps: those of iterations before it restarted."""
+
+    def __init__(self, iteration: int) -> None:
+        self.iteration = iteration
+
+    def __contains__(self, key: Hashable) -> bool:
+        return isinstance(key, tuple) and key[0] < self.iteration
+
+
+class TrainRecorder:
+    """The run's training transcript file, opened at the first group recorded."""
+
+    _open: dict[str, TranscriptWriter] = {}  # path -> writer, one per process
+
+    @classmethod
+    def write(cls, path: str, iteration: int, transcripts: Sequence[dict[str, Any]]) -> None:
+        writer = cls._open.get(path)
+        if writer is None:
+            writer = cls._open[path] = TranscriptWriter(
+                Path(path), keep=_EarlierIterations(iteration), key=transcript_position
+            )
+        for transcript in transcripts:
+            writer.write(transcript)
+
+    @classmethod
+    def close(cls, path: str) -> None:
+        writer = cls._open.pop(path, None)
+        if writer is not None:
+            writer.close()
+
+
+def _workspace_group(builder: EnvGroupBuilder) -> WorkspaceGroupBuilder:
+    while not isinstance(builder, WorkspaceGroupBuilder):
+        builder = builder.inner  # type: ignore[attr-defined]  # the wrappers' one field
+    return builder
+
+
+@dataclass(frozen=True)
+class RecordingGroupBuilder(EnvGroupBuilder):
+    """The inner group; its trajectories' transcripts are recorded once graded."""
+
+    inner: EnvGroupBuilder
+    iteration: int
+    group: int
+    path: str
+
+    async def make_envs(self) -> Sequence[Env]:
+        return await self.inner.make_envs()
+
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        rewards = await self.inner.compute_group_rewards(trajectory_group, env_group)
+        workspace = _workspace_group(self.inner)
+        task, language = workspace.task, workspace.language
+        transcripts = []
+        for sample, (trajectory, env, (final, _metrics)) in enumerate(zip(trajectory_group, env_group, rewards)):
+            record = EpisodeRecord(
+                policy=TRAIN_POLICY,
+                task_id=task.task_id,
+                family=task.family,
+                split=task.split,
+                language=language,
+                sample=sample,
+                expected=str(task.answer),
+            )
+            total = sum(transition.reward for transition in trajectory.transitions) + final
+            fill_record(record, trajectory, total, env, task, workspace.settings)
+            assert record.transcript is not None
+            transcripts.append(
+                {**record.transcript, "iteration": self.iteration, "group": self.group, "trained_reward": total}
+            )
+        TrainRecorder.write(self.path, self.iteration, transcripts)
+        return rewards
+
+    async def cleanup(self) -> None:
+        await self.inner.cleanup()
+
+    def logging_tags(self) -> list[str]:
+        return self.inner.logging_tags()
+
+
+class RecordingDataset(RLDataset):
+    """The inner dataset's batches, each group recorded (`RecordingGroupBuilder`)."""
+
+    def __init__(self, inner: RLDataset, path: str) -> None:
+        self.inner = inner
+        self.path = path
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        return [
+            RecordingGroupBuilder(inner=builder, iteration=index, group=group, path=self.path)
+            for group, builder in zip(itertools.count(), self.inner.get_batch(index))
+        ]
+
+    def set_epoch(self, seed: int = 0) -> None:
+        self.inner.set_epoch(seed)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+@chz.chz
+class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
+    """`WorkspaceDatasetBuilder` whose train groups record their episodes into
+    `<run_dir>/train_transcripts.jsonl.gz`."""
+
+    run_dir: str
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        train, evaluation = await super().__call__()
+        return RecordingDataset(train, str(Path(self.run_dir) / TRAIN_TRANSCRIPTS)), evaluation

@@ -105,9 +105,9 @@ def main(argv: Sequence[str]) -> int:
     args.episode = None
     rows = select(view, args)
     if numbers:
-        if any(not 1 <= n <= len(rows) for n in numbers):
-            raise UserError(f"Row numbers run from 1 to {len(rows)} in this listing; got {numbers}.")
-        rows = [rows[n - 1] for n in numbers]
+        if any(not 0 <= n < len(rows) for n in numbers):
+            raise UserError(f"Row numbers run from 0 to {len(rows) - 1} in this listing (show's); got {numbers}.")
+        rows = [rows[n] for n in numbers]
     transcripts = [view.transcripts.get(row["id"]) for row in rows]
     missing = [row for row, t in zip(rows, transcripts, strict=True) if t is None]
     if missing:

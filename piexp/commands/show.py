@@ -309,6 +309,8 @@ def main(argv: Sequence[str]) -> int:
         if args.json:
             print(json.dumps([{"number": n, **row} for n, row in enumerate(rows)], indent=1))
         else:
+            for note in view.incomplete:
+                _console().print(f"[red]{note}[/red]")
             _console().print(listing(rows, view))
         return 0
     if not 0 <= args.episode < len(rows):

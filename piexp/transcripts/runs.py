@@ -46,6 +46,7 @@ class RunView:
     transcripts: dict[int, dict[str, Any]] = field(default_factory=dict)  # row id -> transcript
     train_pages: list[str] = field(default_factory=list)  # cookbook HTML pages, relative to root
     reward_curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # job -> (step, reward)
+    incomplete: list[str] = field(default_factory=list)  # one line per eval that could not run every episode
 
 
 def _episode_lines(path: Path) -> list[dict[str, Any]]:
@@ -80,7 +81,26 @@ def _add_source(
         view.rows.append(row)
 
 
+def _incomplete_note(folder: Path, job: str) -> str | None:
+    """ "INCOMPLETE: ..." for an eval whose results lack episodes piexp's own parts could
+    not run (results.json `complete: false`), else None."""
+    try:
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(results, dict) or results.get("complete") is not False:
+        return None
+    where = "" if job == "." else f"{job}: "
+    return (
+        f"{where}INCOMPLETE: {results.get('episodes_failed_to_run')} of {results.get('episodes_expected')} "
+        "episodes could not be run (piexp's sandbox or model service failed; none was scored); the same command "
+        "resumes the run"
+    )
+
+
 def _add_job(view: RunView, folder: Path, job: str) -> None:
+    if (note := _incomplete_note(folder, job)) is not None:
+        view.incomplete.append(note)
     check = folder / CHECK_FILE
     if check.is_file():
         try:

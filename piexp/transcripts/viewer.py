@@ -53,6 +53,7 @@ def _run_json(view: RunView, name: str) -> dict[str, Any]:
             json.dumps(view.transcripts[row["id"]]) if row["id"] in view.transcripts else None for row in view.rows
         ],
         "train_pages": view.train_pages,
+        "incomplete": view.incomplete,
         "curves": view.reward_curves,
     }
 

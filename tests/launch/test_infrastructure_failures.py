@@ -24,6 +24,7 @@ import pytest
 from piexp.commands.job_summary import summarize_job
 from piexp.sandbox.embedded import free_port
 from piexp.sweeps.marker import MARKER_PATH
+from piexp.transcripts.runs import load_run
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -143,6 +144,9 @@ def test_past_the_restart_bound_the_eval_stops_incomplete_and_the_same_command_f
     assert not (run_dir / MARKER_PATH).exists()
     summary = summarize_job(run_dir, run_dir, {})  # what `piexp summarize` shows of it
     assert summary.state == "incomplete" and summary.not_run == results["episodes_failed_to_run"]
+    (note,) = load_run(run_dir).incomplete  # what `piexp show` prints first and the viewer's banner says
+    assert note.startswith(f"INCOMPLETE: {results['episodes_failed_to_run']} of {EPISODES} episodes")
+    assert note in (run_dir / "viewer.html").read_text()
     kept = _episode_lines(run_dir)
     assert len(kept) >= done_before
 

@@ -50,7 +50,7 @@ def test_unchanged_code_replays_every_episode_identically(runs, name, tmp_path):
 
 
 def test_a_changed_reward_weight_is_reported_with_both_values(runs, tmp_path):
-    assert replay([str(runs["wrong"]), "1", "--failed", "reward.weights.mutation=0.2", "--out", str(tmp_path)]) == 1
+    assert replay([str(runs["wrong"]), "0", "--failed", "reward.weights.mutation=0.2", "--out", str(tmp_path)]) == 1
     (outcome,) = _report(tmp_path)["outcomes"]
     assert outcome["difference"] == {"where": "end of episode", "kind": "shaped", "recorded": 0.3, "replayed": 0.35}
 
@@ -66,7 +66,7 @@ def test_a_changed_tool_result_format_is_reported_at_its_first_turn(runs, tmp_pa
         return original(self, tool_name, **payload)
 
     monkeypatch.setattr(WorkspaceTools, "_result", renamed)
-    assert replay([str(runs["oracle"]), "1", "--out", str(tmp_path)]) == 1
+    assert replay([str(runs["oracle"]), "0", "--out", str(tmp_path)]) == 1
     (outcome,) = _report(tmp_path)["outcomes"]
     difference = outcome["difference"]
     assert difference["kind"] == "tool result" and difference["where"] == "turn 3"  # read, write, then bash
@@ -76,7 +76,7 @@ def test_a_changed_tool_result_format_is_reported_at_its_first_turn(runs, tmp_pa
 def test_bad_input_is_refused(runs, tmp_path):
     with pytest.raises(UserError, match="row numbers and reward overrides"):
         replay([str(runs["oracle"]), "limits.max_turns=2"])
-    with pytest.raises(UserError, match="Row numbers run from 1 to"):
+    with pytest.raises(UserError, match="Row numbers run from 0 to"):
         replay([str(runs["oracle"]), "99"])
     with pytest.raises(UserError, match="No episode"):
         replay([str(runs["oracle"]), "--failed"])

@@ -93,15 +93,7 @@ class RecordingGroupBuilder(EnvGroupBuilder):
         task, language = workspace.task, workspace.language
         transcripts = []
         for sample, (trajectory, env, (final, _metrics)) in enumerate(zip(trajectory_group, env_group, rewards)):
-            record = EpisodeRecord(
-                policy=TRAIN_POLICY,
-                task_id=task.task_id,
-                family=task.family,
-                split=task.split,
-                language=language,
-                sample=sample,
-                expected=str(task.answer),
-            )
+            record = EpisodeRecord.of(TRAIN_POLICY, task, language, sample)
             total = sum(transition.reward for transition in trajectory.transitions) + final
             fill_record(record, trajectory, total, env, task, workspace.settings)
             assert record.transcript is not None

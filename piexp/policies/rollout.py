@@ -54,6 +54,19 @@ class EpisodeRecord:
     # The error was the sandbox's, not the episode's: play it again (never recorded).
     infrastructure_failure: bool = field(default=False, repr=False, compare=False)
 
+    @classmethod
+    def of(cls, policy: str, task: Task, language: str, sample: int = 0) -> EpisodeRecord:
+        """The record, still empty, of `policy`'s episode `sample` on (task, language)."""
+        return cls(
+            policy=policy,
+            task_id=task.task_id,
+            family=task.family,
+            split=task.split,
+            language=language,
+            sample=sample,
+            expected=str(task.answer),
+        )
+
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.task_id, self.language, self.sample)
@@ -105,15 +118,7 @@ async def run_episode(
     """One evaluation episode of `policy` on (task, language). Never raises for a failed
     rollout: the error is recorded, so one bad episode cannot hide the others.
     `record_transcript=False` leaves `record.transcript` None (bench/rollouts.py compares)."""
-    record = EpisodeRecord(
-        policy=policy_name,
-        task_id=task.task_id,
-        family=task.family,
-        split=task.split,
-        language=language,
-        sample=sample,
-        expected=str(task.answer),
-    )
+    record = EpisodeRecord.of(policy_name, task, language, sample)
     builder = _KeepEnvs(
         WorkspaceGroupBuilder(task=task, language=language, settings=settings, group_size=1, evaluation=True)
     )

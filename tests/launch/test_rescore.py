@@ -74,25 +74,23 @@ def test_bad_input_is_refused_before_anything_is_written(wrong_run, tmp_path):
     assert not out.exists()
 
 
-def test_a_transcript_cut_by_its_caps_is_refused_naming_the_episode(wrong_run, tmp_path):
-    copy = tmp_path / "copy"
-    subprocess.run(["cp", "-r", str(wrong_run), str(copy)], check=True)
+def _with_first_transcript_changed(run: Path, copy: Path, **changes: object) -> dict:
+    """A copy of `run` whose first transcript has `changes`; returns that transcript."""
+    subprocess.run(["cp", "-r", str(run), str(copy)], check=True)
     path = copy / "transcripts.jsonl.gz"
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-    first = json.loads(lines[0])
-    first["truncated"] = {"fields": 1, "chars_cut": 500}
+    first = {**json.loads(lines[0]), **changes}
     path.write_bytes(gzip.compress(("\n".join([json.dumps(first), *lines[1:]]) + "\n").encode()))
+    return first
+
+
+def test_a_transcript_cut_by_its_caps_is_refused_naming_the_episode(wrong_run, tmp_path):
+    first = _with_first_transcript_changed(wrong_run, tmp_path / "copy", truncated={"fields": 1, "chars_cut": 500})
     with pytest.raises(UserError, match=f"wrong on {first['task_id']} .* cut by the transcript caps"):
-        rescore([str(copy), "--out", str(tmp_path / "o")])
+        rescore([str(tmp_path / "copy"), "--out", str(tmp_path / "o")])
 
 
 def test_a_transcript_of_another_format_version_is_refused_naming_it(wrong_run, tmp_path):
-    copy = tmp_path / "copy"
-    subprocess.run(["cp", "-r", str(wrong_run), str(copy)], check=True)
-    path = copy / "transcripts.jsonl.gz"
-    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-    first = json.loads(lines[0])
-    first["version"] = 99
-    path.write_bytes(gzip.compress(("\n".join([json.dumps(first), *lines[1:]]) + "\n").encode()))
+    _with_first_transcript_changed(wrong_run, tmp_path / "copy", version=99)
     with pytest.raises(UserError, match="has format version 99; this piexp reads version 1"):
-        rescore([str(copy), "--out", str(tmp_path / "o")])
+        rescore([str(tmp_path / "copy"), "--out", str(tmp_path / "o")])

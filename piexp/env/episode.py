@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import tinker
 from tinker_cookbook import model_info, renderers, tokenizer_utils
@@ -40,7 +40,7 @@ class EpisodeSettings:
     # A training episode whose program the sandbox could not run: "penalize" scores it
     # (reward.weights.infrastructure_error); otherwise it raises InfrastructureFailure for
     # the rollout strategy to retry or mask. Evaluation episodes always raise.
-    infrastructure_errors: str = "retry"
+    infrastructure_errors: Literal["retry", "mask", "penalize"] = "retry"
     # How long a sandbox that does not answer is waited for before the run stops.
     sandbox_wait_s: float = 60.0
 

@@ -1,11 +1,11 @@
 """Whether a run's sandbox can still run programs: the one place that decides when an
 infrastructure failure is worth a retry and when the run must stop. A supervisor that
 gives up on its embedded server marks its URL down (`mark_down`); `wait_for_sandbox`,
-called after a run failed for the sandbox's reasons and before each training batch,
-raises `SandboxDown` at once for a URL marked down, waits with back-off for one that
-does not answer (a restarting embedded server, a remote one that went away) and marks
-it down when it stays silent past the run's limit; `refuse_down_sandbox`, before each
-training batch, only looks at the marks."""
+called after a program failed to run for the sandbox's reasons, raises `SandboxDown` at
+once for a URL marked down, waits with back-off for one that does not answer (a
+restarting embedded server, a remote one that went away) and marks it down when it stays
+silent past the run's limit; `refuse_down_sandbox`, before each training batch, only
+looks at the marks."""
 
 from __future__ import annotations
 

@@ -163,8 +163,16 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("name", help="the family's name (an identifier, not a built-in family's)")
     parser.add_argument("--dir", type=Path, default=None, help="the folder to write into (default: ./NAME)")
-    parser.add_argument("--from-jsonl", type=Path, default=None, help="a JSON Lines task file to serve as a family")
-    parser.add_argument("--eval-percent", type=int, default=20, help="with --from-jsonl: percent of tasks for eval")
+    parser.add_argument(
+        "--from-jsonl",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a JSON Lines task file (or .parquet, or a datasets folder) to serve as a family",
+    )
+    parser.add_argument(
+        "--eval-percent", type=int, default=20, metavar="N", help="with --from-jsonl: percent of tasks for eval"
+    )
     args = parser.parse_args(list(argv))
     name: str = args.name
     if not name.isidentifier() or not name.islower():

@@ -130,6 +130,8 @@ def test_ctrl_c_in_a_sweep_prints_one_resume_line_and_exits_130(tmp_path: Path, 
         return False
 
     wait_until("the sweep's processes (jobs, sandboxes) to end", group_gone, timeout=15)
+    status = piexp(tmp_path, "status", str(sweep_dir))
+    assert "interrupted: 2" in status.stdout, status.stdout  # what the sweep folder says of its jobs
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,8 @@ class SupervisedSandbox:
         self.restarts = 0
         self._restart_times: deque[float] = deque()
         self._stopping = threading.Event()
+        # Held while the server is restarted or stopped, so that the two never overlap.
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     @property
@@ -71,11 +73,12 @@ class SupervisedSandbox:
         return self
 
     def stop(self) -> None:
+        """Stop watching and stop the server at once: a health check in flight is not
+        waited for (the watcher sees `_stopping` when it returns and ends)."""
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.sandbox.stop()
+        with self._lock:
+            self.sandbox.stop()
+        self._thread = None
 
     def __enter__(self) -> SupervisedSandbox:
         return self.start()
@@ -108,6 +111,10 @@ class SupervisedSandbox:
     def _restart(self, cause: str) -> bool:
         """Restart within the bound (a restart whose server dies before answering counts
         as one, and the next is tried); False when the bound is reached."""
+        with self._lock:
+            return self._restart_within_bound(cause)
+
+    def _restart_within_bound(self, cause: str) -> bool:
         while not self._stopping.is_set():
             now = time.monotonic()
             while self._restart_times and now - self._restart_times[0] > self.policy.window_s:

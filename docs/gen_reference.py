@@ -523,10 +523,63 @@ def benchmarks_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------- the package's layers
+
+LAYERS_MARKER = "<!-- piexp-layers -->"
+
+
+def layers_table() -> str:
+    """The import-linter contract of pyproject.toml as a table, top layer first, each
+    with the comment pyproject.toml gives it (what the layer is)."""
+    import tomllib
+
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    (contract,) = [c for c in tomllib.loads(text)["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    # tomllib drops comments: read each layer's from the lines above its entry.
+    comments: dict[str, str] = {}
+    pending: list[str] = []
+    in_layers = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("layers = ["):
+            in_layers = True
+        elif in_layers and stripped == "]":
+            break
+        elif in_layers and stripped.startswith("#"):
+            pending.append(stripped.lstrip("#").strip())
+        elif in_layers and stripped.startswith('"'):
+            comments[stripped.rstrip(",").strip('"')] = " ".join(pending)
+            pending = []
+    lines = ["| layer (top to bottom) | modules | what it holds |", "| --- | --- | --- |"]
+    for number, layer in enumerate(contract["layers"], 1):
+        modules = " \\| ".join(f"`{name.strip().removeprefix('piexp.')}`" for name in layer.split("|"))
+        what = comments.get(layer) or _module_summary(layer.strip())
+        if layer == "piexp.__main__":
+            what = what or "`python -m piexp`: hands the command line to `cli`."
+        lines.append(f"| {number} | {modules} | {_cell(what)} |")
+    return "\n".join(lines)
+
+
+def _module_summary(module: str) -> str:
+    """The first line of a module's docstring (for a layer pyproject.toml says nothing of)."""
+    relative = Path(*module.split("."))
+    for path in (REPO / relative.with_suffix(".py"), REPO / relative / "__init__.py"):
+        if path.is_file():
+            docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            return docstring.split("\n\n")[0].replace("\n", " ")
+    return ""
+
+
 PAGES = {CONFIG_PAGE: config_page, COMMANDS_PAGE: commands_page, BENCHMARKS_PAGE: benchmarks_page}
 
 
 # ---------------------------------------------------------------- the MkDocs hook
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if LAYERS_MARKER in markdown:
+        return markdown.replace(LAYERS_MARKER, layers_table())
+    return markdown
 
 
 def on_files(files: Any, config: Any) -> Any:

@@ -231,3 +231,19 @@ def test_quick_start_command_composes(line: str, tmp_path: Path) -> None:
         )
         needs_account = samples_on_tinker and "--cfg" not in command
         assert needs_account == (NEEDS_ACCOUNT in comment), f"mark it `# ... ({NEEDS_ACCOUNT})` or not: {line}"
+
+
+def test_the_architecture_page_shows_the_import_contract(site: Path) -> None:
+    import tomllib
+
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    page = (site / "architecture" / "index.html").read_text(encoding="utf-8")
+    assert gen_reference.LAYERS_MARKER not in page
+    table = gen_reference.layers_table()
+    rows = table.splitlines()[2:]
+    # Each layer says what it holds (the last column; the modules column escapes its `|`).
+    assert len(rows) == len(layers) and all(row.rsplit("|", 2)[1].strip() for row in rows), table
+    for layer in layers:
+        for module in layer.split("|"):
+            assert f"<code>{module.strip().removeprefix('piexp.')}</code>" in page, module

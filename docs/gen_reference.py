@@ -560,6 +560,70 @@ def layers_table() -> str:
     return "\n".join(lines)
 
 
+PROTOCOL_MARKER = "<!-- piexp-sandbox-protocol -->"
+
+
+def _protocol_table(model: type[BaseModel]) -> list[str]:
+    lines = ["| field | type | default |", "| --- | --- | --- |"]
+    for name, field in model.model_fields.items():
+        default = "required" if field.is_required() else show_value(field.get_default(call_default_factory=True))
+        lines.append(f"| `{name}` | {_cell(type_name(field.annotation, list(field.metadata)))} | {default} |")
+    return lines
+
+
+def protocol_tables() -> str:
+    """The wire format's fields (piexp/sandbox/protocol.py) and the server's settings
+    with their defaults and comments (piexp/sandbox/settings.py), as tables."""
+    import inspect
+
+    from piexp.sandbox import protocol
+    from piexp.sandbox.settings import SandboxSettings
+
+    # `name: type = default  # what it does`, or comment lines above the field.
+    comments: dict[str, str] = {}
+    pending: list[str] = []
+    for line in inspect.getsource(SandboxSettings).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            pending.append(stripped.lstrip("#").strip())
+            continue
+        name = stripped.split(":", 1)[0]
+        if ":" in stripped and name.isidentifier() and not stripped.startswith(("def ", "class ")):
+            trailing = stripped.split("  # ", 1)[1] if "  # " in stripped else ""
+            # A trailing comment is the field's own; a block above may be a group's heading.
+            comments[name] = trailing or " ".join(pending)
+        pending = []
+    defaults = SandboxSettings()
+    lines = [
+        "### Request (`RunCodeRequest`)",
+        "",
+        *_protocol_table(protocol.RunCodeRequest),
+        "",
+        "### Response (`RunCodeResponse`, with a `CommandRunResult` per step)",
+        "",
+        *_protocol_table(protocol.RunCodeResponse),
+        "",
+        *_protocol_table(protocol.CommandRunResult),
+        "",
+        "### Server settings (`python -m piexp.sandbox serve --FLAG VALUE`)",
+        "",
+        "Every field of `SandboxSettings` is a flag of `serve` (`max_concurrency` is "
+        "`--max-concurrency`; `use_cgroups` is `--no-cgroups`); the class docstring of "
+        "`piexp/sandbox/settings.py` explains `cpu_time_s`, `work_dir`, `prespawn` and `launcher`.",
+        "",
+        "| setting | default | what it does |",
+        "| --- | --- | --- |",
+    ]
+    for field in dataclasses.fields(SandboxSettings):
+        default = "cores x 2" if field.name == "max_concurrency" else show_value(getattr(defaults, field.name))
+        if not comments.get(field.name):
+            raise ValueError(
+                f"piexp/sandbox/settings.py: SandboxSettings.{field.name} has no comment saying what it does"
+            )
+        lines.append(f"| `{field.name}` | {default} | {_cell(comments[field.name])} |")
+    return "\n".join(lines)
+
+
 def _module_summary(module: str) -> str:
     """The first line of a module's docstring (for a layer pyproject.toml says nothing of)."""
     relative = Path(*module.split("."))
@@ -577,8 +641,9 @@ PAGES = {CONFIG_PAGE: config_page, COMMANDS_PAGE: commands_page, BENCHMARKS_PAGE
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    if LAYERS_MARKER in markdown:
-        return markdown.replace(LAYERS_MARKER, layers_table())
+    for marker, render in ((LAYERS_MARKER, layers_table), (PROTOCOL_MARKER, protocol_tables)):
+        if marker in markdown:
+            markdown = markdown.replace(marker, render())
     return markdown
 
 

@@ -247,3 +247,15 @@ def test_the_architecture_page_shows_the_import_contract(site: Path) -> None:
     for layer in layers:
         for module in layer.split("|"):
             assert f"<code>{module.strip().removeprefix('piexp.')}</code>" in page, module
+
+
+def test_the_security_page_shows_the_sandbox_protocol(site: Path) -> None:
+    from dataclasses import fields
+
+    from piexp.sandbox.protocol import RunCodeRequest
+    from piexp.sandbox.settings import SandboxSettings
+
+    page = (site / "security" / "index.html").read_text(encoding="utf-8")
+    assert gen_reference.PROTOCOL_MARKER not in page
+    for name in [*RunCodeRequest.model_fields, *(field.name for field in fields(SandboxSettings))]:
+        assert f"<code>{name}</code>" in page, name

@@ -361,7 +361,13 @@ def config_page() -> str:
         "| key | type | description | default |",
         "| --- | --- | --- | --- |",
     ]
+    from piexp.config.schema import EVAL_POLICIES
+
+    # Typed `str` in the schema, which checks it against its own list.
+    choices = {"policy": EVAL_POLICIES}
     for key in top_level:
+        if key.path in choices:
+            key = dataclasses.replace(key, type=" | ".join([*choices[key.path], "null"]))
         lines.append(
             f"| `{key.path}` | {_cell(key.type)} | {_cell(key.description)} | {show_value(value_at(base, key.path))} |"
         )

@@ -192,6 +192,36 @@ def quick_start_commands() -> list[str]:
     return commands
 
 
+def test_every_page_names_real_subcommands() -> None:
+    """Every `python -m piexp WORD ...` on any page is a run (overrides, flags) or a
+    subcommand piexp has: a renamed one cannot linger in a page no test runs."""
+    from piexp.commands import SUBCOMMANDS
+
+    subcommand_lines = 0
+    for page in sorted(DOCS.rglob("*.md")):
+        in_code = False
+        for line in page.read_text(encoding="utf-8").splitlines():
+            if line.lstrip().startswith("```"):
+                in_code = not in_code
+                continue
+            if not in_code or "python -m piexp " not in line:
+                continue
+            argv = shlex.split(line.partition("  #")[0])
+            words = argv[argv.index("piexp") + 1 :]
+            first = words[0] if words else ""
+            if first and "=" not in first and not first.startswith("-"):
+                assert first in SUBCOMMANDS, f"{page.name}: `{first}` is no subcommand: {line}"
+                subcommand_lines += 1
+    assert subcommand_lines > 20  # the pages' show, compare, rescore, ... lines were all read
+
+
+def test_make_docs_builds_strictly_into_an_ignored_folder() -> None:
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+    assert "mkdocs build --strict --site-dir site" in recipe
+    assert "site/" in (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+
+
 def test_the_quick_start_pages_have_commands() -> None:
     commands = quick_start_commands()
     assert any("policy=wrong" in line for line in commands)

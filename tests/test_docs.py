@@ -231,7 +231,9 @@ def test_the_quick_start_pages_have_commands() -> None:
     assert re.search(r"^experiment:", makefile, re.M) and re.search(r"^docs:", makefile, re.M)
 
 
-@pytest.mark.parametrize("line", quick_start_commands())
+@pytest.mark.parametrize(
+    "line", [pytest.param(line, id=f"{' '.join(line.split('  #')[0].split()[3:6])}") for line in quick_start_commands()]
+)
 def test_quick_start_command_composes(line: str, tmp_path: Path) -> None:
     command, _, comment = line.partition("  #")
     argv = shlex.split(command)

@@ -1,5 +1,5 @@
 # Each target sets everything up first (idempotent, fast when nothing changed).
-.PHONY: setup experiment test bench
+.PHONY: setup experiment test bench docs
 
 setup:
 	bash scripts/setup.sh
@@ -17,3 +17,8 @@ test: setup
 
 bench: setup
 	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done
+
+# The documentation site (mkdocs.yml, sources in docs/), built strictly: a broken link
+# or an undocumented config key fails the build. Open site/index.html.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir site

@@ -23,7 +23,10 @@ for a free run slot, which is sandbox capacity: at concurrency 8 the server runs
 JSON, loopback HTTP, and at concurrency 8 waiting for the event loop to resume the
 episode); `strict` counts it as harness too: (wall - server - policy) / wall.
 
-so the harness is not the bottleneck; the programs are.
+Measured on the 2-core development VM, shared with other work (the figures the README
+gave, moved here): 19 oracle episodes/s at concurrency 1 and 23/s at concurrency 8, the
+sandbox taking 84% and 91% of an episode's time, so the harness is not the bottleneck;
+the programs are.
 
 Transcripts: every pass runs twice, without and with recording (`record` column:
 `run_episode(record_transcript=...)`, and with it each transcript written to a compressed

@@ -40,27 +40,27 @@ class SandboxSettings:
     built or started. "bwrap": one bubblewrap per run.
     """
 
-    max_concurrency: int = field(default_factory=_default_concurrency)
-    default_memory_limit_mb: int = 1024
-    output_cap_bytes: int = 1 << 20
-    cpu_time_s: Optional[float] = None
-    max_processes: int = 256
-    max_file_size_mb: int = 64
-    max_open_files: int = 256
-    max_run_timeout_s: float = 600.0
-    tmpfs_size_mb: int = 256
-    fetch_file_cap_bytes: int = 16 << 20
-    allow_unisolated: bool = False
-    use_cgroups: bool = True
-    work_dir: Optional[str] = None
-    prespawn: int = 0
-    launcher: str = "zygote"
+    max_concurrency: int = field(default_factory=_default_concurrency)  # runs at once (cores x 2); the rest queue
+    default_memory_limit_mb: int = 1024  # a run's memory limit when the request gives none (-1 or 0)
+    output_cap_bytes: int = 1 << 20  # stdout and stderr are each cut to this many bytes
+    cpu_time_s: Optional[float] = None  # a run's CPU-time limit; None: the request's run_timeout + 1 s
+    max_processes: int = 256  # processes and threads of one run (pids cgroup, else rlimit)
+    max_file_size_mb: int = 64  # the largest file a run may write (rlimit)
+    max_open_files: int = 256  # open file descriptors of one run (rlimit)
+    max_run_timeout_s: float = 600.0  # a request's run_timeout / compile_timeout is clamped to this
+    tmpfs_size_mb: int = 256  # size of a run's private /tmp
+    fetch_file_cap_bytes: int = 16 << 20  # a file of fetch_files larger than this is not sent back
+    allow_unisolated: bool = False  # run programs without isolation where bubblewrap is missing (unsafe)
+    use_cgroups: bool = True  # per-run memory and pids cgroups where writable (else rlimits only)
+    work_dir: Optional[str] = None  # where run directories are made; None: the system temporary directory
+    prespawn: int = 0  # bwrap sandboxes per language started ahead of requests (0 = off)
+    launcher: str = "zygote"  # zygote (one process starts every run) or bwrap (one per run)
     # The unprivileged host user and group every run executes as when the server runs
     # as root (a dedicated id: outside Debian's normal users 1000-59999, systemd's
     # dynamic users 61184-65519 and the usual subordinate-id ranges from 100000).
     # Unprivileged, runs are the server's own uid.
     run_uid: int = 99_000
-    run_gid: int = 99_000
+    run_gid: int = 99_000  # the group of that user
     # Per-run cap on the run directory (/sandbox) in MB; tmpfs_size_mb caps /tmp.
     # Enforced when the server runs as root (each is a tmpfs of its own).
     disk_quota_mb: int = 256

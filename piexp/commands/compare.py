@@ -30,12 +30,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--out", type=Path, default=None, help="where compare.md/.json/.png go (default: comparisons/DATE/TIME)"
     )
+    parser.add_argument(
+        "--wandb-project", default=None, help="also log the comparison to this Weights & Biases project"
+    )
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
         raise CompareError("compare needs at least two eval run folders (the first is the baseline)")
+    if args.wandb_project:
+        from piexp.launch.result_logging import wandb_installed
+
+        if not wandb_installed():
+            raise CompareError("--wandb-project needs the wandb package, which is not installed (pip install wandb)")
     out = args.out if args.out is not None else new_comparison_folder()
     print(write_comparison(args.runs, out))
     print(f"wrote {out / 'compare.md'}, compare.json, compare.png")
+    if args.wandb_project:
+        import json
+
+        from piexp.launch.result_logging import compare_tables, log_result
+
+        metrics, tables = compare_tables(json.loads((out / "compare.json").read_text(encoding="utf-8")))
+        files = [out / "compare.md", out / "compare.json", out / "compare.png"]
+        runs = {"runs": [str(run) for run in args.runs]}
+        log_result(out, args.wandb_project, out.name, runs, metrics, tables, files, "compare")
     return 0
 
 

@@ -191,10 +191,24 @@ class TrainMode(_Strict):
     )
 
 
+def _wandb_needs_its_package(project: str | None) -> None:
+    if project is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError("mode.wandb_project needs the wandb package, which is not installed (pip install wandb)")
+
+
 class EvalMode(_Strict):
     name: Literal["eval"] = Field(description="evaluate a policy on the eval split")
     preflight: bool = Field(description="run the check before evaluating a model")
     max_concurrency: PositiveInt = Field(description="episodes run at once")
+    wandb_project: str | None = Field(description="log the results to this Weights & Biases project (null = off)")
+
+    @model_validator(mode="after")
+    def _wandb_installed(self) -> EvalMode:
+        _wandb_needs_its_package(self.wandb_project)
+        return self
 
 
 class CheckMode(_Strict):
@@ -202,6 +216,14 @@ class CheckMode(_Strict):
     oracle_tasks_per_cell: PositiveInt = Field(description="oracle episodes per family x language per split")
     sample_tasks_per_cell: PositiveInt = Field(description="episodes per other scripted policy per cell")
     max_concurrency: PositiveInt = Field(description="episodes run at once")
+    wandb_project: str | None = Field(
+        description="log the check's results to this Weights & Biases project (null = off)"
+    )
+
+    @model_validator(mode="after")
+    def _wandb_installed(self) -> CheckMode:
+        _wandb_needs_its_package(self.wandb_project)
+        return self
 
 
 class RunConfig(_Strict):

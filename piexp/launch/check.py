@@ -272,6 +272,13 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
         from piexp.transcripts.viewer import write_run_viewer
 
         write_run_viewer(run_dir)
+        if isinstance(config.mode, CheckMode) and config.mode.wandb_project:
+            from piexp.launch.result_logging import check_tables, log_result
+
+            metrics, tables = check_tables(report)
+            files = [run_dir / "viewer.html", run_dir / CHECK_FILE]
+            log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
+                       tables, files, "check")  # fmt: skip
         say(_table(config, cells, runtimes))
         if violations:
             shown = violations[:5]

@@ -249,6 +249,14 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     write_results(run_dir, results)
     say(summary_table(results))
     say(f"wrote {run_dir / 'results.json'}, results.md, results.png, viewer.html")
+    if config.mode.wandb_project:
+        from piexp.launch.result_logging import eval_tables, log_result
+
+        metrics, tables = eval_tables(results)
+        files = [run_dir / name for name in ("viewer.html", "results.md", "results.json")]
+        url = log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
+                         tables, files, "eval")  # fmt: skip
+        say(f"logged to Weights & Biases project {config.mode.wandb_project}" + (f": {url}" if url else ""))
     missing = len(episodes) - len(records)
     resume = (
         f"The {len(records)} finished episodes are saved and this run is not marked complete; run the same "

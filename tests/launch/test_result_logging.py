@@ -1,0 +1,92 @@
+"""Eval, check and compare results go to Weights & Biases through tinker-cookbook's
+`ml_log` when a project is set: real `wandb` in offline mode (`WANDB_MODE=offline`), the
+run's records read back from the files it writes: the metrics (pass@k per family x
+language, the check's verdict, the comparison's differences), the tables, and the
+viewer as an artifact. Without a project nothing is logged."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from piexp.launch.result_logging import LOG_SUBDIR
+
+SMALL = ["family=arith,dates", "lang=python", "tasks.eval_per_family=2", "tasks.train_per_family=1"]
+
+
+def _piexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "WANDB_API_KEY")}
+    env["WANDB_MODE"] = "offline"
+    done = subprocess.run([sys.executable, "-m", "piexp", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _records(folder: Path) -> dict:
+    """What the offline W&B run under `folder` recorded: history items, tables, artifacts."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    (path,) = glob.glob(str(folder / LOG_SUBDIR / "wandb" / "offline-run-*" / "run-*.wandb"))
+    store = datastore.DataStore()
+    store.open_for_scan(path)
+    history: dict[str, object] = {}
+    artifacts: list[tuple[str, str]] = []
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history.update(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
+        elif kind == "artifact":
+            artifacts.append((record.artifact.name, record.artifact.type))
+    return {"history": history, "artifacts": artifacts}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("wandb")
+    folders = {name: root / name for name in ("oracle", "wrong", "check", "plain", "compare")}
+    _piexp(root, "mode=eval", "policy=oracle", *SMALL, "mode.preflight=false", "mode.wandb_project=piexp-test",
+           f"hydra.run.dir={folders['oracle']}")  # fmt: skip
+    _piexp(root, "mode=eval", "policy=wrong", *SMALL, "mode.preflight=false", f"hydra.run.dir={folders['wrong']}")
+    _piexp(root, "mode=check", *SMALL, "mode.oracle_tasks_per_cell=1", "mode.wandb_project=piexp-test",
+           f"hydra.run.dir={folders['check']}")  # fmt: skip
+    _piexp(root, "compare", str(folders["wrong"]), str(folders["oracle"]), "--out", str(folders["compare"]),
+           "--wandb-project", "piexp-test")  # fmt: skip
+    return folders
+
+
+def test_an_eval_logs_pass_at_k_per_cell_its_table_and_its_viewer(runs):
+    records = _records(runs["oracle"])
+    history = records["history"]
+    assert history["overall/pass@1"] == 1.0 and history["pass@1/arith/python"] == 1.0
+    assert history["pass@1/dates/python"] == 1.0 and history["reward_shaped/arith/python"] == 1.0
+    assert history["pass_at_k/nrows"] == 2 and history["pass_at_k/_type"] == "table-file"
+    assert (f"{runs['oracle'].name}-eval", "piexp-eval") in records["artifacts"]
+
+
+def test_a_check_logs_its_verdict(runs):
+    history = _records(runs["check"])["history"]
+    assert history["check/passed"] == 1.0 and history["check/oracle_pass_rate"] == 1.0
+    assert history["check/violations"] == 0.0 and history["expectations_met/nrows"] > 0
+
+
+def test_a_comparison_logs_its_differences(runs):
+    history = _records(runs["compare"])["history"]
+    (key,) = [k for k in history if k.startswith("diff_pass@1/")]
+    assert history[key] == pytest.approx(1.0), "oracle against wrong: +1.0 pass@1"
+    assert history["differences/nrows"] >= 3  # overall and each cell
+
+
+def test_without_a_project_nothing_is_logged(runs):
+    assert not (runs["wrong"] / LOG_SUBDIR).exists()

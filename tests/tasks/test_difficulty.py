@@ -110,5 +110,5 @@ def test_level_lists_parse_and_refuse_levels_outside_the_scale() -> None:
 def test_params_help_shows_the_scale() -> None:
     text = render_params_help(FAMILIES["arith"])
     assert "harder with larger n_expressions, larger max_depth, larger max_literal; levels 1..5" in text
-    assert "| 1 | 20 | 1 | 9 |" in text and "| 5 | 400 | 5 | 999 |" in text
+    assert "| 1 | 20 | 1 | 9 |" in text and "| 5 | 280 | 4 | 9999 |" in text
     assert "Difficulty: not declared" in render_params_help(_family(None))

@@ -127,7 +127,7 @@ FAMILY = Family(
             {"n_expressions": 60, "max_depth": 2, "max_literal": 99},
             {"n_expressions": 150, "max_depth": 3, "max_literal": 99},
             {"n_expressions": 250, "max_depth": 4, "max_literal": 999},
-            {"n_expressions": 400, "max_depth": 5, "max_literal": 999},
+            {"n_expressions": 280, "max_depth": 4, "max_literal": 9999},
         ),
     ),
     generate=generate,

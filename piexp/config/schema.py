@@ -383,6 +383,11 @@ class RunConfig(_Strict):
             raise ValueError(
                 f"algo.rollout_error_tolerance.min_successful ({floor}) exceeds mode.group_size ({mode.group_size})"
             )
+        if algo.binary_gate and mode.group_size < 2:
+            raise ValueError(
+                "algo.binary_gate needs mode.group_size >= 2: a group of one episode has one outcome, so every "
+                "group would be dropped"
+            )
         refuse_unsupported_algo(self.service.name, algo, self.model.name)
 
     @property

@@ -172,6 +172,9 @@ class SandboxSettings(_Strict):
 class TaskCounts(_Strict):
     train_per_family: PositiveInt = Field(description="train tasks generated per family")
     eval_per_family: PositiveInt = Field(description="eval tasks generated per family")
+    family_weights: dict[str, PositiveFloat] | None = Field(
+        description="mode=train: families mixed in every batch by weight (unnamed ones weigh 1); null = task order"
+    )
 
 
 class TrainMode(_Strict):
@@ -355,6 +358,8 @@ class RunConfig(_Strict):
                 key for key in type(self.algo).model_fields if getattr(self.algo, key) != getattr(default_algo, key)
             ]
             ignored.append("algo (" + ", ".join(f"algo.{key}" for key in changed) + ")")
+        if self.tasks.family_weights is not None:
+            ignored.append("tasks.family_weights")
         if ignored:
             raise ValueError(
                 f"{', '.join(ignored)} {'is a training option' if len(ignored) == 1 else 'are training options'}"
@@ -387,6 +392,13 @@ class RunConfig(_Strict):
             raise ValueError(
                 "algo.binary_gate needs mode.group_size >= 2: a group of one episode has one outcome, so every "
                 "group would be dropped"
+            )
+        weights = self.tasks.family_weights or {}
+        unknown = sorted(set(weights) - set(self.family))
+        if unknown:
+            raise ValueError(
+                f"tasks.family_weights names {', '.join(unknown)}, not among the selected families "
+                f"({', '.join(self.family)}); weigh only families in family="
             )
         refuse_unsupported_algo(self.service.name, algo, self.model.name)
 

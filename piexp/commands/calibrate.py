@@ -104,17 +104,25 @@ def main(argv: Sequence[str]) -> int:
     if not any(arg.startswith("k=") for arg in overrides):
         overrides.append(f"k={DEFAULT_SAMPLES}")
     base = load([*overrides, "mode=eval", f"tasks.eval_per_family={tasks}"])
-    # Each level: the user's overrides, then the level's params (they win over family.X.p= overrides).
+    # Each level: the user's overrides (of its family's params, only its own), then the level's params.
     levels: list[Level] = []
     out = Path(out_text or f"calibration/{base.eval_policy}").resolve()
     for name in base.families:
         family = declared_family(name)
         assert family.difficulty is not None
+        fixed = [
+            arg for arg in overrides if arg.split("=", 1)[0] in {f"family.{name}.{p}" for p in family.difficulty.harder}
+        ]
+        if fixed:
+            raise UserError(
+                f"{fixed[0]}: calibrate sets {name}'s difficulty parameters ({', '.join(family.difficulty.harder)}) "
+                "from each level itself; drop it (other parameters of the family may be set)."
+            )
         for number in parse_levels(name, family.difficulty.count, levels_text or "all"):
             params = family.level_params(number)
             config = load(
                 [
-                    *[arg for arg in overrides if not arg.startswith(("family=", f"family.{name}."))],
+                    *[arg for arg in overrides if not arg.startswith("family") or arg.startswith(f"family.{name}.")],
                     f"family=[{name}]",
                     *[f"family.{name}.{key}={value}" for key, value in params.items()],
                     "mode=eval",

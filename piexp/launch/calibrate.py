@@ -212,8 +212,9 @@ def calibration_markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def preset_text(data: dict[str, Any]) -> str | None:
-    """`experiments/` format: mode=train on the families with a chosen level, at that level."""
+def preset_text(data: dict[str, Any], params: dict[tuple[str, int], dict[str, Any]]) -> str | None:
+    """`experiments/` format: mode=train on the families with a chosen level, at that level
+    (`params`: each family x level's parameters as its eval ran them, the user's included)."""
     chosen = {family: p["chosen"] for family, p in data["proposal"].items() if p["chosen"] is not None}
     if not chosen:
         return None
@@ -232,8 +233,7 @@ def preset_text(data: dict[str, Any]) -> str | None:
     for family, level in chosen.items():
         pass1 = data["proposal"][family]["pass@1_by_level"][level]
         lines.append(f"  {family}:  # level {level}, pass@1 {pass1:.3f}")
-        params = declared_family(family).level_params(level)
-        lines += [f"    {name}: {value}" for name, value in params.items()]
+        lines += [f"    {name}: {value}" for name, value in params[(family, level)].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -291,7 +291,11 @@ def write_calibration(out: Path, levels: Sequence[Level], settings: dict[str, An
         "cells": cells,
         "proposal": propose(cells, band),
     }
-    preset = preset_text(data)
+    ran = {
+        (level.family, level.level): {k: v for k, v in level.config.family[level.family].items() if k != "_target_"}
+        for level in levels
+    }
+    preset = preset_text(data, ran)
     data["preset"] = PRESET_FILE if preset else None
     atomic_write_text(out / "calibration.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "calibration.md", calibration_markdown(data))

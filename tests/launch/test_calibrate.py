@@ -132,6 +132,7 @@ def test_a_policy_whose_skill_falls_with_difficulty_puts_its_middle_level_in_ban
         (["family=all", "n=20"], "above its budget of 2000 episodes"),
         (["budget=10"], "above its budget of 10 episodes"),
         (["mode=train"], "calibrate runs mode=eval"),
+        (["family.arith.max_depth=2"], "calibrate sets arith's difficulty parameters"),
         (["--yess"], "Unknown option --yess"),
     ],
 )

@@ -265,6 +265,7 @@ def plot_levels(data: dict[str, Any], path: Path) -> None:
             low, high = data["band"]
             axes.axhspan(low, high, color="grey", alpha=0.15, label="target band")
             axes.set_ylim(-0.05, 1.05)
+            axes.set_xticks(sorted({c["level"] for c in cells}))
             axes.set_xlabel("difficulty level")
             axes.set_title(f"{family} x {language}")
             axes.legend(fontsize="small")

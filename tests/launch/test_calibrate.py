@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import piexp.config.presets as presets
 import piexp.launch.evaluate as evaluate
 from piexp.commands.calibrate import main
 from piexp.config.compose import load
@@ -114,11 +115,17 @@ def test_a_policy_whose_skill_falls_with_difficulty_puts_its_middle_level_in_ban
     _calibrate(sandbox_url, tmp_path / "c", "family=dates", "lang=python", "policy=oracle", "n=8", "k=1")
     preset = yaml.safe_load((tmp_path / "c" / "calibrated.yaml").read_text())
     assert preset["defaults"] == [{"override /mode": "train"}, {"override /family": ["dates"]}]
-    config = load(
-        ["mode=train", "family=[dates]"]
-        + [f"family.dates.{key}={value}" for key, value in preset["family"]["dates"].items()]
-    )
-    assert config.mode.name == "train" and config.family["dates"]["max_nights"] == 30
+    # Selected by name from an experiments folder, it composes into a training run at level 3.
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "calibrated_dates.yaml").write_text((tmp_path / "c" / "calibrated.yaml").read_text())
+    monkeypatch.setattr(presets, "experiments_dir", lambda: experiments)
+    monkeypatch.setattr(presets, "_registered", False)
+    config = load(["experiment=calibrated_dates"])
+    assert config.mode.name == "train" and config.families == ["dates"]
+    assert {k: config.family["dates"][k] for k in preset["family"]["dates"]} == FAMILIES["dates"].level_params(3) | {
+        "first_year": 2019
+    }
 
 
 @pytest.mark.parametrize(

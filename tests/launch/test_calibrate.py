@@ -147,3 +147,14 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, args, message
     with pytest.raises(UserError, match=message):
         main(["family=arith", "lang=python", "policy=oracle", *args, "--out", str(tmp_path / "c")])
     assert not (tmp_path / "c").exists()
+
+
+def test_a_family_without_declared_difficulty_is_refused(monkeypatch):
+    import dataclasses
+
+    from piexp.launch.calibrate import declared_family
+    from piexp.tasks import registry
+
+    monkeypatch.setitem(registry._active, "arith", dataclasses.replace(FAMILIES["arith"], difficulty=None))
+    with pytest.raises(UserError, match="family arith declares no difficulty levels"):
+        declared_family("arith")

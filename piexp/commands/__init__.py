@@ -14,6 +14,11 @@ class Subcommand(NamedTuple):
 # Imported on use, so `piexp summarize` does not load what `piexp tasks` needs.
 SUBCOMMANDS: dict[str, Subcommand] = {
     "tasks": Subcommand("piexp.commands.tasks:main", "[family=...] [n=N] [split=eval] [--params]", "preview tasks"),
+    "calibrate": Subcommand(
+        "piexp.commands.calibrate:main",
+        "[family=...] [policy=...] [levels=1-5] [n=N] [band=0.2-0.8] [--out DIR]",
+        "pass@1 per difficulty level, and a preset at the policy's frontier",
+    ),
     "show": Subcommand(
         "piexp.commands.show:main", "RUN [N] [--failed] [--html]", "a run's episodes, one conversation, the viewer"
     ),

@@ -148,6 +148,9 @@ class AlgoSettings(_Strict):
     kl_reference_config: KLReference = Field(description="the KL reference policy")
     compute_post_kl: bool = Field(description="log the KL between the sampling and the updated policy (extra cost)")
     remove_constant_reward_groups: bool = Field(description="drop groups whose rewards are all equal (no signal)")
+    binary_gate: bool = Field(
+        description="drop a group whose binary outcomes are all equal, whatever its shaped rewards"
+    )
     shuffle_rewards: bool = Field(
         description="control: permute total rewards within each group before advantages (a run that must NOT learn)"
     )

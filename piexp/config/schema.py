@@ -172,6 +172,9 @@ class SandboxSettings(_Strict):
 class TaskCounts(_Strict):
     train_per_family: PositiveInt = Field(description="train tasks generated per family")
     eval_per_family: PositiveInt = Field(description="eval tasks generated per family")
+    family_weights: dict[str, PositiveFloat] | None = Field(
+        description="mode=train: families mixed in every batch by weight (unnamed ones weigh 1); null = task order"
+    )
 
 
 class TrainMode(_Strict):
@@ -377,6 +380,8 @@ class RunConfig(_Strict):
                 key for key in type(self.algo).model_fields if getattr(self.algo, key) != getattr(default_algo, key)
             ]
             ignored.append("algo (" + ", ".join(f"algo.{key}" for key in changed) + ")")
+        if self.tasks.family_weights is not None:
+            ignored.append("tasks.family_weights")
         if ignored:
             raise ValueError(
                 f"{', '.join(ignored)} {'is a training option' if len(ignored) == 1 else 'are training options'}"
@@ -404,6 +409,18 @@ class RunConfig(_Strict):
         if floor is not None and floor > mode.group_size:
             raise ValueError(
                 f"algo.rollout_error_tolerance.min_successful ({floor}) exceeds mode.group_size ({mode.group_size})"
+            )
+        if algo.binary_gate and mode.group_size < 2:
+            raise ValueError(
+                "algo.binary_gate needs mode.group_size >= 2: a group of one episode has one outcome, so every "
+                "group would be dropped"
+            )
+        weights = self.tasks.family_weights or {}
+        unknown = sorted(set(weights) - set(self.family))
+        if unknown:
+            raise ValueError(
+                f"tasks.family_weights names {', '.join(unknown)}, not among the selected families "
+                f"({', '.join(self.family)}); weigh only families in family="
             )
         refuse_unsupported_algo(self.service.name, algo, self.model.name)
 

@@ -86,6 +86,50 @@ class RepeatingDataset(RLDataset):
         return (len(self.builders) + self.batch_size - 1) // self.batch_size
 
 
+class WeightedFamilyDataset(RLDataset):
+    """`tasks.family_weights`: every batch mixes the families by weight. Slot g of the run
+    (batch index x batch size + position) goes to the family furthest behind its share
+    (smooth weighted round-robin: after n slots each family has had weight/total x n of
+    them, give or take one; ties go to the family listed first), which takes its next group
+    in its own cycle. No state: a batch depends only on its index, so a resumed run gets
+    the same batches."""
+
+    def __init__(
+        self, builders: Sequence[WorkspaceGroupBuilder], weights: dict[str, float], batch_size: int, n_batches: int
+    ) -> None:
+        self.families = [name for name in dict.fromkeys(builder.task.family for builder in builders)]
+        self.groups = {name: [b for b in builders if b.task.family == name] for name in self.families}
+        total = sum(weights.get(name, 1.0) for name in self.families)
+        self.shares = [weights.get(name, 1.0) / total for name in self.families]
+        self.batch_size = batch_size
+        self.n_batches = n_batches
+        self._schedule: list[tuple[int, int]] = []  # slot -> (family index, its occurrence)
+        self._counts = [0] * len(self.families)  # slots each family has had in the schedule so far
+
+    def _slot(self, slot: int) -> tuple[int, int]:
+        counts = self._counts
+        while len(self._schedule) <= slot:
+            n = len(self._schedule) + 1
+            family = max(range(len(self.families)), key=lambda f: (self.shares[f] * n - counts[f], -f))
+            self._schedule.append((family, counts[family]))
+            counts[family] += 1
+        return self._schedule[slot]
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        batch: list[EnvGroupBuilder] = []
+        for position in range(self.batch_size):
+            family, occurrence = self._slot(index * self.batch_size + position)
+            groups = self.groups[self.families[family]]
+            batch.append(groups[occurrence % len(groups)])
+        return batch
+
+    def set_epoch(self, seed: int = 0) -> None:
+        pass  # the schedule is fixed by the weights; the run's seed already shaped the tasks
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+
 def episode_settings(config: RunConfig, sandbox_url: str) -> EpisodeSettings:
     return EpisodeSettings(
         model_name=config.model.name,
@@ -123,6 +167,10 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         train = group_builders(splits.train, config.train_languages, settings, config.mode.group_size, evaluation=False)
         evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
         train_dataset: RLDataset = RepeatingDataset(train, config.mode.groups_per_batch, config.mode.max_steps)
+        if config.tasks.family_weights is not None:  # families mixed in every batch by weight
+            train_dataset = WeightedFamilyDataset(
+                train, config.tasks.family_weights, config.mode.groups_per_batch, config.mode.max_steps
+            )
         if config.algo.shuffle_rewards:  # the control run: rewards permuted within each group
             train_dataset = ShuffledRewardDataset(train_dataset, config.seed)
         train_dataset = HealthCheckedDataset(train_dataset, self.sandbox_url)

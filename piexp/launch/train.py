@@ -66,7 +66,8 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_che
         kl_discount_factor=algo.kl_discount_factor,
         kl_reference_config=kl_reference,
         compute_post_kl=algo.compute_post_kl,
-        remove_constant_reward_groups=algo.remove_constant_reward_groups,
+        # The binary gate drops its groups through the cookbook's filter of equal totals.
+        remove_constant_reward_groups=algo.remove_constant_reward_groups or algo.binary_gate,
         rollout_error_tolerance=rollout_error_tolerance(algo, config.sandbox.episode_retries, mode.group_size),
         termination=termination_policy(algo),
         async_config=(

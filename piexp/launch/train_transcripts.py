@@ -18,6 +18,8 @@ from typing import Any
 import chz
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
+from piexp.config.schema import RunConfig
+from piexp.env.binary_gate import GATE_FILE, BinaryGateDataset
 from piexp.env.dataset import WorkspaceDatasetBuilder
 from piexp.env.episode import WorkspaceGroupBuilder
 from piexp.policies.rollout import EpisodeRecord, fill_record
@@ -139,4 +141,6 @@ class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, evaluation = await super().__call__()
+        if RunConfig.model_validate_json(self.config_json).algo.binary_gate:
+            train = BinaryGateDataset(train, str(Path(self.run_dir) / GATE_FILE))
         return RecordingDataset(train, str(Path(self.run_dir) / TRAIN_TRANSCRIPTS)), evaluation

@@ -164,6 +164,13 @@ def write_summary(run_dir: Path) -> str:
                   f"(iteration {series[-1][0]})."]  # fmt: skip
     else:
         lines += ["No RL iteration logged yet."]
+    from piexp.env.binary_gate import gate_steps
+
+    gated = gate_steps(run_dir)
+    if gated:  # algo.binary_gate: the groups it dropped per step (binary_gate.jsonl)
+        lines += ["", "## Groups dropped by the binary gate", "", "| iteration | groups | dropped | informative |"]
+        lines += ["| --- | --- | --- | --- |"]
+        lines += [f"| {s['step']} | {s['groups']} | {s['dropped']} | {s['informative_fraction']:.2f} |" for s in gated]
     text = "\n".join(lines) + "\n"
     (run_dir / SUMMARY_FILE).write_text(text, encoding="utf-8")
     return text

@@ -2,7 +2,7 @@
 overlap-proof train/eval splits.
 
 Public API:
-    Task, Family, TaskFileFamily, FAMILIES (the built-ins), build_tasks, build_splits,
+    Task, Family, Difficulty, TaskFileFamily, FAMILIES (the built-ins), build_tasks, build_splits,
     check_split_overlap, assert_no_overlap, OverlapReport, reference_solution,
     task_reference, get_family, resolve_params. What a family must provide is the
     protocol in `piexp.tasks.family` (and docs/families.md).
@@ -15,6 +15,7 @@ from typing import Any
 
 from piexp.errors import UserError
 from piexp.tasks.core import MAX_SAFE_INTEGER, SPLITS, FrozenMap, Task
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, FamilyDefinitionError, check_split
 from piexp.tasks.families import ALL_FAMILIES, BUILTIN_TARGETS
 from piexp.tasks.overlap import OverlapReport, assert_no_overlap, check_split_overlap
@@ -150,6 +151,7 @@ def task_reference(task: Task, language: str) -> str:
 __all__ = [
     "BUILTIN_TARGETS",
     "FAMILIES",
+    "Difficulty",
     "FamilyDefinitionError",
     "TaskFileFamily",
     "TARGET_KEY",

@@ -28,6 +28,7 @@ from piexp.errors import UserError
 from piexp.languages import LANGUAGES
 from piexp.languages import language as registered_language
 from piexp.tasks.core import MAX_SAFE_INTEGER, SPLITS, Task, canonical_json, derive_rng
+from piexp.tasks.difficulty import Difficulty
 
 # The built-in families' reference programs (each family's default `refs/` folder).
 REFS_DIR = Path(__file__).resolve().parent / "families" / "refs"
@@ -50,6 +51,8 @@ class Family:
     generate: Generator
     # Where `<name>.py`, `<name>.js`, `<name>.jl` live; None = `refs/` beside the generator.
     references_dir: Path | None = None
+    # Which parameters make tasks harder, and the levels 1..L (piexp.tasks.difficulty); None = undeclared.
+    difficulty: Difficulty | None = None
 
     def __post_init__(self) -> None:
         where = f"family {self.name!r} ({self.source_file})"
@@ -80,6 +83,28 @@ class Family:
                 )
         if not callable(self.generate):
             raise FamilyDefinitionError(f"{where}: generate must be a function (rng, params) -> task.")
+        if self.difficulty is not None:
+            self._check_difficulty(where, names)
+
+    def _check_difficulty(self, where: str, names: list[str]) -> None:
+        assert self.difficulty is not None
+        problems = self.difficulty.problems(names, self.limits)
+        for number, level in enumerate(self.difficulty.levels if not problems else (), start=1):
+            try:
+                self.make_params(level)
+            except UserError as error:  # the params' own check (a prime modulus, a fitting grid)
+                problems.append(f"level {number}: {error}")
+        if problems:
+            raise FamilyDefinitionError(f"{where}: {'; '.join(problems)}.")
+
+    def level_params(self, level: int) -> dict[str, int]:
+        """The parameter values of difficulty `level`; refused for a family without levels or a level it lacks."""
+        if self.difficulty is None:
+            raise UserError(
+                f"family {self.name!r} ({self.source_file}) declares no difficulty levels; add "
+                "difficulty=Difficulty(harder=..., levels=...) to its Family (docs/families.md)."
+            )
+        return self.difficulty.params(self.name, level)
 
     @property
     def source_file(self) -> Path:

@@ -49,6 +49,25 @@ def _example(family: Family, params: dict[str, int], label: str, max_chars: int)
     return "\n".join(lines) + "\n"
 
 
+def difficulty_lines(family: Family) -> list[str]:
+    """The declared difficulty: the parameters that make tasks harder, and the level table."""
+    difficulty = family.difficulty
+    if difficulty is None:
+        return ["Difficulty: not declared (no levels; `python -m piexp calibrate` cannot walk this family)."]
+    names = list(difficulty.harder)
+    lines = [
+        "Difficulty: harder with "
+        + ", ".join(f"{'larger' if difficulty.harder[name] > 0 else 'smaller'} {name}" for name in names)
+        + f"; levels 1..{difficulty.count} (other parameters at their defaults):",
+        "",
+        "| level | " + " | ".join(names) + " |",
+        "| --- | " + " | ".join("---" for _ in names) + " |",
+    ]
+    for number, level in enumerate(difficulty.levels, start=1):
+        lines.append(f"| {number} | " + " | ".join(str(level[name]) for name in names) + " |")
+    return lines
+
+
 def render_params_help(family: Family | TaskFileFamily, max_chars: int = 300) -> str:
     if isinstance(family, TaskFileFamily):
         return (
@@ -69,6 +88,7 @@ def render_params_help(family: Family | TaskFileFamily, max_chars: int = 300) ->
     for name in family.param_names():
         low, high = family.limits[name]
         lines.append(f"| {name} | {low}..{high} | {defaults[name]} | {docs.get(name, '')} |")
+    lines += ["", *difficulty_lines(family)]
     easiest = {name: family.limits[name][0] for name in family.param_names()}
     examples = [
         _example(family, easiest, "the lowest values", max_chars),

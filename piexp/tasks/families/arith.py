@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 
 from piexp.tasks.families._common import query_file
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 BOUND = 10**12  # every node of every expression stays within +/-BOUND (<< 2^53)
@@ -118,5 +119,16 @@ FAMILY = Family(
         "max_literal": (1, 9999),
         "modulus": (2, 1_000_003),
     },
+    # Larger is harder in each; level 3 is the defaults (`tasks family=arith --params`).
+    difficulty=Difficulty(
+        harder={"n_expressions": 1, "max_depth": 1, "max_literal": 1},
+        levels=(
+            {"n_expressions": 20, "max_depth": 1, "max_literal": 9},
+            {"n_expressions": 60, "max_depth": 2, "max_literal": 99},
+            {"n_expressions": 150, "max_depth": 3, "max_literal": 99},
+            {"n_expressions": 250, "max_depth": 4, "max_literal": 999},
+            {"n_expressions": 280, "max_depth": 4, "max_literal": 9999},
+        ),
+    ),
     generate=generate,
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piexp.tasks.families._common import query_file
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 REGIONS = ("north", "south", "east", "west", "central", "coastal", "highlands", "islands")
@@ -127,5 +128,16 @@ FAMILY = Family(
         "max_quantity": (1, 1000),
         "max_price_cents": (1, 100_000),
     },
+    # Larger is harder in each; level 3 is the defaults (`tasks family=csv_agg --params`).
+    difficulty=Difficulty(
+        harder={"n_rows": 1, "n_products": 1, "n_regions": 1},
+        levels=(
+            {"n_rows": 10, "n_products": 2, "n_regions": 2},
+            {"n_rows": 50, "n_products": 4, "n_regions": 3},
+            {"n_rows": 150, "n_products": 8, "n_regions": 5},
+            {"n_rows": 250, "n_products": 8, "n_regions": 6},
+            {"n_rows": 400, "n_products": 8, "n_regions": 6},
+        ),
+    ),
     generate=generate,
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 
 from piexp.tasks.families._common import query_file
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -79,5 +80,16 @@ FAMILY = Family(
         "n_years": (1, 50),
         "max_nights": (1, 400),
     },
+    # Larger is harder in each; level 3 is the defaults (`tasks family=dates --params`).
+    difficulty=Difficulty(
+        harder={"n_bookings": 1, "n_years": 1, "max_nights": 1},
+        levels=(
+            {"n_bookings": 10, "n_years": 1, "max_nights": 7},
+            {"n_bookings": 40, "n_years": 3, "max_nights": 14},
+            {"n_bookings": 80, "n_years": 6, "max_nights": 30},
+            {"n_bookings": 150, "n_years": 20, "max_nights": 120},
+            {"n_bookings": 300, "n_years": 50, "max_nights": 400},
+        ),
+    ),
     generate=generate,
 )

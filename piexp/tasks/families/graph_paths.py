@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 
@@ -80,5 +81,16 @@ FAMILY = Family(
         "max_weight": (1, 100_000),
         "n_queries": (1, 60),
     },
+    # Larger is harder in each; level 3 is the defaults (`tasks family=graph_paths --params`).
+    difficulty=Difficulty(
+        harder={"n_nodes": 1, "n_edges": 1, "n_queries": 1},
+        levels=(
+            {"n_nodes": 5, "n_edges": 6, "n_queries": 2},
+            {"n_nodes": 15, "n_edges": 25, "n_queries": 4},
+            {"n_nodes": 40, "n_edges": 70, "n_queries": 8},
+            {"n_nodes": 100, "n_edges": 200, "n_queries": 16},
+            {"n_nodes": 300, "n_edges": 600, "n_queries": 40},
+        ),
+    ),
     generate=generate,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 
@@ -84,5 +85,16 @@ FAMILY = Family(
     summary="walled grid: sum of BFS distances from S to every reachable target",
     params_type=GridSearchParams,
     limits={"rows": (1, 60), "cols": (2, 100), "wall_percent": (0, 80), "n_targets": (1, 40)},
+    # Larger is harder in each; level 3 is the defaults (`tasks family=grid_search --params`).
+    difficulty=Difficulty(
+        harder={"rows": 1, "cols": 1, "n_targets": 1},
+        levels=(
+            {"rows": 5, "cols": 8, "n_targets": 2},
+            {"rows": 10, "cols": 15, "n_targets": 4},
+            {"rows": 20, "cols": 30, "n_targets": 6},
+            {"rows": 40, "cols": 60, "n_targets": 12},
+            {"rows": 60, "cols": 100, "n_targets": 24},
+        ),
+    ),
     generate=generate,
 )

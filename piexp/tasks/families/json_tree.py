@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 from piexp.tasks.families._common import query_file
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 TAGS = ("red", "green", "blue", "gold", "grey")
@@ -67,5 +68,16 @@ FAMILY = Family(
     summary="nested JSON tree: sum of size*depth over nodes with a tag",
     params_type=JsonTreeParams,
     limits={"n_nodes": (1, 300), "max_children": (1, 20), "max_size": (1, 1_000_000)},
+    # Larger is harder in each; level 3 is the defaults (`tasks family=json_tree --params`).
+    difficulty=Difficulty(
+        harder={"n_nodes": 1, "max_children": 1},
+        levels=(
+            {"n_nodes": 5, "max_children": 2},
+            {"n_nodes": 20, "max_children": 3},
+            {"n_nodes": 60, "max_children": 4},
+            {"n_nodes": 150, "max_children": 6},
+            {"n_nodes": 300, "max_children": 8},
+        ),
+    ),
     generate=generate,
 )

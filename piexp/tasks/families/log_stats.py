@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from piexp.tasks.families._common import query_file
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 SERVICES = (
@@ -103,5 +104,16 @@ FAMILY = Family(
         "n_services": (1, len(SERVICES)),
         "max_latency_ms": (1, 100_000),
     },
+    # Larger is harder in each; level 3 is the defaults (`tasks family=log_stats --params`).
+    difficulty=Difficulty(
+        harder={"n_lines": 1, "n_services": 1},
+        levels=(
+            {"n_lines": 10, "n_services": 2},
+            {"n_lines": 40, "n_services": 4},
+            {"n_lines": 80, "n_services": 6},
+            {"n_lines": 160, "n_services": 6},
+            {"n_lines": 300, "n_services": 6},
+        ),
+    ),
     generate=generate,
 )

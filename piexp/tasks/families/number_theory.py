@@ -14,6 +14,7 @@ from functools import lru_cache
 from itertools import accumulate
 
 from piexp.tasks.families._common import query_file
+from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, check_exact
 
 
@@ -110,5 +111,16 @@ FAMILY = Family(
     summary="sum of primes with digit sum divisible by k, over many ranges",
     params_type=NumberTheoryParams,
     limits={"n_ranges": (1, 200), "max_value": (10, 2_000_000), "max_divisor": (2, 60)},
+    # Larger is harder in each; level 3 is the defaults (`tasks family=number_theory --params`).
+    difficulty=Difficulty(
+        harder={"n_ranges": 1, "max_value": 1},
+        levels=(
+            {"n_ranges": 5, "max_value": 1000},
+            {"n_ranges": 15, "max_value": 10000},
+            {"n_ranges": 30, "max_value": 100000},
+            {"n_ranges": 80, "max_value": 500000},
+            {"n_ranges": 200, "max_value": 2000000},
+        ),
+    ),
     generate=generate,
 )

@@ -22,6 +22,8 @@ from typing import Any
 
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
+from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
+
 # The per-group record of a gated run, in its run folder.
 GATE_FILE = "binary_gate.jsonl"
 # The reward metric (piexp.env.reward) that is an episode's binary outcome.
@@ -39,16 +41,12 @@ def binary_outcome(trajectory: Trajectory) -> float:
 
 
 @dataclass(frozen=True)
-class BinaryGateGroupBuilder(EnvGroupBuilder):
+class BinaryGateGroupBuilder(GroupWrapper):
     """The inner group builder; a group of equal binary outcomes gets equal totals."""
 
-    inner: EnvGroupBuilder
     step: int
     group: int
     log_path: str
-
-    async def make_envs(self) -> Sequence[Env]:
-        return await self.inner.make_envs()
 
     async def compute_group_rewards(
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
@@ -73,31 +71,16 @@ class BinaryGateGroupBuilder(EnvGroupBuilder):
         with _write_lock, open(self.log_path, "a", encoding="utf-8") as sink:
             sink.write(json.dumps({**line, "dropped": dropped}) + "\n")
 
-    async def cleanup(self) -> None:
-        await self.inner.cleanup()
 
-    def logging_tags(self) -> list[str]:
-        return self.inner.logging_tags()
-
-
-class BinaryGateDataset(RLDataset):
+class BinaryGateDataset(WrappingDataset):
     """The inner dataset's batches, each group behind a BinaryGateGroupBuilder."""
 
     def __init__(self, inner: RLDataset, log_path: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.log_path = log_path
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        return [
-            BinaryGateGroupBuilder(inner=builder, step=index, group=position, log_path=self.log_path)
-            for position, builder in enumerate(self.inner.get_batch(index))
-        ]
-
-    def set_epoch(self, seed: int = 0) -> None:
-        self.inner.set_epoch(seed)  # type: ignore[attr-defined]
-
-    def __len__(self) -> int:
-        return len(self.inner)
+    def wrap(self, builder: EnvGroupBuilder, index: int, position: int) -> EnvGroupBuilder:
+        return BinaryGateGroupBuilder(inner=builder, step=index, group=position, log_path=self.log_path)
 
 
 def gate_steps(run_dir: Path) -> list[dict[str, Any]]:

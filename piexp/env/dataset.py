@@ -10,6 +10,7 @@ from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilde
 
 from piexp.config.schema import RunConfig
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
+from piexp.env.group_wrappers import WrappingDataset
 from piexp.env.rollout_policy import rollout_config
 from piexp.env.shuffled_rewards import ShuffledRewardDataset
 from piexp.env.splits import build_splits
@@ -36,23 +37,17 @@ def group_builders(
     ]
 
 
-class HealthCheckedDataset(RLDataset):
+class HealthCheckedDataset(WrappingDataset):
     """The inner dataset, refusing a batch once the sandbox is marked down, so a sandbox
     gone for good stops the run (`SandboxDown`) before any sampling is paid for."""
 
     def __init__(self, inner: RLDataset, sandbox_url: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.sandbox_url = sandbox_url
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         refuse_down_sandbox(self.sandbox_url)
-        return self.inner.get_batch(index)
-
-    def set_epoch(self, seed: int = 0) -> None:
-        self.inner.set_epoch(seed)  # type: ignore[attr-defined]
-
-    def __len__(self) -> int:
-        return len(self.inner)
+        return super().get_batch(index)
 
 
 class RepeatingDataset(RLDataset):

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
+from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
+
 __all__ = ["ShuffledRewardDataset", "ShuffledRewardGroupBuilder", "group_permutation"]
 
 
@@ -30,14 +32,10 @@ def group_permutation(size: int, seed: str) -> list[int]:
 
 
 @dataclass(frozen=True)
-class ShuffledRewardGroupBuilder(EnvGroupBuilder):
+class ShuffledRewardGroupBuilder(GroupWrapper):
     """The inner group builder, its trajectories' total rewards permuted by `seed`."""
 
-    inner: EnvGroupBuilder
     seed: str
-
-    async def make_envs(self) -> Sequence[Env]:
-        return await self.inner.make_envs()
 
     async def compute_group_rewards(
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
@@ -51,28 +49,13 @@ class ShuffledRewardGroupBuilder(EnvGroupBuilder):
             for i, (_, metrics) in enumerate(inner)
         ]
 
-    async def cleanup(self) -> None:
-        await self.inner.cleanup()
 
-    def logging_tags(self) -> list[str]:
-        return self.inner.logging_tags()
-
-
-class ShuffledRewardDataset(RLDataset):
+class ShuffledRewardDataset(WrappingDataset):
     """The inner dataset's batches, each group wrapped in a ShuffledRewardGroupBuilder."""
 
     def __init__(self, inner: RLDataset, run_seed: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.run_seed = run_seed
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        return [
-            ShuffledRewardGroupBuilder(inner=builder, seed=f"{self.run_seed}:{index}:{position}")
-            for position, builder in enumerate(self.inner.get_batch(index))
-        ]
-
-    def set_epoch(self, seed: int = 0) -> None:
-        self.inner.set_epoch(seed)  # type: ignore[attr-defined]
-
-    def __len__(self) -> int:
-        return len(self.inner)
+    def wrap(self, builder: EnvGroupBuilder, index: int, position: int) -> EnvGroupBuilder:
+        return ShuffledRewardGroupBuilder(inner=builder, seed=f"{self.run_seed}:{index}:{position}")

@@ -9,7 +9,6 @@ when the file is opened again and recorded anew."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from piexp.config.schema import RunConfig
 from piexp.env.binary_gate import GATE_FILE, BinaryGateDataset
 from piexp.env.dataset import WorkspaceDatasetBuilder
 from piexp.env.episode import WorkspaceGroupBuilder
+from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
 from piexp.policies.rollout import EpisodeRecord, fill_record
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, TranscriptWriter
 
@@ -70,22 +70,19 @@ class TrainRecorder:
 
 
 def _workspace_group(builder: EnvGroupBuilder) -> WorkspaceGroupBuilder:
-    while not isinstance(builder, WorkspaceGroupBuilder):
-        builder = builder.inner  # type: ignore[attr-defined]  # the wrappers' one field
+    while isinstance(builder, GroupWrapper):
+        builder = builder.inner
+    assert isinstance(builder, WorkspaceGroupBuilder), f"a training group is piexp's, not {type(builder)}"
     return builder
 
 
 @dataclass(frozen=True)
-class RecordingGroupBuilder(EnvGroupBuilder):
+class RecordingGroupBuilder(GroupWrapper):
     """The inner group; its trajectories' transcripts are recorded once graded."""
 
-    inner: EnvGroupBuilder
     iteration: int
     group: int
     path: str
-
-    async def make_envs(self) -> Sequence[Env]:
-        return await self.inner.make_envs()
 
     async def compute_group_rewards(
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
@@ -105,31 +102,16 @@ class RecordingGroupBuilder(EnvGroupBuilder):
         TrainRecorder.write(self.path, self.iteration, transcripts)
         return rewards
 
-    async def cleanup(self) -> None:
-        await self.inner.cleanup()
 
-    def logging_tags(self) -> list[str]:
-        return self.inner.logging_tags()
-
-
-class RecordingDataset(RLDataset):
+class RecordingDataset(WrappingDataset):
     """The inner dataset's batches, each group recorded (`RecordingGroupBuilder`)."""
 
     def __init__(self, inner: RLDataset, path: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.path = path
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        return [
-            RecordingGroupBuilder(inner=builder, iteration=index, group=group, path=self.path)
-            for group, builder in zip(itertools.count(), self.inner.get_batch(index))
-        ]
-
-    def set_epoch(self, seed: int = 0) -> None:
-        self.inner.set_epoch(seed)  # type: ignore[attr-defined]
-
-    def __len__(self) -> int:
-        return len(self.inner)
+    def wrap(self, builder: EnvGroupBuilder, index: int, position: int) -> EnvGroupBuilder:
+        return RecordingGroupBuilder(inner=builder, iteration=index, group=position, path=self.path)
 
 
 @chz.chz

@@ -57,12 +57,8 @@ def _slow_tests_without_a_docstring(path: Path) -> list[str]:
 
 def test_every_slow_test_says_why_in_its_docstring() -> None:
     """Tests marked `slow` take minutes; each says what it spends them on, so the list of
-    slowest tests can be read against a reason. (The learning test is left to its owner:
-    its module docstring says it runs bench/learning.py whole.)"""
+    slowest tests can be read against a reason."""
     missing = [
-        name
-        for path in sorted((ROOT / "tests").rglob("test_*.py"))
-        if path.name != "test_learning.py"
-        for name in _slow_tests_without_a_docstring(path)
+        name for path in sorted((ROOT / "tests").rglob("test_*.py")) for name in _slow_tests_without_a_docstring(path)
     ]
     assert missing == []

@@ -25,6 +25,8 @@ def _bench():
 
 
 def test_rl_improves_held_out_pass_at_1_and_ends_above_the_shuffled_control(server_venv: Path, tmp_path: Path) -> None:
+    """Slow (tens of minutes): builds learner-local if this machine has no build of its
+    sources, then runs bench/learning.py whole (the RL run and its shuffled-reward control)."""
     bench = _bench()
     console = Console(record=True, width=160)
     figures = bench.learning(tmp_path, console)

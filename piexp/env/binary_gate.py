@@ -22,7 +22,7 @@ from typing import Any
 
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
-from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
+from piexp.env.group_wrappers import GroupWrapper, WrappingDataset, step_and_total_rewards
 
 # The per-group record of a gated run, in its run folder.
 GATE_FILE = "binary_gate.jsonl"
@@ -52,8 +52,7 @@ class BinaryGateGroupBuilder(GroupWrapper):
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
     ) -> list[tuple[float, Metrics]]:
         inner = await self.inner.compute_group_rewards(trajectory_group, env_group)
-        step_sums = [sum(transition.reward for transition in trajectory.transitions) for trajectory in trajectory_group]
-        totals = [steps + final for steps, (final, _) in zip(step_sums, inner, strict=True)]
+        step_sums, totals = step_and_total_rewards(trajectory_group, inner)
         outcomes = [binary_outcome(trajectory) for trajectory in trajectory_group]
         dropped = len(set(outcomes)) <= 1
         self._record(outcomes, totals, dropped)

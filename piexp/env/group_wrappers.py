@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
 
+def step_and_total_rewards(
+    trajectory_group: Sequence[Trajectory], finals: Sequence[tuple[float, Metrics]]
+) -> tuple[list[float], list[float]]:
+    """Each trajectory's sum of step rewards, and its total (those plus its final group
+    reward): what the cookbook's advantages centre."""
+    step_sums = [sum(transition.reward for transition in trajectory.transitions) for trajectory in trajectory_group]
+    return step_sums, [steps + final for steps, (final, _) in zip(step_sums, finals, strict=True)]
+
+
 @dataclass(frozen=True)
 class GroupWrapper(EnvGroupBuilder):
     """The inner group builder, unchanged until a subclass overrides a method."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
-from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
+from piexp.env.group_wrappers import GroupWrapper, WrappingDataset, step_and_total_rewards
 
 __all__ = ["ShuffledRewardDataset", "ShuffledRewardGroupBuilder", "group_permutation"]
 
@@ -41,8 +41,7 @@ class ShuffledRewardGroupBuilder(GroupWrapper):
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
     ) -> list[tuple[float, Metrics]]:
         inner = await self.inner.compute_group_rewards(trajectory_group, env_group)
-        step_sums = [sum(transition.reward for transition in trajectory.transitions) for trajectory in trajectory_group]
-        totals = [steps + final for steps, (final, _) in zip(step_sums, inner, strict=True)]
+        step_sums, totals = step_and_total_rewards(trajectory_group, inner)
         order = group_permutation(len(totals), self.seed)
         return [
             (totals[order[i]] - step_sums[i], {**metrics, "shuffle_rewards/own_total": totals[i]})

@@ -21,7 +21,7 @@ from piexp.config.schema import RunConfig
 from piexp.env.binary_gate import GATE_FILE, BinaryGateDataset
 from piexp.env.dataset import WorkspaceDatasetBuilder
 from piexp.env.episode import WorkspaceGroupBuilder
-from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
+from piexp.env.group_wrappers import GroupWrapper, WrappingDataset, step_and_total_rewards
 from piexp.policies.rollout import EpisodeRecord, fill_record
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, TranscriptWriter
 
@@ -91,9 +91,9 @@ class RecordingGroupBuilder(GroupWrapper):
         workspace = _workspace_group(self.inner)
         task, language = workspace.task, workspace.language
         transcripts = []
-        for sample, (trajectory, env, (final, _metrics)) in enumerate(zip(trajectory_group, env_group, rewards)):
+        _steps, totals = step_and_total_rewards(trajectory_group, rewards)
+        for sample, (trajectory, env, total) in enumerate(zip(trajectory_group, env_group, totals, strict=True)):
             record = EpisodeRecord.of(TRAIN_POLICY, task, language, sample)
-            total = sum(transition.reward for transition in trajectory.transitions) + final
             fill_record(record, trajectory, total, env, task, workspace.settings)
             assert record.transcript is not None
             transcripts.append(

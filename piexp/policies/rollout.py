@@ -20,9 +20,10 @@ from typing import Any
 
 from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.rl.rollouts import do_group_rollout
-from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
+from tinker_cookbook.rl.types import Env, Trajectory
 
 from piexp.env.episode import EpisodeSettings, InfrastructureFailure, WorkspaceGroupBuilder
+from piexp.env.group_wrappers import GroupWrapper
 from piexp.env.reward import REWARD_METRICS, WorkspaceReward, final_answer, tool_payloads
 from piexp.tasks import Task
 from piexp.transcripts.capture import build_transcript
@@ -81,28 +82,16 @@ class EpisodeRecord:
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
-class _KeepEnvs(EnvGroupBuilder):
-    """Delegates to the real group builder and keeps the envs it made, so the final
-    message history can be read after the rollout."""
+@dataclass(frozen=True)
+class _KeepEnvs(GroupWrapper):
+    """The real group builder, keeping the envs it made, so the final message history can
+    be read after the rollout."""
 
-    def __init__(self, inner: EnvGroupBuilder) -> None:
-        self.inner = inner
-        self.envs: list[Env] = []
+    envs: list[Env] = field(default_factory=list)
 
     async def make_envs(self) -> Sequence[Env]:
-        self.envs = list(await self.inner.make_envs())
+        self.envs[:] = await self.inner.make_envs()
         return self.envs
-
-    async def compute_group_rewards(
-        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
-    ) -> list[tuple[float, Metrics]]:
-        return await self.inner.compute_group_rewards(trajectory_group, env_group)
-
-    async def cleanup(self) -> None:
-        await self.inner.cleanup()
-
-    def logging_tags(self) -> list[str]:
-        return self.inner.logging_tags()
 
 
 async def run_episode(

@@ -28,6 +28,10 @@ from piexp.service import placeholder_api_key
 from piexp.service.tinker_preflight import preflight_tinker, require_api_key
 from piexp.sweeps import SweepStatus
 
+#: How long a sweep's jobs get after Ctrl-C to stop their sandboxes and record themselves
+#: interrupted (about 2 s on an idle machine) before what is left of them is killed.
+_SWEEP_CLEAN_UP_S = 30.0
+
 # Flags that only print (help, version, completion): nothing to validate.
 _INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version", "--shell-completion", "-sc"}
 
@@ -58,10 +62,11 @@ def main(argv: list[str]) -> int:
             # Hydra refuses --cfg with -m; show each job's config instead.
             return exit_on_user_error(lambda: _print_sweep_configs(overrides))
     # Hydra itself (its app, launchers and plugins) loads only for a run that goes ahead.
-    from piexp.launch.job import hydra_entry
+    from piexp.launch.job import SWEEP_PROCESS_ENV, hydra_entry
 
     # The jobs check their own folders too (those the planner cannot name); they inherit this.
     os.environ[REPLACE_ENV] = "1" if replace else "0"
+    os.environ[SWEEP_PROCESS_ENV] = str(os.getpid())
 
     sweep_dir = sweep_dirs[0] if sweep_dirs else None
     if sweep_dir is not None and not any(o.split("=", 1)[0].lstrip("+") == "hydra.sweep.dir" for o in overrides):
@@ -77,6 +82,15 @@ def main(argv: list[str]) -> int:
         if sweep_dir is None:
             print("piexp: interrupted", file=sys.stderr)
         else:
+            from piexp.launch.child_processes import end_child_processes
+
+            killed = end_child_processes(_SWEEP_CLEAN_UP_S)
+            if killed:
+                print(
+                    f"piexp: {len(killed)} of the sweep's processes had not ended {_SWEEP_CLEAN_UP_S:g} s after "
+                    f"Ctrl-C and were killed (pids {', '.join(map(str, killed))})",
+                    file=sys.stderr,
+                )
             print(
                 f"piexp: interrupted; the sweep's finished jobs are kept. Resume with the same command and "
                 f"hydra.sweep.dir={sweep_dir} (finished jobs are skipped).",

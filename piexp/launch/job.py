@@ -9,6 +9,7 @@ instead of an exit that would take the other parallel jobs down with it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +26,11 @@ from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
 from piexp.launch.run import run_mode
 from piexp.launch.run_folder import claim_job_folder
 from piexp.sweeps import JobInfo, job_failed, run_tracked
+
+
+#: The pid of the process that started the sweep (set by `piexp.commands.run`): a job in
+#: another process runs in a parallel sweep's worker.
+SWEEP_PROCESS_ENV = "PIEXP_SWEEP_PROCESS"
 
 
 def run_job(cfg: DictConfig) -> float | None:
@@ -45,7 +51,15 @@ def run_job(cfg: DictConfig) -> float | None:
         report_user_error(error)
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
-        if job.multirun:
+        if job.multirun and os.environ.get(SWEEP_PROCESS_ENV, str(os.getpid())) != str(os.getpid()):
+            # A job of a parallel sweep has stopped its sandbox and recorded itself
+            # interrupted; its pool worker ends now rather than wait, idle, for work from
+            # a sweep that is over.
+            detach_job_log()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        if job.multirun:  # a sequential sweep's job, in the sweep's own process
             raise
         # Ctrl-C: the servers and sandboxes were stopped on the way out; one line, no
         # traceback, and how to go on (train resumes from its checkpoints, eval from its

@@ -14,8 +14,11 @@ base model beyond its interval while the control did not: the verdict (and the e
 status) is on pass@1, the issue's measure (it does not saturate here), with mean shaped
 reward's verdict printed beside it. Peak memory is the highest sum of resident set sizes
 of the piexp process and its descendants (sandbox, SkyRL server), sampled every 0.5 s.
-Usage: `python bench/learning.py [OUT_DIR]` (a temporary folder by default; the run
-folders stay in OUT_DIR for `piexp show` / `viewer.html`).
+Usage: `python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4]` (a temporary folder by
+default; the run folders stay in OUT_DIR, one `seed_S` folder per seed when several, for
+`piexp show` / `viewer.html`). It prints each run's per-step training curve (reward,
+share of episodes that wrote a file, turns, entropy and the sampler-trainer log-probability
+gap, the control's reward beside them), and with several seeds how many held the claim.
 
 Measured 2026-12-02 on the 2-core machine, nothing else running, `learner-local`
 01895214bc4afb25 (this recipe; a source change gives a new digest and build), 64 eval
@@ -166,8 +169,29 @@ def build_model() -> tuple[Path, dict, float, bool]:
     return path, read_marker(path) or {}, time.perf_counter() - started, cached
 
 
-def learning(out: Path, console: Console) -> dict:
-    """Run every stage into `out` and return the figures and verdicts."""
+#: Per-step training metrics the curve shows (metrics.jsonl keys, tinker-cookbook's and
+#: piexp's reward metrics): a collapse shows as reward and turns falling while entropy
+#: or the sampler-trainer gap jumps.
+CURVE = (
+    ("reward", "env/all/reward/total"),
+    ("wrote", "env/all/mutation_succeeded"),
+    ("turns", "env/all/turns_per_episode"),
+    ("entropy", "optim/entropy"),
+    ("kl(sampler,trainer)", "optim/kl_sample_train_v1"),
+)
+
+
+def curve(run_dir: Path) -> list[dict[str, float]]:
+    """Each training step's CURVE metrics from the run's metrics.jsonl (missing: NaN)."""
+    from piexp.run_records import read_metrics
+
+    rows = [row for row in read_metrics(run_dir) if "env/all/reward/total" in row]
+    return [{name: float(row.get(key, float("nan"))) for name, key in CURVE} for row in rows]
+
+
+def learning(out: Path, console: Console, seed: int = 0) -> dict:
+    """Run every stage into `out` (the runs' seed: tasks, sampling, training order) and
+    return the figures and verdicts."""
     from piexp.launch.comparison import compare, load_run
     from piexp.launch.loop import BASE_EVAL_DIR, TRAINED_EVAL_DIR
 
@@ -176,9 +200,9 @@ def learning(out: Path, console: Console) -> dict:
     path, marker, build_s, cached = build_model()
     console.print(f"model {path} ({'cached' if cached else f'built in {build_s:.0f} s'})")
     console.print("RL run with evaluations before and after ...")
-    loop_s, loop_mb = run_piexp(LOOP, out / "rl", out / "rl.log")
+    loop_s, loop_mb = run_piexp([*LOOP, f"seed={seed}"], out / "rl", out / "rl.log")
     console.print("control run (shuffled rewards) ...")
-    control_s, control_mb = run_piexp(CONTROL, out / "control", out / "control.log")
+    control_s, control_mb = run_piexp([*CONTROL, f"seed={seed}"], out / "control", out / "control.log")
     runs = [
         load_run(out / "rl" / BASE_EVAL_DIR),
         load_run(out / "rl" / TRAINED_EVAL_DIR),
@@ -190,6 +214,9 @@ def learning(out: Path, console: Console) -> dict:
     # verdict: how far apart the two trained models end).
     rl_vs_control = compare([runs[2], runs[1]])["overall"]["runs"][1]
     return {
+        "seed": seed,
+        "rl_curve": curve(out / "rl"),
+        "control_curve": curve(out / "control"),
         "build_s": marker.get("rollout_s", 0) + marker.get("fit_s", 0) if cached else build_s,
         "build_cached": cached,
         "heldout_nll": marker.get("heldout_nll"),
@@ -235,6 +262,13 @@ def report(figures: dict, console: Console) -> None:
         )
         table.add_row(label, f"{row['pass@1']:.3f}", f"{row['reward']:.3f}", *diff)
     console.print(table)
+    steps = Table(title="training, per step: RL (and the control's reward)")
+    for column in ("step", *(name for name, _ in CURVE), "control reward"):
+        steps.add_column(column, justify="right")
+    for step, row in enumerate(figures["rl_curve"]):
+        control = figures["control_curve"][step]["reward"] if step < len(figures["control_curve"]) else float("nan")
+        steps.add_row(str(step), *(f"{row[name]:.3f}" for name, _ in CURVE), f"{control:.3f}")
+    console.print(steps)
     build = (
         f"{figures['build_s']:.0f} s (recorded at its build)"
         if figures["build_cached"]
@@ -264,17 +298,44 @@ def report(figures: dict, console: Console) -> None:
     )
 
 
+def summary(runs: list[dict], console: Console) -> None:
+    """One line per seed and the count of runs that hold the claim."""
+    table = Table(title=f"{len(runs)} runs, one per seed (diff: paired difference to the base model, 95% interval)")
+    for column in ("seed", "base pass@1", "RL diff pass@1", "control diff pass@1", "RL beyond", "control flat"):
+        table.add_column(column, justify="right")
+    for run in runs:
+        rl, control = run["rl"], run["control"]
+        table.add_row(
+            str(run["seed"]),
+            f"{run['base']['pass@1']:.3f}",
+            f"{rl['diff_pass@1']:+.3f} ± {rl['diff_pass@1_ci']:.3f}",
+            f"{control['diff_pass@1']:+.3f} ± {control['diff_pass@1_ci']:.3f}",
+            "yes" if run["rl_improves"] else "NO",
+            "yes" if run["control_flat"] else "NO",
+        )
+    console.print(table)
+    held = sum(run["rl_improves"] and run["control_flat"] for run in runs)
+    console.print(f"RL beyond its interval with the control flat in {held} of {len(runs)} runs")
+
+
 def main() -> int:
+    """`python bench/learning.py [OUT_DIR] [--seeds 0,1,2,3,4]`: one run per seed."""
+    args = [a for a in sys.argv[1:] if not a.startswith("--seeds")]
+    seeds_arg = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--seeds=")), "0")
+    seeds = [int(s) for s in seeds_arg.split(",")]
     console = Console()
-    if len(sys.argv) > 1:
-        out = Path(sys.argv[1])
-        out.mkdir(parents=True, exist_ok=True)
-        figures = learning(out, console)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            figures = learning(Path(tmp), console)
-    report(figures, console)
-    return 0 if figures["rl_improves"] and figures["control_flat"] else 1
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args[0]) if args else Path(tmp)
+        for seed in seeds:
+            folder = out if len(seeds) == 1 else out / f"seed_{seed}"
+            folder.mkdir(parents=True, exist_ok=True)
+            figures = learning(folder, console, seed)
+            report(figures, console)
+            runs.append(figures)
+    if len(runs) > 1:
+        summary(runs, console)
+    return 0 if all(run["rl_improves"] and run["control_flat"] for run in runs) else 1
 
 
 if __name__ == "__main__":

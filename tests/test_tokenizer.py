@@ -9,6 +9,7 @@ download attempt fails instead of silently succeeding.
 from __future__ import annotations
 
 import json
+import unicodedata
 import os
 import pickle
 import threading
@@ -83,7 +84,7 @@ def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     old = os.environ.get("PIEXP_CACHE_DIR")
     os.environ["PIEXP_CACHE_DIR"] = str(root)
     # The loaded backend is process-wide; start from a clean slate for this root.
-    ptok_proxy._backend = None
+    ptok_proxy._backends.clear()
     ptok_proxy._proxies.clear()
     try:
         yield root
@@ -220,6 +221,47 @@ def test_qwen3_renderer_round_trip(tok: ptok.ThreadSafeTokenizer) -> None:
     (parsed,) = message["tool_calls"]
     assert parsed.function.name == "write"
     assert json.loads(parsed.function.arguments) == args
+
+
+def test_a_smaller_vocabulary_encodes_any_text_and_renders_tool_calls(tmp_path: Path, cache_root: Path) -> None:
+    """The smaller vocabulary a local model folder carries (Qwen3's first N BPE tokens and
+    its added tokens numbered from N): every text still encodes (in more tokens) and
+    decodes back, and the Qwen3 renderer's tool-call turn parses back through it."""
+    from tinker_cookbook import renderers
+    from tinker_cookbook.renderers.base import RenderContext, ToolCall
+
+    n = 1024
+    model_dir = ptok.build_qwen3_tokenizer_dir(tmp_path / "model", bpe_tokens=n)
+    small = ptok.load_offline_qwen3_tokenizer(str(model_dir))
+    full = ptok.load_offline_qwen3_tokenizer()
+    assert len(small) == n + len(ptok_build._QWEN3_ADDED_TOKENS)
+    assert small.unwrapped is not full.unwrapped
+    for i, (content, _) in enumerate(ptok_build._QWEN3_ADDED_TOKENS):
+        assert small.convert_tokens_to_ids(content) == n + i
+    for text in CORPUS + _extra_corpus():
+        ids = small.encode(text, add_special_tokens=False)
+        assert small.decode(ids) == unicodedata.normalize("NFC", text)
+        assert len(ids) >= len(full.encode(text, add_special_tokens=False))
+        assert all(i < n for i in ids if i not in special_ids_of(small))
+
+    renderer = renderers.get_renderer("qwen3", small)
+    msgs = [
+        *renderer.create_conversation_prefix_with_tools(_tools(), "You are helpful."),
+        {"role": "user", "content": "go"},
+    ]
+    args = {"path": "a.txt", "content": "hi\n"}
+    call = ToolCall(function=ToolCall.FunctionBody(name="write", arguments=json.dumps(args)))
+    ctx = RenderContext(idx=len(msgs), is_last=True, prev_message=msgs[-1], last_user_index=len(msgs) - 1)
+    rendered = renderer.render_message({"role": "assistant", "content": "", "tool_calls": [call]}, ctx)
+    tokens = [t for chunk in rendered.output for t in chunk.tokens]
+    assert max(tokens) < len(small) and tokens[-1] == n + 2  # <|im_end|>
+    message, termination = renderer.parse_response(tokens)
+    assert termination.is_clean
+    assert json.loads(message["tool_calls"][0].function.arguments) == args
+
+
+def special_ids_of(tokenizer: ptok.ThreadSafeTokenizer) -> set[int]:
+    return {tokenizer.convert_tokens_to_ids(content) for content, _ in ptok_build._QWEN3_ADDED_TOKENS}
 
 
 def test_concurrent_rendering_does_not_raise(tok: ptok.ThreadSafeTokenizer) -> None:

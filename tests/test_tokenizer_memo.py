@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,7 +120,9 @@ def test_encode_budget_bounds_new_tokenizing() -> None:
 
 
 def test_proxies_of_one_backend_share_the_memo(monkeypatch) -> None:
-    monkeypatch.setattr(ptok_proxy, "_backend", (FakeTokenizer(), threading.RLock(), ptok.EncodeCache()))
+    backend = (FakeTokenizer(), threading.RLock(), ptok.EncodeCache())
+    monkeypatch.setattr(ptok_proxy, "_tokenizer_dir", lambda name: Path("/the/qwen3/tokenizer"))
+    monkeypatch.setattr(ptok_proxy, "_shared_backend", lambda path: backend)
     monkeypatch.setattr(ptok_proxy, "_proxies", {})
     a, b = ptok.load_offline_qwen3_tokenizer("A"), ptok.load_offline_qwen3_tokenizer("B")
     a.encode("xyz", add_special_tokens=False)

@@ -104,17 +104,20 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     from piexp.env.splits import build_splits
     from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows, scripted_trajectories, token_sequences
     from piexp.pretrain.training import fit
+    from tinker_cookbook.tokenizer_utils import register_tokenizer
+
     from piexp.service.tiny_model import copy_tokenizer_files
-    from piexp.tokenizer import register_offline_tokenizers
+    from piexp.tokenizer import load_offline_qwen3_tokenizer, offline_qwen3_tokenizer_dir
 
     started = time.monotonic()
     say(
         f"{LEARNER_MODEL_NAME}: building the base model once for this machine ({target.name}); "
         "it is cached for later runs"
     )
-    # The episodes are rendered with the Qwen3 tokenizer the model will use, registered
+    # The episodes are rendered with the tokenizer the model will use, registered
     # offline under the model's name (the folder does not exist yet).
-    register_offline_tokenizers([config.model.name])
+    tokenizer_dir = offline_qwen3_tokenizer_dir(recipe.bpe_tokens)
+    register_tokenizer(config.model.name, lambda: load_offline_qwen3_tokenizer(str(tokenizer_dir)))  # type: ignore[arg-type,return-value]
     by_family: dict[str, list[Any]] = {}
     for task in build_splits(config).train:
         by_family.setdefault(task.family, []).append(task)
@@ -140,7 +143,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     copies = answer_windows(whole_turns, recipe.copy_window)
     heldout_answers = answer_turns(sequences(mix + copy - HELDOUT_ANSWERS, mix + copy))
     torch.manual_seed(recipe.seed)
-    model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.architecture), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.model_config()), dtype=torch.float32)
     steps = recipe.steps
     tokens = sum(int(sum(s.weights)) for s in train)
     with ProgressReport(
@@ -150,7 +153,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     staging = target.with_name(f".{target.name}.building")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
-    copy_tokenizer_files(staging)
+    copy_tokenizer_files(staging, tokenizer_dir)
     by_policy: dict[str, list[float]] = {}
     for policy, reward in zip(policies[:mix], rewards[:mix], strict=True):
         by_policy.setdefault(policy, []).append(reward)

@@ -77,11 +77,12 @@ def _is_complete(path: Path) -> bool:
     return marker == _expected_marker() and (path / "model.safetensors").is_file()
 
 
-def copy_tokenizer_files(model_dir: Path) -> None:
-    """Put the offline Qwen3 tokenizer's files into a model folder (loaders expect them there)."""
+def copy_tokenizer_files(model_dir: Path, tokenizer_dir: Path | None = None) -> None:
+    """Put a tokenizer's files (by default the offline Qwen3 tokenizer's) into a model
+    folder: loaders expect them there, and piexp loads a folder's own tokenizer."""
     from piexp.tokenizer import offline_qwen3_tokenizer_dir
 
-    for source in offline_qwen3_tokenizer_dir().iterdir():
+    for source in (tokenizer_dir or offline_qwen3_tokenizer_dir()).iterdir():
         if source.name.startswith("tokenizer") or source.name in ("special_tokens_map.json",):
             shutil.copy(source, model_dir / source.name)
 

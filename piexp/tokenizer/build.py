@@ -4,7 +4,10 @@ token ids; BPE merges are recovered from those ranks as transformers'
 ``TikTokenConverter`` does; NFC, Qwen's pre-tokenizer regex, byte-level pre-tokenizer
 and decoder, and the 26 added tokens with Qwen3's "special" flags), written once,
 atomically, to a cache directory, so that air-gapped runs and tests never reach the
-Hugging Face hub. transformers and tokenizers are imported inside the functions that
+Hugging Face hub. A smaller vocabulary of the same tokenizer keeps Qwen3's first N BPE
+tokens (every byte, then the first merges: any text still encodes, in more tokens) and
+the same added tokens, numbered from N; a small local model uses it, because its output
+layer's cost grows with the vocabulary. transformers and tokenizers are imported inside the functions that
 build, because importing them takes seconds."""
 
 from __future__ import annotations
@@ -82,8 +85,9 @@ def piexp_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "piexp"
 
 
-def _qwen3_cache_path() -> Path:
-    return piexp_cache_dir().joinpath(*_CACHE_SUBDIR)
+def _qwen3_cache_path(bpe_tokens: int | None = None) -> Path:
+    path = piexp_cache_dir().joinpath(*_CACHE_SUBDIR)
+    return path if bpe_tokens is None else path.with_name(f"{path.name}-bpe{bpe_tokens}")
 
 
 def _tml_renderers_version() -> str:
@@ -95,18 +99,23 @@ def _tml_renderers_version() -> str:
         return "unknown"
 
 
-def _expected_marker() -> dict[str, Any]:
-    return {"format_version": _BUILD_FORMAT_VERSION, "source": "tml_renderers.Qwen3Tokenizer"}
+def _expected_marker(bpe_tokens: int | None = None) -> dict[str, Any]:
+    marker: dict[str, Any] = {"format_version": _BUILD_FORMAT_VERSION, "source": "tml_renderers.Qwen3Tokenizer"}
+    return marker if bpe_tokens is None else {**marker, "bpe_tokens": bpe_tokens}
 
 
-def _is_complete(path: Path) -> bool:
+def _is_complete(path: Path, bpe_tokens: int | None = None) -> bool:
     """A cache dir is usable only if its marker (written last) matches this recipe."""
     try:
         marker = json.loads((path / _MARKER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    expected = _expected_marker()
-    return all(marker.get(k) == v for k, v in expected.items()) and (path / "tokenizer.json").is_file()
+    expected = _expected_marker(bpe_tokens)
+    return (
+        all(marker.get(k) == v for k, v in expected.items())
+        and marker.get("bpe_tokens") == bpe_tokens
+        and (path / "tokenizer.json").is_file()
+    )
 
 
 # --------------------------------------------------------------------------- build
@@ -125,13 +134,14 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
-def _qwen3_ranks_and_specials() -> tuple[dict[bytes, int], list[tuple[str, int, bool]]]:
+def _qwen3_ranks_and_specials(bpe_tokens: int | None = None) -> tuple[dict[bytes, int], list[tuple[str, int, bool]]]:
     """Read mergeable ranks and added-token ids from ``tml_renderers``.
 
     Every id below the first special id is a BPE token whose bytes we take from
     ``decode_bytes``; its rank is its id.  Special ids are verified against
     ``encode_special`` so a vocabulary change upstream fails loudly here instead of
-    silently shifting ids.
+    silently shifting ids.  With ``bpe_tokens``, only the ranks below it are kept (the
+    first 256 are Qwen3's single bytes) and the added tokens follow them.
     """
     from tml_renderers.tokenizers import Qwen3Tokenizer
 
@@ -147,12 +157,21 @@ def _qwen3_ranks_and_specials() -> tuple[dict[bytes, int], list[tuple[str, int, 
     if unknown:
         raise RuntimeError(f"tml_renderers' Qwen3 tokenizer has unexpected specials: {unknown}")
 
+    if bpe_tokens is not None:
+        if not 256 <= bpe_tokens <= first:
+            raise ValueError(
+                f"bpe_tokens must lie in [256, {first}] (every byte, at most Qwen3's BPE), not {bpe_tokens}"
+            )
+        specials = [(content, bpe_tokens + i, special) for i, (content, _, special) in enumerate(specials)]
+        first = bpe_tokens
     ranks: dict[bytes, int] = {}
     for rank in range(first):
         piece = bytes(tml.decode_bytes([rank]))
         if piece in ranks:
             raise RuntimeError(f"duplicate Qwen3 token bytes {piece!r} at ids {ranks[piece]}, {rank}")
         ranks[piece] = rank
+    if any(len(piece) != 1 for piece, rank in ranks.items() if rank < 256) or len(ranks) < 256:
+        raise RuntimeError("Qwen3's first 256 ids are no longer its single bytes")
     return ranks, specials
 
 
@@ -210,12 +229,12 @@ def _vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[tup
     return vocab, [(to_str(left), to_str(right)) for _, _, _, left, right in merges]
 
 
-def _build_backend() -> RustTokenizer:
+def _build_backend(bpe_tokens: int | None = None) -> RustTokenizer:
     """Assemble the ``tokenizers`` object mirroring Qwen3's ``tokenizer.json``."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import BPE
 
-    ranks, specials = _qwen3_ranks_and_specials()
+    ranks, specials = _qwen3_ranks_and_specials(bpe_tokens)
     vocab, merges = _vocab_and_merges(ranks)
     if len(vocab) != specials[0][1]:
         raise RuntimeError(f"BPE vocab has {len(vocab)} entries, expected {specials[0][1]}")
@@ -254,11 +273,11 @@ def _build_backend() -> RustTokenizer:
     return tok
 
 
-def _write_tokenizer_files(out_dir: Path) -> None:
+def _write_tokenizer_files(out_dir: Path, bpe_tokens: int | None = None) -> None:
     """Write a ``save_pretrained`` directory loadable by transformers, plus our marker."""
     from transformers import PreTrainedTokenizerFast
 
-    backend = _build_backend()
+    backend = _build_backend(bpe_tokens)
     hf = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token=_EOS_TOKEN,
@@ -276,7 +295,7 @@ def _write_tokenizer_files(out_dir: Path) -> None:
     hf.save_pretrained(str(out_dir))
     digest = hashlib.sha256((out_dir / "tokenizer.json").read_bytes()).hexdigest()
     marker = {
-        **_expected_marker(),
+        **_expected_marker(bpe_tokens),
         "tml_renderers_version": _tml_renderers_version(),
         "tokenizer_json_sha256": digest,
     }
@@ -286,24 +305,27 @@ def _write_tokenizer_files(out_dir: Path) -> None:
 _BUILD_LOCK = threading.Lock()
 
 
-def build_qwen3_tokenizer_dir(target: Path | None = None, *, force: bool = False) -> Path:
-    """Build the tokenizer into ``target`` atomically and return ``target``.
+def build_qwen3_tokenizer_dir(
+    target: Path | None = None, *, force: bool = False, bpe_tokens: int | None = None
+) -> Path:
+    """Build the tokenizer (with ``bpe_tokens``: the smaller vocabulary) into ``target``
+    atomically and return ``target``.
 
     Written into a temporary sibling directory and renamed into place, so a crash or
     a concurrent process never leaves a half-written cache that later loads as a
     broken tokenizer.  If another process wins the race, its copy is kept.
     """
-    target = Path(target) if target is not None else _qwen3_cache_path()
+    target = Path(target) if target is not None else _qwen3_cache_path(bpe_tokens)
     with _BUILD_LOCK:
-        if not force and _is_complete(target):
+        if not force and _is_complete(target, bpe_tokens):
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             tmp.chmod(0o755)  # mkdtemp makes it owner-only; a shared cache should be readable
-            _write_tokenizer_files(tmp)
+            _write_tokenizer_files(tmp, bpe_tokens)
             if target.exists():
-                if not force and _is_complete(target):  # another process finished first
+                if not force and _is_complete(target, bpe_tokens):  # another process finished first
                     return target
                 # Stale or broken: move aside first (rename is atomic), then delete.
                 trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -312,16 +334,17 @@ def build_qwen3_tokenizer_dir(target: Path | None = None, *, force: bool = False
             try:
                 os.rename(tmp, target)
             except OSError:
-                if not _is_complete(target):
+                if not _is_complete(target, bpe_tokens):
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
-def offline_qwen3_tokenizer_dir() -> Path:
-    """Directory of the cached Qwen3 tokenizer, building it first if missing or stale."""
-    path = _qwen3_cache_path()
-    if _is_complete(path):
+def offline_qwen3_tokenizer_dir(bpe_tokens: int | None = None) -> Path:
+    """Directory of the cached Qwen3 tokenizer (with ``bpe_tokens``: its smaller
+    vocabulary), building it first if missing or stale."""
+    path = _qwen3_cache_path(bpe_tokens)
+    if _is_complete(path, bpe_tokens):
         return path
-    return build_qwen3_tokenizer_dir(path)
+    return build_qwen3_tokenizer_dir(path, bpe_tokens=bpe_tokens)

@@ -10,8 +10,10 @@ per process and hands out one proxy per model name."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from .build import offline_qwen3_tokenizer_dir
@@ -230,30 +232,46 @@ del _m
 # --------------------------------------------------------------------------- loading
 
 _LOAD_LOCK = threading.Lock()
-_backend: tuple[Any, threading.RLock, EncodeCache] | None = None
+#: One backend per tokenizer (by the digest of its ``tokenizer.json``): Qwen3's, and the
+#: smaller vocabulary a local model folder may carry.
+_backends: dict[str, tuple[Any, threading.RLock, EncodeCache]] = {}
 _proxies: dict[str | None, ThreadSafeTokenizer] = {}
 
 
-def _shared_backend() -> tuple[Any, threading.RLock, EncodeCache]:
-    """The process-wide transformers tokenizer, its lock and its encode memo (loaded once)."""
-    global _backend
+def _tokenizer_dir(name_or_path: str | None) -> Path:
+    """A model folder's own tokenizer files where it has them, else the offline Qwen3 one."""
+    if name_or_path and (Path(name_or_path) / "tokenizer.json").is_file():
+        return Path(name_or_path)
+    return offline_qwen3_tokenizer_dir()
+
+
+def _shared_backend(path: Path) -> tuple[Any, threading.RLock, EncodeCache]:
+    """The process-wide transformers tokenizer of `path`, its lock and its encode memo
+    (loaded once per distinct tokenizer)."""
+    digest = hashlib.sha256((path / "tokenizer.json").read_bytes()).hexdigest()
     with _LOAD_LOCK:
-        if _backend is None:
+        backend = _backends.get(digest)
+        if backend is None:
             from transformers import PreTrainedTokenizerFast
 
-            path = offline_qwen3_tokenizer_dir()
             tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
-            _backend = (tok, threading.RLock(), EncodeCache())
-        return _backend
+            backend = _backends[digest] = (tok, threading.RLock(), EncodeCache())
+        return backend
 
 
 def load_offline_qwen3_tokenizer(name_or_path: str | None = None) -> ThreadSafeTokenizer:
     """Process-wide cached, thread-safe Qwen3 tokenizer (never touches the network).
 
-    ``name_or_path`` only sets what the proxy reports as ``name_or_path`` (the
-    cookbook stamps it into renderers for pickling); all proxies share one backend.
+    ``name_or_path`` is what the proxy reports as ``name_or_path`` (the cookbook stamps
+    it into renderers for pickling); a model folder with its own tokenizer files gets
+    that tokenizer (a smaller Qwen3 vocabulary), any other name Qwen3's. Proxies of one
+    tokenizer share one backend.
     """
-    tok, lock, cache = _shared_backend()
+    with _LOAD_LOCK:
+        proxy = _proxies.get(name_or_path)
+    if proxy is not None:
+        return proxy
+    tok, lock, cache = _shared_backend(_tokenizer_dir(name_or_path))
     with _LOAD_LOCK:
         proxy = _proxies.get(name_or_path)
         if proxy is None:

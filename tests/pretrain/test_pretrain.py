@@ -135,6 +135,13 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert set(marker["mean_reward_by_policy"]) <= {"oracle", "crash"}
     assert marker.get("mean_reward_by_policy", {}).get("oracle", 1.0) == 1.0
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    # The folder carries the recipe's smaller vocabulary, and the model's output layer is its size.
+    from piexp.tokenizer import load_offline_qwen3_tokenizer
+
+    config = json.loads((path / "config.json").read_text())
+    tokenizer = load_offline_qwen3_tokenizer(str(path))
+    assert TINY.bpe_tokens is not None and config["vocab_size"] == len(tokenizer) == TINY.bpe_tokens + 26
+    assert config["eos_token_id"] == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert build.ensure_learner_model(open_sandbox, TINY) == path
     assert opened == [1]  # the second call reused the build: no sandbox, no episodes
     other = build.ensure_learner_model(open_sandbox, dataclasses.replace(TINY, seed=1))

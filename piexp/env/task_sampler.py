@@ -22,11 +22,10 @@ from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset
 from piexp.config.schema import DifficultyPoolSettings
 from piexp.env.episode import WorkspaceGroupBuilder
 from piexp.env.group_outcomes import GroupOutcome, OutcomeLog
+from piexp.run_records import CONTROLS_PREFIX  # every metric the controls add to a step's row
 
 # The pools of `tasks.pools`, in the order they are listed and drawn from.
 POOLS = ("easy", "normal", "hard")
-# Prefix of every metric the controls add to a training step's row of metrics.jsonl.
-CONTROLS_PREFIX = "controls/"
 
 
 class OutcomeDrivenDataset(RLDataset):

@@ -28,6 +28,7 @@ from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.types import EnvGroupBuilder, Trajectory, Transition
 from tinker_cookbook.utils import ml_log
 
+from piexp.commands.summarize import summarize
 from piexp.config.compose import load
 from piexp.config.schema import RunConfig
 from piexp.cookbook_compat import extra_step_metrics
@@ -37,6 +38,8 @@ from piexp.env.splits import build_splits, level_train_tasks
 from piexp.env.task_sampler import OutcomeDrivenDataset, TrainingControls
 from piexp.errors import UserError
 from piexp.tasks import Task
+from piexp.transcripts.runs import load_run
+from piexp.transcripts.viewer import render_viewer
 
 SANDBOX = "http://127.0.0.1:1/run_code"  # never called: the fixture grades without running programs
 
@@ -205,7 +208,7 @@ def test_each_training_steps_metrics_row_records_the_controls(tmp_path: Path) ->
     config = load([*ADAPTIVE, "algo.binary_gate=true"])
     run = _Run(config, tmp_path)
     run.step(0, lambda task: 2)
-    run.step(1, lambda task: 4 if task.task_id.endswith("00000-level1") else 0)
+    run.step(1, lambda task: 0)
     cookbooks_own = ml_log.setup_logging
     with extra_step_metrics(run.controls.step_metrics):
         logger = ml_log.setup_logging(log_dir=str(tmp_path), config=None, do_configure_logging_module=False)
@@ -219,6 +222,21 @@ def test_each_training_steps_metrics_row_records_the_controls(tmp_path: Path) ->
     assert rows[1]["controls/groups"] == 2.0 and rows[1]["controls/level/arith"] == 1.0
     assert not any(key.startswith("controls/") for key in rows[2])
     assert ml_log.setup_logging is cookbooks_own  # the hook is undone on leaving
+
+    # `summarize` and the run's viewer show them where they show the training metrics.
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("mode:\n  name: train\n")
+    written = summarize(tmp_path)
+    summary = written["md"].read_text()
+    assert "## Online controls per training step" in summary
+    assert (
+        "| step | groups | informative_fraction | pass_rate | gate_dropped | level/arith | level_pass_rate/arith |"
+        in (summary)
+    )
+    assert "| 1 | 2 | 0 | 0 | 2 | 1 | 0.5 |" in summary  # step 1's level was chosen after step 0's 0.5
+    assert written["controls"].read_bytes()[:4] == b"\x89PNG"
+    page = render_viewer(load_run(tmp_path))
+    assert '"controls/informative_fraction":1.0' in page and "online controls per step" in page
 
 
 @pytest.mark.parametrize(

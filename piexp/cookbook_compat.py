@@ -187,8 +187,8 @@ def extra_step_metrics(extra: Callable[[int], Mapping[str, Any]]) -> Iterator[No
     def setup_logging(*args: Any, **kwargs: Any) -> ml_log.Logger:
         return StepMetricsLogger(original(*args, **kwargs), extra)
 
-    ml_log.setup_logging = setup_logging  # type: ignore[assignment]
+    ml_log.setup_logging = setup_logging
     try:
         yield
     finally:
-        ml_log.setup_logging = original  # type: ignore[assignment]
+        ml_log.setup_logging = original

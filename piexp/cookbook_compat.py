@@ -15,12 +15,18 @@ pyproject.toml.
    ``__slots__`` allows).
 3. **The generation suffix.** ``Renderer._get_generation_suffix`` gives the tokens the
    generation prompt puts after the assistant header; :func:`generation_suffix` calls it.
+4. **A training step's metrics.** ``rl.train.main`` builds its metrics logger with
+   ``ml_log.setup_logging`` and offers no way to add to what it logs per step;
+   :func:`extra_step_metrics` replaces that function while ``main`` runs by one whose
+   logger adds piexp's metrics to every training step's row (``metrics.jsonl``, W&B).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
@@ -31,6 +37,7 @@ from tinker_cookbook import renderers
 from tinker_cookbook.renderers.base import Message, RenderContext
 from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.types import Env
+from tinker_cookbook.utils import ml_log
 
 from piexp.errors import UserError
 
@@ -44,16 +51,21 @@ class CookbookCompatError(UserError):
 
 @dataclass(frozen=True)
 class Hook:
-    """A private cookbook method piexp overrides or calls: where it lives, its name, and
-    the leading parameter names piexp relies on."""
+    """A private cookbook method (or module function) piexp overrides or calls: where it
+    lives, its name, and the leading parameter names piexp relies on."""
 
-    owner: type
+    owner: type | types.ModuleType
     name: str
     parameters: tuple[str, ...]
 
     def problem(self) -> str | None:
         """What is wrong with this hook in the installed cookbook (None: it fits)."""
-        where = f"{self.owner.__module__}.{self.owner.__qualname__}.{self.name}"
+        owner = self.owner
+        where = (
+            f"{owner.__name__}.{self.name}"
+            if isinstance(owner, types.ModuleType)
+            else f"{owner.__module__}.{owner.__qualname__}.{self.name}"
+        )
         method = inspect.getattr_static(self.owner, self.name, None)
         if not callable(method):
             return f"{where} is missing"
@@ -67,6 +79,7 @@ class Hook:
 HOOKS: tuple[Hook, ...] = (
     Hook(EnvFromMessageEnv, "_render_in_thread", ("self", "messages", "kwargs")),
     Hook(renderers.Renderer, "_get_generation_suffix", ("self", "role", "ctx")),
+    Hook(ml_log, "setup_logging", ("log_dir", "wandb_project", "wandb_name", "config")),
 )
 
 
@@ -130,3 +143,52 @@ def adopt_env_class(environment: Env, cls: type[RenderHookEnv]) -> Env:
 def generation_suffix(renderer: renderers.Renderer, role: str, ctx: RenderContext) -> list[int]:
     """The tokens the generation prompt ends with for `role` (hook 3)."""
     return list(renderer._get_generation_suffix(role, ctx))  # noqa: SLF001 - hook 3
+
+
+class StepMetricsLogger(ml_log.Logger):
+    """The cookbook's logger, each training step's row (one with `progress/batch`, which
+    the training loops log and evaluations alone do not) joined by `extra(step)`."""
+
+    def __init__(self, inner: ml_log.Logger, extra: Callable[[int], Mapping[str, Any]]) -> None:
+        self.inner = inner
+        self.extra = extra
+
+    def log_hparams(self, config: Any) -> None:
+        self.inner.log_hparams(config)
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        if step is not None and "progress/batch" in metrics:
+            metrics = {**metrics, **self.extra(step)}
+        self.inner.log_metrics(metrics, step)
+
+    def log_long_text(self, key: str, text: str) -> None:
+        self.inner.log_long_text(key, text)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+    def get_logger_url(self) -> str | None:
+        return self.inner.get_logger_url()
+
+    @property
+    def store(self) -> Any:
+        return self.inner.store
+
+
+@contextmanager
+def extra_step_metrics(extra: Callable[[int], Mapping[str, Any]]) -> Iterator[None]:
+    """While inside, loggers the cookbook sets up add `extra(step)` to each training step's
+    metrics (hook 4); the cookbook's own function is back on leaving."""
+    original = ml_log.setup_logging
+
+    def setup_logging(*args: Any, **kwargs: Any) -> ml_log.Logger:
+        return StepMetricsLogger(original(*args, **kwargs), extra)
+
+    ml_log.setup_logging = setup_logging
+    try:
+        yield
+    finally:
+        ml_log.setup_logging = original

@@ -1,6 +1,7 @@
 """Reading finished or running run folders back (`piexp summarize`, `piexp show`, a
 train run's `summary.md`): which folders under a run or sweep folder are jobs, and the
-per-step metrics tinker-cookbook logs to a train run's `metrics.jsonl`."""
+per-step metrics tinker-cookbook logs to a train run's `metrics.jsonl` (with the online
+controls' metrics piexp adds to each step, `controls/...`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ TRAIN_KEYS: dict[str, tuple[str, ...]] = {
     "pass@1": ("test/env/all/reward/total",),
     "reward": ("env/all/reward/total", "env/all/reward/total/mean"),
 }
+
+
+# Prefix of the online controls' metrics in a training step's row (piexp.env.task_sampler).
+CONTROLS_PREFIX = "controls/"
 
 
 def find_job_folders(root: Path) -> list[Path]:
@@ -70,3 +75,19 @@ def metric_curve(rows: list[dict[str, Any]], metric: str) -> list[tuple[int, flo
         if curve:
             return curve
     return []
+
+
+def control_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per training step with any, its online controls' metrics (informative fraction,
+    groups dropped by the gate, pool sizes, levels): `{"step": n, "controls/...": value}`;
+    a step logged twice (a resumed run) keeps its last row."""
+    steps: dict[int, dict[str, Any]] = {}
+    for index, row in enumerate(rows):
+        values = {
+            key: value
+            for key, raw in row.items()
+            if key.startswith(CONTROLS_PREFIX) and (value := finite_number(raw)) is not None
+        }
+        if values:
+            steps[int(row.get("step", index))] = values
+    return [{"step": step, **values} for step, values in sorted(steps.items())]

@@ -1,7 +1,8 @@
 """One job of a run or sweep folder as `piexp summarize` reads it back: its overrides,
 state (from the sweep's status files or the job's completion marker), the final and best
 value of each key metric (from `results.json` for eval runs, `metrics.jsonl` for train
-runs), its training curves and its pass@1 per family x language; and the grouping of jobs
+runs), its training curves, its online controls per step (train runs) and its pass@1 per
+family x language; and the grouping of jobs
 by setting (their overrides but the seed)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from piexp.run_records import TRAIN_KEYS, finite_number, metric_curve, read_metrics
+from piexp.run_records import TRAIN_KEYS, control_rows, finite_number, metric_curve, read_metrics
 from piexp.sweeps import STATUS_SUBDIR
 from piexp.sweeps.marker import read_marker
 from piexp.sweeps.status import STATUS_JSON
@@ -47,6 +48,7 @@ class JobSummary:
     tool_failures: str = ""  # eval runs: failure kinds that occurred, with counts
     cells: dict[str, float | None] = field(default_factory=dict)  # eval runs: "family x language" -> pass@1
     not_run: int = 0  # eval runs: episodes piexp's sandbox or model service could not run (results incomplete)
+    controls: list[dict[str, Any]] = field(default_factory=list)  # train runs: the online controls per step
 
 
 def _read_yaml(path: Path) -> Any:
@@ -108,6 +110,7 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
                 job.curves[metric] = curve
                 job.finals[metric] = curve[-1][1]
                 job.bests[metric] = max(value for _, value in curve)
+        job.controls = control_rows(rows)
         steps = [int(row["step"]) for row in rows if isinstance(row.get("step"), int)]
         job.steps = max(steps) + 1 if steps else len(rows)
     return job

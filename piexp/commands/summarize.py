@@ -19,6 +19,10 @@ Key metrics, and where they come from:
 * `reward`: eval runs: `overall.reward_shaped` (mean shaped reward); train runs:
   `env/all/reward/total` (mean reward of each training batch, in the run's reward mode).
 
+Train runs whose steps record the online controls (`controls/...` in metrics.jsonl: the
+fraction of informative groups, groups the binary gate dropped, pool sizes, each adapted
+family's level) also get a table of them per step and `runs_summary_controls.png`.
+
 "final" is the last value (eval: the only one), "best" the highest. When no job trained,
 `runs_summary.md` (what is printed) shows each metric once, without `steps` and `best_`
 columns that would only repeat it; the CSV keeps every column for scripts. Eval runs also get a
@@ -42,7 +46,7 @@ from piexp.commands.job_summary import (
     sweep_states,
     varying_overrides,
 )
-from piexp.commands.summary_plots import plot_cells, plot_metric, plot_seed_means
+from piexp.commands.summary_plots import plot_cells, plot_controls, plot_metric, plot_seed_means
 from piexp.errors import UserError
 from piexp.run_records import find_job_folders
 from piexp.stats import mean_ci95
@@ -169,6 +173,23 @@ def cells_markdown(jobs: Sequence[JobSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def controls_markdown(jobs: Sequence[JobSummary]) -> str:
+    """Each train job's online controls per step (a column per `controls/` metric)."""
+    lines = []
+    for job in jobs:
+        if not job.controls:
+            continue
+        keys = list(dict.fromkeys(key for row in job.controls for key in row if key != "step"))
+        lines += ["", f"### {job.name}", "", "| step | " + " | ".join(k.removeprefix("controls/") for k in keys) + " |"]
+        lines.append("| --- |" + " --- |" * len(keys))
+        lines += [
+            f"| {row['step']} | " + " | ".join(_fmt(row.get(key)) or "-" for key in keys) + " |" for row in job.controls
+        ]
+    if not lines:
+        return ""
+    return "\n## Online controls per training step\n" + "\n".join(lines) + "\n"
+
+
 def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     """Write the summary files of `root` into `out_dir` (default: root); returns them."""
     root = Path(root)
@@ -200,7 +221,8 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         markdown(root, header, rows, training=trained(jobs))
         + cells_markdown(jobs)
         + states_markdown(jobs)
-        + seed_groups_markdown(jobs),
+        + seed_groups_markdown(jobs)
+        + controls_markdown(jobs),
         encoding="utf-8",
     )
     for metric in KEY_METRICS:
@@ -212,6 +234,8 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
             written[f"{metric}_over_seeds"] = path
     if plot_cells(jobs, out_dir / f"{OUTPUT_STEM}_cells.png"):
         written["cells"] = out_dir / f"{OUTPUT_STEM}_cells.png"
+    if plot_controls(jobs, out_dir / f"{OUTPUT_STEM}_controls.png"):
+        written["controls"] = out_dir / f"{OUTPUT_STEM}_controls.png"
     return written
 
 

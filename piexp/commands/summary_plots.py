@@ -1,6 +1,7 @@
 """The plots of `piexp summarize`: each key metric per job (training curves, or bars of
 eval values), the mean over seeds per setting with its 95% interval, and pass@1 per
-family x language as a heatmap. Each returns False and writes nothing when no job has
+family x language as a heatmap, and the online controls of train runs over steps
+(informative-group fraction, pool sizes, levels). Each returns False and writes nothing when no job has
 what it shows."""
 
 from __future__ import annotations
@@ -149,6 +150,48 @@ def plot_cells(jobs: Sequence[JobSummary], path: Path) -> bool:
                 )
     axes.set_title("pass@1 by family x language")
     figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+# The panels of the controls plot: a title and which `controls/` metrics it draws.
+_CONTROL_PANELS = (
+    ("informative groups (fraction)", ("controls/informative_fraction",)),
+    ("groups dropped by the binary gate", ("controls/gate_dropped",)),
+    ("pool sizes", ("controls/pool/",)),
+    ("difficulty level per family", ("controls/level/",)),
+)
+
+
+def plot_controls(jobs: Sequence[JobSummary], path: Path) -> bool:
+    """The online controls of each train job over steps, a panel per kind that some job
+    has; returns False (and writes nothing) when no job recorded any."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        (title, keys)
+        for title, prefixes in _CONTROL_PANELS
+        if (keys := sorted({k for job in jobs for row in job.controls for k in row if k.startswith(prefixes)}))
+    ]
+    if not panels:
+        return False
+    figure, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
+    for (title, keys), axis in zip(panels, axes[:, 0]):
+        for job in jobs:
+            for key in keys:
+                points = [(row["step"], row[key]) for row in job.controls if key in row]
+                if points:
+                    steps, values = zip(*points)
+                    label = job.name if len(keys) == 1 else f"{job.name} {key.rsplit('/', 1)[-1]}"
+                    axis.plot(steps, values, marker="." if len(steps) < 30 else None, label=label)
+        axis.set_title(title)
+        axis.set_xlabel("step")
+        axis.legend(fontsize="small", loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

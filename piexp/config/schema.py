@@ -169,12 +169,72 @@ class SandboxSettings(_Strict):
         return self
 
 
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class PoolWeights(_Strict):
+    easy: NonNegativeFloat = Field(description="weight of the easy pool (groups whose latest pass rate was high)")
+    normal: NonNegativeFloat = Field(description="weight of the normal pool (and of groups not graded yet)")
+    hard: NonNegativeFloat = Field(description="weight of the hard pool (groups whose latest pass rate was low)")
+
+
+class DifficultyPoolSettings(_Strict):
+    """prime-rl's difficulty pools: each (task, language) group sits in the easy, normal or
+    hard pool by its latest binary pass rate; batches draw from the pools by weight."""
+
+    enabled: bool = Field(description="sort the train groups into easy / normal / hard pools (mode=train)")
+    easy_at: Fraction = Field(description="a group whose latest pass rate is >= this goes to the easy pool")
+    hard_at: Fraction = Field(description="a group whose latest pass rate is <= this goes to the hard pool")
+    weights: PoolWeights = Field(description="how often each pool is drawn from (an empty pool is skipped)")
+
+    @model_validator(mode="after")
+    def _thresholds_ordered(self) -> DifficultyPoolSettings:
+        if self.hard_at >= self.easy_at:
+            raise ValueError(
+                f"tasks.pools.hard_at ({self.hard_at}) must be below tasks.pools.easy_at ({self.easy_at}): "
+                "a pass rate cannot be both easy and hard"
+            )
+        if self.enabled and not (self.weights.easy + self.weights.normal + self.weights.hard) > 0:
+            raise ValueError("tasks.pools.weights are all 0: no pool could ever be drawn from")
+        return self
+
+
+class AdaptiveDifficultySettings(_Strict):
+    """Each adapted family's difficulty level moves to keep its rolling pass rate in a band."""
+
+    enabled: bool = Field(description="move each adapted family's difficulty level during training (mode=train)")
+    families: list[str] | None = Field(description="the families adapted (null = every selected family)")
+    band: tuple[Fraction, Fraction] = Field(description="[low, high]: the rolling pass rate a level is kept in")
+    start_level: PositiveInt = Field(description="the level every adapted family starts at")
+    min_level: PositiveInt = Field(description="the lowest level a family moves down to")
+    max_level: PositiveInt | None = Field(description="the highest level a family moves up to (null = its last)")
+    window: PositiveInt = Field(description="groups (of the current level) the rolling pass rate is the mean of")
+    min_groups_between_moves: PositiveInt = Field(description="groups graded at a level before it may move again")
+
+    @model_validator(mode="after")
+    def _band_and_levels_ordered(self) -> AdaptiveDifficultySettings:
+        low, high = self.band
+        if low >= high:
+            raise ValueError(f"tasks.adaptive.band must be [low, high] with low < high, got [{low}, {high}]")
+        top = self.max_level if self.max_level is not None else None
+        if top is not None and self.min_level > top:
+            raise ValueError(f"tasks.adaptive.min_level ({self.min_level}) exceeds tasks.adaptive.max_level ({top})")
+        if self.start_level < self.min_level or (top is not None and self.start_level > top):
+            raise ValueError(
+                f"tasks.adaptive.start_level ({self.start_level}) lies outside "
+                f"[min_level, max_level] = [{self.min_level}, {top if top is not None else 'last'}]"
+            )
+        return self
+
+
 class TaskCounts(_Strict):
     train_per_family: PositiveInt = Field(description="train tasks generated per family")
     eval_per_family: PositiveInt = Field(description="eval tasks generated per family")
     family_weights: dict[str, PositiveFloat] | None = Field(
         description="mode=train: families mixed in every batch by weight (unnamed ones weigh 1); null = task order"
     )
+    pools: DifficultyPoolSettings = Field(description="mode=train: difficulty pools (off by default)")
+    adaptive: AdaptiveDifficultySettings = Field(description="mode=train: adaptive difficulty (off by default)")
 
 
 class TrainMode(_Strict):
@@ -382,6 +442,7 @@ class RunConfig(_Strict):
             ignored.append("algo (" + ", ".join(f"algo.{key}" for key in changed) + ")")
         if self.tasks.family_weights is not None:
             ignored.append("tasks.family_weights")
+        ignored += [f"tasks.{name}" for name in ("pools", "adaptive") if getattr(self.tasks, name).enabled]
         if ignored:
             raise ValueError(
                 f"{', '.join(ignored)} {'is a training option' if len(ignored) == 1 else 'are training options'}"
@@ -422,7 +483,61 @@ class RunConfig(_Strict):
                 f"tasks.family_weights names {', '.join(unknown)}, not among the selected families "
                 f"({', '.join(self.family)}); weigh only families in family="
             )
+        self._check_task_sampler()
         refuse_unsupported_algo(self.service.name, algo, self.model.name)
+
+    def _check_task_sampler(self) -> None:
+        """Difficulty pools and adaptive difficulty: their state at a batch must follow from
+        the outcomes of the batches before it (so a resume rebuilds it), and adaptation
+        needs families whose difficulty is declared, within their levels."""
+        pools, adaptive = self.tasks.pools, self.tasks.adaptive
+        if not (pools.enabled or adaptive.enabled):
+            return
+        chosen = " and ".join(f"tasks.{name}" for name in ("pools", "adaptive") if getattr(self.tasks, name).enabled)
+        if pools.enabled and adaptive.enabled:
+            raise ValueError(
+                "tasks.pools and tasks.adaptive cannot be combined: pools sort fixed tasks by their pass rate, while "
+                "adaptive difficulty replaces a family's tasks when its level moves; enable one of them"
+            )
+        if self.tasks.family_weights is not None and pools.enabled:
+            raise ValueError(
+                "tasks.pools and tasks.family_weights cannot be combined: the pools' weights decide what a batch "
+                "holds; drop one of them"
+            )
+        if self.algo.async_config.max_steps_off_policy is not None:
+            raise ValueError(
+                f"{chosen} needs synchronous training (algo.async_config.max_steps_off_policy=null): its state at a "
+                "batch is built from the outcomes of every batch before it, which async training has not finished"
+            )
+        if adaptive.enabled:
+            self._check_adaptive(adaptive)
+
+    def _check_adaptive(self, adaptive: AdaptiveDifficultySettings) -> None:
+        from piexp.tasks.registry import get_family
+
+        names = adaptive.families if adaptive.families is not None else list(self.family)
+        unknown = sorted(set(names) - set(self.family))
+        if unknown:
+            raise ValueError(
+                f"tasks.adaptive.families names {', '.join(unknown)}, not among the selected families "
+                f"({', '.join(self.family)}); adapt only families in family="
+            )
+        if not names:
+            raise ValueError("tasks.adaptive.families is empty; name a family to adapt, or null for all")
+        for name in names:
+            difficulty = getattr(get_family(name), "difficulty", None)
+            if difficulty is None:
+                raise ValueError(
+                    f"tasks.adaptive cannot adapt family {name}: it declares no difficulty levels (only a generated "
+                    "family with Family(difficulty=...) can make tasks at another level; docs/frontier.md); leave it "
+                    "out of tasks.adaptive.families"
+                )
+            top = adaptive.max_level if adaptive.max_level is not None else difficulty.count
+            if top > difficulty.count or adaptive.start_level > difficulty.count:
+                raise ValueError(
+                    f"tasks.adaptive: family {name} has difficulty levels 1..{difficulty.count}, but "
+                    f"start_level={adaptive.start_level} and max_level={adaptive.max_level} ask for more"
+                )
 
     @property
     def families(self) -> list[str]:

@@ -22,22 +22,15 @@ from typing import Any
 
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
+from piexp.env.group_outcomes import binary_outcome
 from piexp.env.group_wrappers import GroupWrapper, WrappingDataset, step_and_total_rewards
+
+__all__ = ["GATE_FILE", "BinaryGateDataset", "BinaryGateGroupBuilder", "binary_outcome", "gate_steps"]
 
 # The per-group record of a gated run, in its run folder.
 GATE_FILE = "binary_gate.jsonl"
-# The reward metric (piexp.env.reward) that is an episode's binary outcome.
-OUTCOME_METRIC = "functional_correct"
 
 _write_lock = threading.Lock()
-
-
-def binary_outcome(trajectory: Trajectory) -> float:
-    """The episode's `functional_correct` (its last transition that reports one; 0 if none)."""
-    for transition in reversed(trajectory.transitions):
-        if OUTCOME_METRIC in transition.metrics:
-            return float(transition.metrics[OUTCOME_METRIC])
-    return 0.0
 
 
 @dataclass(frozen=True)

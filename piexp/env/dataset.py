@@ -1,19 +1,28 @@
-"""Datasets of workspace groups, and the RLDatasetBuilder tinker-cookbook's loop calls."""
+"""Datasets of workspace groups, and the RLDatasetBuilder tinker-cookbook's loop calls: it
+builds the splits, the train dataset the `tasks` options choose (task order, family
+weights, difficulty pools or adaptive difficulty), the wrappers the `algo` options add,
+and the record of every graded group's outcomes the online controls and their per-step
+metrics read (`TrainingControls`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import chz
 from tinker_cookbook.rl.rollout_presets import RolloutConfig
 from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
-from piexp.config.schema import RunConfig
+from piexp.config.schema import RunConfig, TrainMode
+from piexp.env.adaptive_difficulty import AdaptiveDifficultyDataset
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
+from piexp.env.family_schedule import FamilySchedule
+from piexp.env.group_outcomes import OUTCOMES_FILE, OutcomeLog, OutcomeRecordingDataset
 from piexp.env.group_wrappers import WrappingDataset
 from piexp.env.rollout_policy import rollout_config
 from piexp.env.shuffled_rewards import ShuffledRewardDataset
-from piexp.env.splits import build_splits
+from piexp.env.splits import RunSplits, build_splits
+from piexp.env.task_sampler import DifficultyPoolsDataset, OutcomeDrivenDataset, TrainingControls
 from piexp.sandbox.availability import refuse_down_sandbox
 from piexp.sandbox.url import ensure_loopback_url
 from piexp.tasks import Task
@@ -82,38 +91,24 @@ class RepeatingDataset(RLDataset):
 
 
 class WeightedFamilyDataset(RLDataset):
-    """`tasks.family_weights`: every batch mixes the families by weight. Slot g of the run
-    (batch index x batch size + position) goes to the family furthest behind its share
-    (smooth weighted round-robin: after n slots each family has had weight/total x n of
-    them, give or take one; ties go to the family listed first), which takes its next group
-    in its own cycle. No state: a batch depends only on its index, so a resumed run gets
-    the same batches."""
+    """`tasks.family_weights`: every batch mixes the families by weight. Each slot goes to
+    a family by the `FamilySchedule`, and takes that family's next group in its own
+    cycle. No state: a batch depends only on its index, so a resumed run gets the same
+    batches."""
 
     def __init__(
         self, builders: Sequence[WorkspaceGroupBuilder], weights: dict[str, float], batch_size: int, n_batches: int
     ) -> None:
         self.families = [name for name in dict.fromkeys(builder.task.family for builder in builders)]
         self.groups = {name: [b for b in builders if b.task.family == name] for name in self.families}
-        total = sum(weights.get(name, 1.0) for name in self.families)
-        self.shares = [weights.get(name, 1.0) / total for name in self.families]
+        self.schedule = FamilySchedule(self.families, weights)
         self.batch_size = batch_size
         self.n_batches = n_batches
-        self._schedule: list[tuple[int, int]] = []  # slot -> (family index, its occurrence)
-        self._counts = [0] * len(self.families)  # slots each family has had in the schedule so far
-
-    def _slot(self, slot: int) -> tuple[int, int]:
-        counts = self._counts
-        while len(self._schedule) <= slot:
-            n = len(self._schedule) + 1
-            family = max(range(len(self.families)), key=lambda f: (self.shares[f] * n - counts[f], -f))
-            self._schedule.append((family, counts[family]))
-            counts[family] += 1
-        return self._schedule[slot]
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         batch: list[EnvGroupBuilder] = []
         for position in range(self.batch_size):
-            family, occurrence = self._slot(index * self.batch_size + position)
+            family, occurrence = self.schedule.slot(index * self.batch_size + position)
             groups = self.groups[self.families[family]]
             batch.append(groups[occurrence % len(groups)])
         return batch
@@ -153,20 +148,62 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         config = RunConfig.model_validate_json(self.config_json)
         return rollout_config(config.model.name, config.limits, config.algo)
 
+    def run_folder(self) -> Path | None:
+        """Where the run's records go (none here: kept in memory; a training run's builder
+        names its run folder)."""
+        return None
+
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         ensure_loopback_url(self.sandbox_url)
         config = RunConfig.model_validate_json(self.config_json)
         splits = build_splits(config)
         settings = episode_settings(config, self.sandbox_url)
         assert config.mode.name == "train", "the dataset builder serves training runs"
-        train = group_builders(splits.train, config.train_languages, settings, config.mode.group_size, evaluation=False)
-        evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
-        train_dataset: RLDataset = RepeatingDataset(train, config.mode.groups_per_batch, config.mode.max_steps)
-        if config.tasks.family_weights is not None:  # families mixed in every batch by weight
-            train_dataset = WeightedFamilyDataset(
-                train, config.tasks.family_weights, config.mode.groups_per_batch, config.mode.max_steps
-            )
+        folder = self.run_folder()
+        log = OutcomeLog(folder / OUTCOMES_FILE if folder is not None else None)
+        train_dataset, sampler = train_sampling(config, splits, settings, log)
+        controls = TrainingControls(log, binary_gate=config.algo.binary_gate, sampler=sampler)
+        if folder is not None:  # the step metrics of metrics.jsonl come from here
+            TrainingControls.register(str(folder), controls)
         if config.algo.shuffle_rewards:  # the control run: rewards permuted within each group
             train_dataset = ShuffledRewardDataset(train_dataset, config.seed)
         train_dataset = HealthCheckedDataset(train_dataset, self.sandbox_url)
+        if folder is not None or sampler is not None:  # someone reads the outcomes
+            train_dataset = OutcomeRecordingDataset(train_dataset, log)
+        evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
         return train_dataset, RepeatingDataset(evaluation, len(evaluation), None)
+
+
+def train_sampling(
+    config: RunConfig, splits: RunSplits, settings: EpisodeSettings, log: OutcomeLog
+) -> tuple[RLDataset, OutcomeDrivenDataset | None]:
+    """The train dataset the run's `tasks` options choose, and the outcome-driven sampler
+    among them (difficulty pools or adaptive difficulty), if any."""
+    assert isinstance(config.mode, TrainMode)
+    mode, tasks = config.mode, config.tasks
+
+    def groups_of(of: Sequence[Task]) -> list[WorkspaceGroupBuilder]:
+        return group_builders(of, config.train_languages, settings, mode.group_size, evaluation=False)
+
+    train = groups_of(splits.train)
+    if tasks.pools.enabled:  # groups drawn from easy / normal / hard pools by weight
+        pools = DifficultyPoolsDataset(train, tasks.pools, mode.groups_per_batch, mode.max_steps, config.seed, log)
+        return pools, pools
+    if tasks.adaptive.enabled:  # adapted families' groups at their current level
+        families = list(dict.fromkeys(builder.task.family for builder in train))
+        adaptive = AdaptiveDifficultyDataset(
+            FamilySchedule(families, tasks.family_weights or {}),
+            mode.groups_per_batch,
+            {name: [b for b in train if b.task.family == name] for name in families},
+            {
+                name: {level: groups_of(of) for level, of in by_level.items()}
+                for name, by_level in splits.train_levels.items()
+            },
+            tasks.adaptive,
+            log,
+            mode.max_steps,
+        )
+        return adaptive, adaptive
+    if tasks.family_weights is not None:  # families mixed in every batch by weight
+        return WeightedFamilyDataset(train, tasks.family_weights, mode.groups_per_batch, mode.max_steps), None
+    return RepeatingDataset(train, mode.groups_per_batch, mode.max_steps), None

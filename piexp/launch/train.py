@@ -90,6 +90,15 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_che
     )
 
 
+def control_metrics(run_dir: Path, step: int) -> dict[str, float]:
+    """Step `step`'s metrics of the run's online controls (`TrainingControls`), for its row
+    of metrics.jsonl: none before the run's dataset exists."""
+    from piexp.env.task_sampler import TrainingControls
+
+    controls = TrainingControls.of(str(run_dir))
+    return controls.step_metrics(step) if controls is not None else {}
+
+
 class _NoTrajectoryDumps:
     """Drops the cookbook's per-iteration token dumps of two trajectory groups (hundreds
     of lines on the terminal); the same rollouts are in each iteration's train.html."""
@@ -105,6 +114,8 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
 
     logging.getLogger(rl_train.__name__).addFilter(_NoTrajectoryDumps())
 
+    from piexp.cookbook_compat import extra_step_metrics
+    from piexp.env.task_sampler import TrainingControls
     from piexp.launch.rl_record import write_rl_record
     from piexp.launch.train_transcripts import TrainRecorder
     from piexp.transcripts.store import TRAIN_TRANSCRIPTS
@@ -117,7 +128,8 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
             start_from = await warm_start(config, run_dir, sandbox_url) if config.warm_start.sft_steps else None
             train_config = cookbook_config(config, run_dir, sandbox_url, start_from)
             write_rl_record(run_dir, train_config)
-            await rl_train.main(train_config)
+            with extra_step_metrics(lambda step: control_metrics(run_dir, step)):
+                await rl_train.main(train_config)
             write_summary(run_dir)
             from piexp.transcripts.viewer import write_run_viewer
 
@@ -125,6 +137,7 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
         finally:
             await close_sandbox_clients()
             TrainRecorder.close(str(run_dir / TRAIN_TRANSCRIPTS))
+            TrainingControls.forget(str(run_dir))
 
     import tinker
 

@@ -20,7 +20,7 @@ from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, T
 from piexp.config.schema import RunConfig
 from piexp.env.binary_gate import GATE_FILE, BinaryGateDataset
 from piexp.env.dataset import WorkspaceDatasetBuilder
-from piexp.env.episode import WorkspaceGroupBuilder
+from piexp.env.group_outcomes import workspace_group
 from piexp.env.group_wrappers import GroupWrapper, WrappingDataset, step_and_total_rewards
 from piexp.policies.rollout import EpisodeRecord, fill_record
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, TranscriptWriter
@@ -69,13 +69,6 @@ class TrainRecorder:
             writer.close()
 
 
-def _workspace_group(builder: EnvGroupBuilder) -> WorkspaceGroupBuilder:
-    while isinstance(builder, GroupWrapper):
-        builder = builder.inner
-    assert isinstance(builder, WorkspaceGroupBuilder), f"a training group is piexp's, not {type(builder)}"
-    return builder
-
-
 @dataclass(frozen=True)
 class RecordingGroupBuilder(GroupWrapper):
     """The inner group; its trajectories' transcripts are recorded once graded."""
@@ -88,7 +81,7 @@ class RecordingGroupBuilder(GroupWrapper):
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
     ) -> list[tuple[float, Metrics]]:
         rewards = await self.inner.compute_group_rewards(trajectory_group, env_group)
-        workspace = _workspace_group(self.inner)
+        workspace = workspace_group(self.inner)
         task, language = workspace.task, workspace.language
         transcripts = []
         _steps, totals = step_and_total_rewards(trajectory_group, rewards)
@@ -120,6 +113,9 @@ class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
     `<run_dir>/train_transcripts.jsonl.gz`."""
 
     run_dir: str
+
+    def run_folder(self) -> Path | None:
+        return Path(self.run_dir)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, evaluation = await super().__call__()

@@ -13,7 +13,8 @@ from typing import Any
 
 from piexp.errors import UserError
 from piexp.files import read_jsonl
-from piexp.run_records import CHECK_FILE, EPISODES_FILE, METRICS_FILE, find_job_folders, metric_curve, read_metrics
+from piexp.run_records import CHECK_FILE, EPISODES_FILE, METRICS_FILE, control_rows, find_job_folders, metric_curve
+from piexp.run_records import read_metrics
 from piexp.transcripts.store import (
     CHECK_TRANSCRIPTS,
     EPISODE_IDENTITY,
@@ -46,6 +47,7 @@ class RunView:
     transcripts: dict[int, dict[str, Any]] = field(default_factory=dict)  # row id -> transcript
     train_pages: list[str] = field(default_factory=list)  # cookbook HTML pages, relative to root
     reward_curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # job -> (step, reward)
+    control_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its controls per step
     incomplete: list[str] = field(default_factory=list)  # one line per eval that could not run every episode
 
 
@@ -122,9 +124,13 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
             row["tool_calls"] = sum(m.get("role") == "tool" for m in transcript.get("conversation") or [])
             view.transcripts[row_id] = transcript
             view.rows.append(row)
-    curve = metric_curve(read_metrics(folder), "reward")
+    metrics = read_metrics(folder)
+    curve = metric_curve(metrics, "reward")
     if curve:
         view.reward_curves[job] = curve
+    controls = control_rows(metrics)
+    if controls:
+        view.control_rows[job] = controls
     for page in sorted(folder.rglob("*.html")):
         if page.name != "viewer.html":
             view.train_pages.append(str(page.relative_to(view.root)))

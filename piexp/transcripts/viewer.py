@@ -55,6 +55,7 @@ def _run_json(view: RunView, name: str) -> dict[str, Any]:
         "train_pages": view.train_pages,
         "incomplete": view.incomplete,
         "curves": view.reward_curves,
+        "controls": view.control_rows,
     }
 
 

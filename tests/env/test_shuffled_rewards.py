@@ -27,7 +27,8 @@ TOTALS = [0.0, 0.25, 0.6, 1.0]
 def _batch(tmp_path: Path, *overrides: str) -> list[Any]:
     config = load(["mode.group_size=4", "mode.groups_per_batch=4", *overrides])
     train, _ = asyncio.run(cookbook_config(config, tmp_path, SANDBOX).dataset_builder())
-    return [builder.inner for builder in train.get_batch(0)]  # inside the recording of the run's episodes
+    # inside the recording of the run's episodes and of its groups' outcomes
+    return [builder.inner.inner for builder in train.get_batch(0)]
 
 
 def _trajectory(total: float) -> Trajectory:
@@ -73,5 +74,5 @@ def test_shuffled_advantages_are_a_reproducible_permutation_of_the_true_ones(tmp
 def test_groups_of_other_batches_shuffle_differently(tmp_path: Path) -> None:
     config = load(["mode.group_size=4", "mode.groups_per_batch=4", "algo.shuffle_rewards=true"])
     train, _ = asyncio.run(cookbook_config(config, tmp_path, SANDBOX).dataset_builder())
-    seeds = {builder.inner.seed for index in range(3) for builder in train.get_batch(index)}
+    seeds = {builder.inner.inner.seed for index in range(3) for builder in train.get_batch(index)}
     assert len(seeds) == 12

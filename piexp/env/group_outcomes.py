@@ -1,0 +1,156 @@
+"""Every graded training group's binary outcomes (each episode's `functional_correct`), the
+one record the online controls read: the informative-group fraction of a step, the pass
+rate that moves a task between difficulty pools and the rolling pass rate that moves a
+family's level. `OutcomeRecordingDataset` wraps the run's train groups; each group, once
+graded, becomes a `GroupOutcome` in the run's `OutcomeLog`, kept in memory and appended
+to `group_outcomes.jsonl` in the run folder. A resumed run restarts at a checkpointed
+step: `OutcomeLog.resume_at` drops the outcomes of that step and later ones (the
+interrupted work, sampled again), so what the controls rebuild from the file is exactly
+what the uninterrupted run had."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+
+from piexp.env.episode import WorkspaceGroupBuilder
+from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
+from piexp.files import atomic_write_text, read_jsonl
+
+# A training run's graded groups, one JSON line each, in its run folder.
+OUTCOMES_FILE = "group_outcomes.jsonl"
+# The reward metric (piexp.env.reward) that is an episode's binary outcome.
+OUTCOME_METRIC = "functional_correct"
+
+
+def binary_outcome(trajectory: Trajectory) -> float:
+    """The episode's `functional_correct` (its last transition that reports one; 0 if none)."""
+    for transition in reversed(trajectory.transitions):
+        if OUTCOME_METRIC in transition.metrics:
+            return float(transition.metrics[OUTCOME_METRIC])
+    return 0.0
+
+
+def workspace_group(builder: EnvGroupBuilder) -> WorkspaceGroupBuilder:
+    """The piexp workspace group inside any number of `GroupWrapper`s."""
+    while isinstance(builder, GroupWrapper):
+        builder = builder.inner
+    assert isinstance(builder, WorkspaceGroupBuilder), f"a training group is piexp's, not {type(builder)}"
+    return builder
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """One graded group: where it was in the run (batch index, position) and what it was."""
+
+    step: int
+    group: int
+    task_id: str
+    task_digest: str
+    family: str
+    language: str
+    outcomes: tuple[float, ...]
+
+    @property
+    def pass_rate(self) -> float:
+        return sum(self.outcomes) / len(self.outcomes) if self.outcomes else 0.0
+
+    @property
+    def informative(self) -> bool:
+        """Whether the episodes' binary outcomes differ (else the group teaches nothing)."""
+        return len(set(self.outcomes)) > 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "outcomes": list(self.outcomes)}
+
+    @classmethod
+    def from_json(cls, line: dict[str, Any]) -> GroupOutcome:
+        return cls(**{**line, "outcomes": tuple(float(value) for value in line["outcomes"])})
+
+
+class OutcomeLog:
+    """A run's graded groups: in memory by (step, group), and appended to `path` if given.
+    A group graded twice at one place (a step replayed) counts once, its last grading."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._steps: dict[int, dict[int, GroupOutcome]] = {}
+        self._resumed = False
+
+    def record(self, outcome: GroupOutcome) -> None:
+        with self._lock:
+            self._steps.setdefault(outcome.step, {})[outcome.group] = outcome
+            if self.path is not None:
+                with open(self.path, "a", encoding="utf-8") as sink:
+                    sink.write(json.dumps(outcome.to_json()) + "\n")
+
+    def resume_at(self, step: int) -> None:
+        """Called once, before the first batch (`step`) this process trains on: keeps the
+        recorded outcomes of earlier steps (read from the file) and drops later ones."""
+        with self._lock:
+            if self._resumed:
+                return
+            self._resumed = True
+            if self.path is None or not self.path.exists():
+                return
+            kept = [GroupOutcome.from_json(line) for line in read_jsonl(self.path) if int(line["step"]) < step]
+            atomic_write_text(self.path, "".join(json.dumps(outcome.to_json()) + "\n" for outcome in kept))
+            for outcome in kept:
+                self._steps.setdefault(outcome.step, {})[outcome.group] = outcome
+
+    def of_steps(self, start: int, stop: int) -> list[GroupOutcome]:
+        """The outcomes of steps start..stop-1, in (step, group) order."""
+        with self._lock:
+            return [
+                self._steps[step][group]
+                for step in sorted(s for s in self._steps if start <= s < stop)
+                for group in sorted(self._steps[step])
+            ]
+
+    def of_step(self, step: int) -> list[GroupOutcome]:
+        return self.of_steps(step, step + 1)
+
+
+@dataclass(frozen=True)
+class OutcomeRecordingGroupBuilder(GroupWrapper):
+    """The inner group; its binary outcomes go to the run's `OutcomeLog` once graded."""
+
+    step: int
+    group: int
+    log: OutcomeLog
+
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        rewards = await self.inner.compute_group_rewards(trajectory_group, env_group)
+        workspace = workspace_group(self.inner)
+        self.log.record(
+            GroupOutcome(
+                step=self.step,
+                group=self.group,
+                task_id=workspace.task.task_id,
+                task_digest=workspace.task.task_digest,
+                family=workspace.task.family,
+                language=workspace.language,
+                outcomes=tuple(binary_outcome(trajectory) for trajectory in trajectory_group),
+            )
+        )
+        return rewards
+
+
+class OutcomeRecordingDataset(WrappingDataset):
+    """The inner dataset's batches, each group's outcomes recorded into `log`."""
+
+    def __init__(self, inner: RLDataset, log: OutcomeLog) -> None:
+        super().__init__(inner)
+        self.log = log
+
+    def wrap(self, builder: EnvGroupBuilder, index: int, position: int) -> EnvGroupBuilder:
+        return OutcomeRecordingGroupBuilder(inner=builder, step=index, group=position, log=self.log)

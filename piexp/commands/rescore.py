@@ -48,7 +48,7 @@ def _transcripts(run: Path) -> list[dict]:
     )
 
 
-def _digests(run: Path) -> dict[str, str]:
+def _digests(run: Path) -> dict[str, list[str]]:
     try:
         manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

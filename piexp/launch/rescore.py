@@ -134,22 +134,40 @@ def score_setting(label: str, transcripts: Sequence[dict[str, Any]], rewards: li
     return scores
 
 
-def task_answers(config: RunConfig, transcripts: Iterable[dict[str, Any]], digests: dict[str, str]) -> dict[str, Task]:
+def task_answers(
+    config: RunConfig, transcripts: Iterable[dict[str, Any]], recorded: dict[str, list[str]]
+) -> dict[str, Task]:
     """The run's tasks by id, rebuilt from its config, each checked against the digest the
-    run recorded (a generator changed since: refused, naming the task)."""
+    run recorded (the manifest's `task_digests`: a list per split, in the split's order; a
+    generator changed since: refused, naming the task)."""
     from piexp.env.splits import build_splits
 
     splits = build_splits(config)
-    tasks = {task.task_id: task for task in [*splits.train, *splits.eval]}
+    # With adaptive difficulty a training recording also holds train tasks at other levels.
+    rebuilt = {
+        "train": splits.train,
+        "eval": splits.eval,
+        **{
+            f"train_level/{family}/{level}": level_tasks
+            for family, by_level in splits.train_levels.items()
+            for level, level_tasks in by_level.items()
+        },
+    }
+    tasks = {task.task_id: task for split in rebuilt.values() for task in split}
+    digests = {
+        task.task_id: digest
+        for key, split in rebuilt.items()
+        for task, digest in zip(split, recorded.get(key) or [], strict=False)
+    }
     for transcript in transcripts:
         task_id = str(transcript.get("task_id"))
         task = tasks.get(task_id)
         if task is None:
             raise UserError(f"Task {task_id} of the recording is not among the tasks the run's config builds today.")
-        recorded = digests.get(task_id)
-        if recorded is not None and recorded != task.task_digest:
+        digest = digests.get(task_id)
+        if digest is not None and digest != task.task_digest:
             raise UserError(
-                f"Task {task_id} changed since the run was recorded (digest {recorded[:12]} then, "
+                f"Task {task_id} changed since the run was recorded (digest {digest[:12]} then, "
                 f"{task.task_digest[:12]} now): its answer may differ, so the recording cannot be rescored."
             )
     return tasks

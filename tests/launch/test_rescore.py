@@ -94,3 +94,16 @@ def test_a_transcript_of_another_format_version_is_refused_naming_it(wrong_run, 
     _with_first_transcript_changed(wrong_run, tmp_path / "copy", version=99)
     with pytest.raises(UserError, match="has format version 99; this piexp reads version 1"):
         rescore([str(tmp_path / "copy"), "--out", str(tmp_path / "o")])
+
+
+def test_a_task_changed_since_the_recording_is_refused_naming_it(wrong_run, tmp_path):
+    """The manifest records each split's task digests in order; a rebuilt task whose
+    digest differs (here: the recorded one altered) may have another answer."""
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(wrong_run), str(copy)], check=True)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["task_digests"]["eval"][0] = "0" * 64
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=r"Task \S+ changed since the run was recorded \(digest 000000000000 then"):
+        rescore([str(copy), "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()

@@ -2,7 +2,7 @@
 
 Runs the oracle through the real path (renderer, env, tools, embedded sandbox, reward,
 tinker-cookbook's do_group_rollout) at concurrency 1 and 8 and splits each episode's wall
-time three ways:
+time in four parts:
 
   sandbox  time awaiting the sandbox client's `run` (the /run_code request: payload
            encoding, HTTP, the server's queue and the program's run);
@@ -10,10 +10,12 @@ time three ways:
            model's sampler, so this is sampler time, not harness time (a real sampler
            takes far longer);
   harness  everything else: rendering and tokenizing, parsing the response, the tools'
-           own work, the env's bookkeeping, thread hops, reward, env construction.
+           own work, the env's bookkeeping, thread hops, reward, env construction;
+  wait     (training groups only) an episode's time waiting for its group's other
+           episodes, since an episode is done only once its group is graded.
 
-    harness share = (wall - sandbox - policy) / wall      <- the target: under 10%
-    outside sandbox = (wall - sandbox) / wall             (harness + policy; the figure
+    harness share = (wall - sandbox - policy - wait) / wall      <- the target: under 10%
+    outside sandbox = (wall - sandbox - wait) / wall      (harness + policy; the figure
                                                            this bench first reported)
 
 The sandbox column is further split with the server's own `Server-Timing` spans:
@@ -21,7 +23,7 @@ The sandbox column is further split with the server's own `Server-Timing` spans:
 for a free run slot, which is sandbox capacity: at concurrency 8 the server runs
 2 x cores programs at once). sandbox - server is the client side and transport (httpx,
 JSON, loopback HTTP, and at concurrency 8 waiting for the event loop to resume the
-episode); `strict` counts it as harness too: (wall - server - policy) / wall.
+episode); `strict` counts it as harness too: (wall - server - policy - wait) / wall.
 
 Measured on the 2-core development VM, shared with other work (the figures the README
 gave, moved here): 19 oracle episodes/s at concurrency 1 and 23/s at concurrency 8, the

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Re-record the golden episodes that tests/launch/test_golden.py replays on every suite run
-# (every family x Python and JavaScript, each scripted policy: oracle, guess, crash, wrong,
-# edit). Run it after a deliberate change to what an episode earns, then review the diff
-# of tests/golden/ like code: `python -m piexp replay tests/golden/check` before
+# Re-record the golden episodes that tests/launch/test_golden.py replays on every suite run:
+#   tests/golden/check          every family x Python and JavaScript, each scripted policy
+#                               (oracle, guess, crash, wrong, edit);
+#   tests/golden/learner_local  (with --learner-local) a small eval of model=learner-local on
+#                               experiment=learn_offline's tasks: real model turns, passing
+#                               and failing programs (builds the model first if this machine
+#                               has none: about 14 minutes);
+#   tests/golden/learner_local_train  (with --learner-local) the last iteration of an RL run of
+#                               experiment=learn_offline (seed 1): the episodes training
+#                               recorded, malformed tool calls among them (about 6 minutes).
+# Run it after a deliberate change to what an episode earns, then review the diff of
+# tests/golden/ like code: `python -m piexp replay tests/golden/check` before
 # regenerating says which episodes change and how.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +23,29 @@ rm -rf tests/golden/check
 mkdir -p tests/golden/check/.hydra
 cp "$tmp"/check/.hydra/config.yaml "$tmp"/check/.hydra/overrides.yaml tests/golden/check/.hydra/
 cp "$tmp"/check/manifest.json "$tmp"/check/check.json "$tmp"/check/check_transcripts.jsonl.gz tests/golden/check/
-echo "re-recorded tests/golden/check; review: git diff --stat tests/golden"
+echo "re-recorded tests/golden/check"
+if [[ "${1:-}" == "--learner-local" ]]; then
+  .venv/bin/python -m piexp experiment=learn_offline mode=eval policy=model tasks.eval_per_family=4 k=2 \
+    hydra.run.dir="$tmp/learner_local"
+  rm -rf tests/golden/learner_local
+  mkdir -p tests/golden/learner_local/.hydra
+  cp "$tmp"/learner_local/.hydra/config.yaml "$tmp"/learner_local/.hydra/overrides.yaml tests/golden/learner_local/.hydra/
+  # The model's episodes only (the run's preflight check is the scripted policies' golden above).
+  cp "$tmp"/learner_local/manifest.json "$tmp"/learner_local/episodes.jsonl \
+    "$tmp"/learner_local/transcripts.jsonl.gz tests/golden/learner_local/
+  echo "re-recorded tests/golden/learner_local"
+  .venv/bin/python -m piexp experiment=learn_offline seed=1 mode.eval_before=false mode.eval_after=false \
+    hydra.run.dir="$tmp/learner_local_train"
+  rm -rf tests/golden/learner_local_train
+  mkdir -p tests/golden/learner_local_train/.hydra
+  cp "$tmp"/learner_local_train/.hydra/config.yaml "$tmp"/learner_local_train/.hydra/overrides.yaml \
+    tests/golden/learner_local_train/.hydra/
+  cp "$tmp"/learner_local_train/manifest.json tests/golden/learner_local_train/
+  .venv/bin/python -c 'import gzip, json, sys
+rows = gzip.open(sys.argv[1], "rt").readlines()
+last = max(json.loads(row)["iteration"] for row in rows)
+gzip.open(sys.argv[2], "wt").writelines(row for row in rows if json.loads(row)["iteration"] == last)' \
+    "$tmp"/learner_local_train/train_transcripts.jsonl.gz tests/golden/learner_local_train/train_transcripts.jsonl.gz
+  echo "re-recorded tests/golden/learner_local_train"
+fi
+echo "review: git diff --stat tests/golden"

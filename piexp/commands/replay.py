@@ -121,6 +121,7 @@ def _replay(run: Path, config: Any, transcripts: list[dict[str, Any]], args: arg
     from piexp.commands.rescore import _digests
     from piexp.env.dataset import episode_settings
     from piexp.env.episode import get_run_renderer
+    from piexp.launch.base_model import register_local_model_tokenizer
     from piexp.launch.replay import replay_episode
     from piexp.launch.rescore import refuse_cut, task_answers
     from piexp.launch.sandbox import run_sandbox
@@ -130,6 +131,7 @@ def _replay(run: Path, config: Any, transcripts: list[dict[str, Any]], args: arg
         refuse_cut(transcript)
     tasks = task_answers(config, transcripts, _digests(run))
     out = args.out or run / f"replay-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    register_local_model_tokenizer(config.model.name)
     with run_sandbox(config.sandbox) as sandbox_url:
         settings = episode_settings(config, sandbox_url)
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)

@@ -49,6 +49,23 @@ def _model_identity(name: str) -> str:
     return base_model_identity(name)
 
 
+def register_local_model_tokenizer(name: str) -> None:
+    """Register the tokenizer of a local model piexp builds (`learner-local`: its smaller
+    vocabulary; `tiny-local`: Qwen3's) under the model's name, without building the
+    model: replay renders a recorded run's turns with it, offline."""
+    from piexp.pretrain import LEARNER_MODEL_NAME
+    from piexp.service.tiny_model import TINY_LOCAL_NAME
+
+    if name == LEARNER_MODEL_NAME:
+        from piexp.pretrain.build import register_learner_tokenizer
+
+        register_learner_tokenizer()
+    elif name == TINY_LOCAL_NAME:
+        from piexp.tokenizer import register_offline_tokenizers
+
+        register_offline_tokenizers([TINY_LOCAL_NAME])
+
+
 def _recorded_base_model(run_dir: Path) -> str | None:
     try:
         recorded = json.loads((run_dir / MANIFEST_NAME).read_text(encoding="utf-8")).get(BASE_MODEL_KEY)

@@ -18,7 +18,7 @@ from typing import Any
 
 from tinker_cookbook import renderers
 from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWithLogprobs
-from tinker_cookbook.renderers.base import Message, ToolCall
+from tinker_cookbook.renderers.base import UNTERMINATED_TOOL_BLOCK_ERROR, Message, ToolCall
 
 from piexp.env.episode import EpisodeSettings
 from piexp.env.reward import REWARD_METRICS
@@ -45,7 +45,10 @@ def recorded_message(message: dict[str, Any]) -> Message:
     as the raw text it was)."""
     text = text_before_calls(message)
     for unparsed in message.get("unparsed_tool_calls") or []:
-        text += str(unparsed.get("raw_text", ""))
+        # A tool block the turn never closed stays in the text (the parse describes it,
+        # it does not take it out); a closed block it could not read was taken out.
+        if not str(unparsed.get("error", "")).startswith(UNTERMINATED_TOOL_BLOCK_ERROR):
+            text += str(unparsed.get("raw_text", ""))
     content: Any = text
     if message.get("thinking"):
         content = [{"type": "thinking", "thinking": message["thinking"]}, {"type": "text", "text": text}]

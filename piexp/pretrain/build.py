@@ -67,6 +67,20 @@ def read_marker(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def register_learner_tokenizer(recipe: LearnerRecipe = RECIPE) -> Path:
+    """Register the recipe's tokenizer (its smaller Qwen3 vocabulary) under the model's
+    name with the cookbook, offline, and return its folder: the build renders its
+    episodes with it before the model folder exists, and replay reads a recorded
+    learner-local run's turns with it without the model."""
+    from tinker_cookbook.tokenizer_utils import register_tokenizer
+
+    from piexp.tokenizer import load_offline_qwen3_tokenizer, offline_qwen3_tokenizer_dir
+
+    tokenizer_dir = offline_qwen3_tokenizer_dir(recipe.bpe_tokens)
+    register_tokenizer(LEARNER_MODEL_NAME, lambda: load_offline_qwen3_tokenizer(str(tokenizer_dir)))  # type: ignore[arg-type,return-value]
+    return tokenizer_dir
+
+
 def _policy_draw(recipe: LearnerRecipe, count: int) -> list[str]:
     names = [name for name, _ in recipe.policy_shares]
     shares = [share for _, share in recipe.policy_shares]
@@ -104,10 +118,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     from piexp.env.splits import build_splits
     from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows, scripted_trajectories, token_sequences
     from piexp.pretrain.training import fit
-    from tinker_cookbook.tokenizer_utils import register_tokenizer
-
     from piexp.service.tiny_model import copy_tokenizer_files
-    from piexp.tokenizer import load_offline_qwen3_tokenizer, offline_qwen3_tokenizer_dir
 
     started = time.monotonic()
     say(
@@ -116,8 +127,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     )
     # The episodes are rendered with the tokenizer the model will use, registered
     # offline under the model's name (the folder does not exist yet).
-    tokenizer_dir = offline_qwen3_tokenizer_dir(recipe.bpe_tokens)
-    register_tokenizer(config.model.name, lambda: load_offline_qwen3_tokenizer(str(tokenizer_dir)))  # type: ignore[arg-type,return-value]
+    tokenizer_dir = register_learner_tokenizer(recipe)
     by_family: dict[str, list[Any]] = {}
     for task in build_splits(config).train:
         by_family.setdefault(task.family, []).append(task)

@@ -1,18 +1,25 @@
 """Golden episodes: a recorded check run under `tests/golden/check` (every family x Python
 and JavaScript, each scripted policy: oracle, guess, crash, wrong and edit, failing
-programs included) is replayed through today's parse, tools, sandbox and reward on every
-suite run. A change that alters what any of them earns fails here with the replay's
-first difference. After a deliberate change, re-record with
-`scripts/regenerate_golden.sh` and review the diff of `tests/golden/` like code."""
+programs included) and a small recorded eval of `model=learner-local` under
+`tests/golden/learner_local` (real model turns in its smaller vocabulary, a passing
+program among failing ones), with one RL iteration's recorded training episodes under
+`tests/golden/learner_local_train` (malformed tool calls among them), are replayed through today's parse, tools, sandbox and
+reward on every suite run; no model is needed to replay. A change that alters what any
+of them earns fails here with the replay's first difference. After a deliberate change,
+re-record with `scripts/regenerate_golden.sh [--learner-local]` and review the diff of
+`tests/golden/` like code."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 from piexp.commands.replay import main as replay
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "check"
+LEARNER = GOLDEN.parent / "learner_local"
+LEARNER_TRAIN = GOLDEN.parent / "learner_local_train"
 
 
 def test_the_golden_episodes_replay_identically(tmp_path):
@@ -22,3 +29,55 @@ def test_the_golden_episodes_replay_identically(tmp_path):
     assert code == 0 and not changed, (tmp_path / "replay.md").read_text()
     policies = {o["policy"] for o in report["outcomes"]}
     assert policies == {"oracle", "guess", "crash", "wrong", "edit"} and report["episodes"] == 96
+
+
+def test_the_learner_local_golden_episodes_replay_identically(tmp_path):
+    code = replay([str(LEARNER), "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "replay.json").read_text())
+    changed = [o for o in report["outcomes"] if not o["identical"]]
+    assert code == 0 and not changed, (tmp_path / "replay.md").read_text()
+    assert {o["policy"] for o in report["outcomes"]} == {"model"} and report["episodes"] == 16
+    rewards = [json.loads(line)["reward"] for line in (LEARNER / "episodes.jsonl").read_text().splitlines()]
+    assert 1.0 in rewards and 0.0 in rewards  # a solved task and failing programs
+
+
+def test_a_changed_reward_weight_shows_in_every_failing_learner_local_episode(tmp_path):
+    """A failing program earns mutation and nothing else (0.15 shaped): a changed mutation
+    weight moves each such episode's reward, reported at the end of the episode."""
+    code = replay([str(LEARNER), "--failed", "reward.weights.mutation=0.2", "--out", str(tmp_path)])
+    outcomes = json.loads((tmp_path / "replay.json").read_text())["outcomes"]
+    assert code == 1 and outcomes
+    for outcome in outcomes:
+        assert outcome["difference"]["kind"] == "shaped" and outcome["difference"]["where"] == "end of episode"
+        assert outcome["difference"]["replayed"] > outcome["difference"]["recorded"]
+
+
+def test_a_changed_tool_result_format_shows_at_the_first_bash_turn_of_a_learner_local_episode(tmp_path, monkeypatch):
+    from piexp.env.tools import WorkspaceTools
+
+    original = WorkspaceTools._result
+
+    def renamed(self, tool_name, **payload):  # what a careless change to the bash tool would do
+        if "return_code" in payload:
+            payload["exit_code"] = payload.pop("return_code")
+        return original(self, tool_name, **payload)
+
+    monkeypatch.setattr(WorkspaceTools, "_result", renamed)
+    assert replay([str(LEARNER), "0", "--out", str(tmp_path)]) == 1
+    (outcome,) = json.loads((tmp_path / "replay.json").read_text())["outcomes"]
+    assert outcome["difference"]["kind"] == "tool result"
+    assert "exit_code" in outcome["difference"]["replayed"]["result"]
+
+
+def test_the_learner_local_training_episodes_with_malformed_tool_calls_replay_identically(tmp_path):
+    """A tool call the model never closed stays in the turn's text and is also described
+    as unparsed: replay must not write it twice (it did, and every such episode differed)."""
+    code = replay([str(LEARNER_TRAIN), "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "replay.json").read_text())
+    changed = [o for o in report["outcomes"] if not o["identical"]]
+    assert code == 0 and not changed, (tmp_path / "replay.md").read_text()
+    assert report["episodes"] == 16
+    with gzip.open(LEARNER_TRAIN / "train_transcripts.jsonl.gz", "rt") as lines:
+        transcripts = [json.loads(line) for line in lines]
+    malformed = [t for t in transcripts if any(m.get("unparsed_tool_calls") for m in t["conversation"])]
+    assert malformed and {t["reward"] for t in malformed} == {-0.1}  # Qwen's one-shot parse-error reward

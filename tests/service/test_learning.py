@@ -43,6 +43,9 @@ def test_rl_improves_held_out_pass_at_1_and_ends_above_the_shuffled_control(serv
     assert figures["control_flat"], f"the shuffled-reward control improved held-out pass@1\n{text}"
     versus = figures["rl_vs_control"]
     assert versus["diff_pass@1"] > 0, f"the shuffled-reward control matched RL\n{text}"
+    # The per-step curve the bench prints (a collapse shows there: reward, files written
+    # and turns falling) covers every training step of both runs.
+    assert len(figures["rl_curve"]) == len(figures["control_curve"]) == 8, text
     # Every stage left its eval folder and the loop its comparison.
     assert (tmp_path / "rl" / "compare.md").is_file()
     assert (tmp_path / "control" / "eval_trained" / "results.json").is_file()

@@ -52,17 +52,9 @@ def test_a_changed_reward_weight_shows_in_every_failing_learner_local_episode(tm
         assert outcome["difference"]["replayed"] > outcome["difference"]["recorded"]
 
 
-def test_a_changed_tool_result_format_shows_at_the_first_bash_turn_of_a_learner_local_episode(tmp_path, monkeypatch):
-    from piexp.env.tools import WorkspaceTools
-
-    original = WorkspaceTools._result
-
-    def renamed(self, tool_name, **payload):  # what a careless change to the bash tool would do
-        if "return_code" in payload:
-            payload["exit_code"] = payload.pop("return_code")
-        return original(self, tool_name, **payload)
-
-    monkeypatch.setattr(WorkspaceTools, "_result", renamed)
+def test_a_changed_tool_result_format_shows_at_the_first_bash_turn_of_a_learner_local_episode(
+    tmp_path, bash_result_key_renamed
+):
     assert replay([str(LEARNER), "0", "--out", str(tmp_path)]) == 1
     (outcome,) = json.loads((tmp_path / "replay.json").read_text())["outcomes"]
     assert outcome["difference"]["kind"] == "tool result"

@@ -55,17 +55,7 @@ def test_a_changed_reward_weight_is_reported_with_both_values(runs, tmp_path):
     assert outcome["difference"] == {"where": "end of episode", "kind": "shaped", "recorded": 0.3, "replayed": 0.35}
 
 
-def test_a_changed_tool_result_format_is_reported_at_its_first_turn(runs, tmp_path, monkeypatch):
-    from piexp.env.tools import WorkspaceTools
-
-    original = WorkspaceTools._result
-
-    def renamed(self, tool_name, **payload):  # what a careless change to the bash tool would do
-        if "return_code" in payload:
-            payload["exit_code"] = payload.pop("return_code")
-        return original(self, tool_name, **payload)
-
-    monkeypatch.setattr(WorkspaceTools, "_result", renamed)
+def test_a_changed_tool_result_format_is_reported_at_its_first_turn(runs, tmp_path, bash_result_key_renamed):
     assert replay([str(runs["oracle"]), "0", "--out", str(tmp_path)]) == 1
     (outcome,) = _report(tmp_path)["outcomes"]
     difference = outcome["difference"]

@@ -20,8 +20,39 @@ default; the run folders stay in OUT_DIR, one `seed_S` folder per seed when seve
 share of episodes that wrote a file, turns, entropy and the sampler-trainer log-probability
 gap, the control's reward beside them), and with several seeds how many held the claim.
 
-Measured 2026-12-02 on the 2-core machine, nothing else running, `learner-local`
-01895214bc4afb25 (this recipe; a source change gives a new digest and build), 64 eval
+Five seeds, one build (issue 26), measured 2026-12-02 on the 2-core machine with other
+work beside it part of the time: `learner-local` with Qwen3's first 8,192 BPE tokens
+(LearnerRecipe.bpe_tokens; builds cf8a77cc0e830260 and a9e7ef63572a1d7f, whose weights
+are byte-identical: the build is deterministic), `python bench/learning.py OUT
+--seeds=0,1,2,3,4` (the runs' seed: tasks, training order), otherwise the setting below:
+
+| seed | base pass@1 | after RL | diff pass@1 | control diff pass@1 | RL run s | control s |
+| --- | --- | --- | --- | --- | --- | --- |
+| 0 | 0.062 | 0.422 | +0.359 ± 0.108 | -0.062 ± 0.041 | 421 | 182 |
+| 1 | 0.062 | 0.305 | +0.242 ± 0.095 | -0.055 ± 0.039 | 306 | 179 |
+| 2 | 0.047 | 0.383 | +0.336 ± 0.098 | -0.047 ± 0.036 | 316 | 158 |
+| 3 | 0.031 | 0.414 | +0.383 ± 0.113 | -0.023 ± 0.034 | 277 | 149 |
+| 4 | 0.039 | 0.422 | +0.383 ± 0.113 | -0.039 ± 0.033 | 303 | 156 |
+
+RL beyond its interval with the control flat in 5 of 5 runs (and in a sixth, an earlier
+run of seed 0 on the first build: +0.406 ± 0.107, control -0.039 ± 0.045). Pre-training
+809-841 s (scripted episodes 163-213 s, fit 620-646 s, one thread: the fit's second half,
+whole answer turns of ~1,700 tokens, is 1 s a step, attention-bound), against 1,164 s
+with Qwen3's whole vocabulary; held-out answers copied exactly 0.61 (0.94 with the whole
+vocabulary), yet RL from it rises as far. A bench run after the build 427-603 s (7-10
+min; 790-874 s before), an RL step 10-34 s (20-24 s before), peak memory 3.2-3.5 GB (5.1
+GB before). Per-step curves: every run rose; seed 1's dipped mid-run (training reward
+0.63 at step 3, then 0.20 at step 5 with files written in 0.36 of episodes, 1.9 turns per
+episode and entropy up from 0.009 to 0.068: the model ending episodes without writing a
+program) and recovered to 0.54 at step 7 (held-out +0.242). The sampler-trainer gap
+(`optim/kl_sample_train_v1`) was 0.000 at every step of every run: no importance-sampling
+mismatch. Not deterministic: one seed's curve differs from run to run, because the local
+server draws the LoRA initialisation seed and each sampling seed at random when the
+client sends none (skyrl/tinker/api.py) and tinker-cookbook 0.5.8 sends none; seed 0 twice:
+base 0.047 / 0.062, after RL 0.453 / 0.422.
+
+The whole-vocabulary figures that follow are history. Measured 2026-12-02 on the 2-core machine, nothing else running, `learner-local`
+01895214bc4afb25 (Qwen3's whole vocabulary), 64 eval
 tasks x 2 samples, temperature 0.5, 8 RL steps of 16 episodes at lr 2.5e-3, LoRA rank 64,
 each episode trained as one sequence (piexp.env.sampled_context):
 

@@ -66,7 +66,19 @@ class SupervisedSandbox:
         return self.sandbox.url
 
     def start(self) -> SupervisedSandbox:
-        self.sandbox.start()
+        # A server that dies before it first answers (killed, or crashed while starting)
+        # is started again within the restart bound, as a later death would be.
+        while True:
+            try:
+                self.sandbox.start()
+                break
+            except RuntimeError as error:
+                if not self._count_restart():
+                    raise
+                self.report(
+                    f"sandbox: {error}; starting it again (restart {len(self._restart_times)} of at most "
+                    f"{self.policy.max_restarts} within {self.policy.window_s:g} s)"
+                )
         mark_up(self.url)  # a URL marked down by an earlier server on this port
         self._thread = threading.Thread(target=self._watch, name="piexp-sandbox-supervisor", daemon=True)
         self._thread.start()
@@ -114,19 +126,25 @@ class SupervisedSandbox:
         with self._lock:
             return self._restart_within_bound(cause)
 
+    def _count_restart(self) -> bool:
+        """Count one more restart, or say (False) that the bound is reached."""
+        now = time.monotonic()
+        while self._restart_times and now - self._restart_times[0] > self.policy.window_s:
+            self._restart_times.popleft()
+        if len(self._restart_times) >= self.policy.max_restarts:
+            return False
+        self._restart_times.append(now)
+        self.restarts += 1
+        return True
+
     def _restart_within_bound(self, cause: str) -> bool:
         while not self._stopping.is_set():
-            now = time.monotonic()
-            while self._restart_times and now - self._restart_times[0] > self.policy.window_s:
-                self._restart_times.popleft()
-            if len(self._restart_times) >= self.policy.max_restarts:
+            if not self._count_restart():
                 self._give_up(
                     f"is down: {cause}, after {len(self._restart_times)} restarts within "
                     f"{self.policy.window_s:g} s (sandbox.max_restarts={self.policy.max_restarts})"
                 )
                 return False
-            self._restart_times.append(now)
-            self.restarts += 1
             try:
                 self.sandbox.restart()
             except Exception as error:  # noqa: BLE001 - the next restart is tried, within the bound

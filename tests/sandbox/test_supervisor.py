@@ -105,3 +105,31 @@ def test_past_its_restart_bound_the_sandbox_is_marked_down_and_clients_fail_at_o
         assert time.monotonic() - started < 1.0, "a sandbox marked down is not retried"
         with pytest.raises(SandboxDown):
             check_sandbox(url, within_s=5)
+
+
+class _KilledWhileStarting(EmbeddedSandbox):
+    """An embedded sandbox whose first `kills` servers are killed (SIGKILL) before they answer."""
+
+    def __init__(self, kills: int) -> None:
+        super().__init__(launcher="zygote")
+        self.kills = kills
+
+    def _wait_ready(self) -> None:
+        if self.kills and self.proc is not None:
+            self.kills -= 1
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        super()._wait_ready()
+
+
+def test_a_server_killed_before_it_first_answers_is_started_again_within_the_bound():
+    reports: list[str] = []
+    supervised = SupervisedSandbox(_KilledWhileStarting(kills=1), RestartPolicy(max_restarts=2), report=reports.append)
+    with supervised:
+        assert supervised.restarts == 1
+        (line,) = reports
+        assert "exited with code -9 before answering" in line and "starting it again (restart 1 of at most 2" in line
+        assert _stdout(asyncio.run(_run(supervised.url, "print(6 * 7)"))) == "42"
+    # Past the bound the start fails as it did unsupervised: nothing runs on a dead server.
+    with pytest.raises(RuntimeError, match="exited with code -9 before answering"):
+        SupervisedSandbox(_KilledWhileStarting(kills=2), RestartPolicy(max_restarts=1), report=reports.append).start()

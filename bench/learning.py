@@ -133,23 +133,6 @@ LOOP = ["experiment=learn_offline"]  # the preset runs the loop: base eval, RL, 
 CONTROL = ["experiment=learn_offline", "mode.eval_before=false", "algo.shuffle_rewards=true"]
 
 
-def _children(pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    while frontier:
-        current = frontier.pop()
-        found.append(current)
-        frontier.extend(parents.get(current, []))
-    return found
-
-
 def _rss_mb(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -164,6 +147,8 @@ def _rss_mb(pids: list[int]) -> float:
 
 def run_piexp(args: list[str], run_dir: Path, log: Path) -> tuple[float, float]:
     """One piexp command into `run_dir` (its output into `log`): wall seconds, peak MB."""
+    from piexp.launch.child_processes import descendants
+
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     started = time.perf_counter()
     with open(log, "w") as out:
@@ -177,7 +162,7 @@ def run_piexp(args: list[str], run_dir: Path, log: Path) -> tuple[float, float]:
 
         def sample() -> None:
             while process.poll() is None:
-                peak[0] = max(peak[0], _rss_mb(_children(process.pid)))
+                peak[0] = max(peak[0], _rss_mb([process.pid, *descendants(process.pid)]))
                 time.sleep(0.5)
 
         sampler = threading.Thread(target=sample, daemon=True)

@@ -91,3 +91,15 @@ def control_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if values:
             steps[int(row.get("step", index))] = values
     return [{"step": step, **values} for step, values in sorted(steps.items())]
+
+
+def controls_table(rows: list[dict[str, Any]]) -> list[str]:
+    """`control_rows` as a markdown table: a row per step, a column per control metric
+    (prefix dropped), `-` where a step has no value."""
+    keys = list(dict.fromkeys(key for row in rows for key in row if key != "step"))
+    lines = ["| step | " + " | ".join(key.removeprefix(CONTROLS_PREFIX) for key in keys) + " |"]
+    lines.append("| --- |" + " --- |" * len(keys))
+    for row in rows:
+        cells = ("-" if row.get(key) is None else f"{row[key]:.6g}" for key in keys)
+        lines.append(f"| {row['step']} | " + " | ".join(cells) + " |")
+    return lines

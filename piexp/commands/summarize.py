@@ -48,7 +48,7 @@ from piexp.commands.job_summary import (
 )
 from piexp.commands.summary_plots import plot_cells, plot_controls, plot_metric, plot_seed_means
 from piexp.errors import UserError
-from piexp.run_records import find_job_folders
+from piexp.run_records import controls_table, find_job_folders
 from piexp.stats import mean_ci95
 
 # Stem of the files summarize writes: never a run's own `summary.md` (a train run's verdict).
@@ -179,12 +179,7 @@ def controls_markdown(jobs: Sequence[JobSummary]) -> str:
     for job in jobs:
         if not job.controls:
             continue
-        keys = list(dict.fromkeys(key for row in job.controls for key in row if key != "step"))
-        lines += ["", f"### {job.name}", "", "| step | " + " | ".join(k.removeprefix("controls/") for k in keys) + " |"]
-        lines.append("| --- |" + " --- |" * len(keys))
-        lines += [
-            f"| {row['step']} | " + " | ".join(_fmt(row.get(key)) or "-" for key in keys) + " |" for row in job.controls
-        ]
+        lines += ["", f"### {job.name}", "", *controls_table(job.controls)]
     if not lines:
         return ""
     return "\n## Online controls per training step\n" + "\n".join(lines) + "\n"

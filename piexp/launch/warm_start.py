@@ -23,7 +23,7 @@ from typing import Any
 
 from piexp.config.schema import RunConfig
 from piexp.console import ProgressReport, say
-from piexp.run_records import metric_curve, read_metrics
+from piexp.run_records import control_rows, controls_table, metric_curve, read_metrics
 
 WARM_START_FILE = "warm_start.json"
 SUMMARY_FILE = "summary.md"
@@ -138,8 +138,9 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
 
 
 def write_summary(run_dir: Path) -> str:
-    """`summary.md`: warm start (if any) and the RL reward per iteration, with whether
-    reward rose (last iteration vs first)."""
+    """`summary.md`: warm start (if any), the RL reward per iteration with whether reward
+    rose (last iteration vs first), and the online controls per iteration (informative
+    groups, groups the binary gate dropped, pool sizes, levels) where metrics.jsonl has them."""
     lines = ["# Run summary", ""]
     record_path = run_dir / WARM_START_FILE
     if record_path.is_file():
@@ -164,13 +165,9 @@ def write_summary(run_dir: Path) -> str:
                   f"(iteration {series[-1][0]})."]  # fmt: skip
     else:
         lines += ["No RL iteration logged yet."]
-    from piexp.env.binary_gate import gate_steps
-
-    gated = gate_steps(run_dir)
-    if gated:  # algo.binary_gate: the groups it dropped per step (binary_gate.jsonl)
-        lines += ["", "## Groups dropped by the binary gate", "", "| iteration | groups | dropped | informative |"]
-        lines += ["| --- | --- | --- | --- |"]
-        lines += [f"| {s['step']} | {s['groups']} | {s['dropped']} | {s['informative_fraction']:.2f} |" for s in gated]
+    controls = control_rows(read_metrics(run_dir))
+    if controls:  # informative groups per step, and what the online controls did (piexp.env.task_sampler)
+        lines += ["", "## Online controls per iteration", "", *controls_table(controls)]
     text = "\n".join(lines) + "\n"
     (run_dir / SUMMARY_FILE).write_text(text, encoding="utf-8")
     return text

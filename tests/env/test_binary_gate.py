@@ -20,7 +20,6 @@ from piexp.config.compose import load
 from piexp.env.binary_gate import GATE_FILE, BinaryGateDataset, binary_outcome, gate_steps
 from piexp.errors import UserError
 from piexp.launch.train import cookbook_config
-from piexp.launch.warm_start import write_summary
 
 
 def _trajectory(shaped: float, correct: bool) -> Trajectory:
@@ -99,9 +98,6 @@ def test_a_group_that_all_failed_with_varied_shaped_rewards_is_dropped(tmp_path:
     # A step replayed after a resume counts once (its last decision).
     _graded(gated_dataset.get_batch(8)[0], [_trajectory(1.0, True), _trajectory(0.0, False)])
     assert gate_steps(tmp_path)[1] == {"step": 8, "groups": 1, "dropped": 0, "informative_fraction": 1.0}
-    # The run's summary.md shows them per iteration.
-    summary = write_summary(tmp_path)
-    assert "## Groups dropped by the binary gate" in summary and "| 7 | 2 | 1 | 0.50 |" in summary
 
 
 def test_the_gate_is_a_preset_away_and_turns_the_cookbook_filter_on(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from piexp.env.group_outcomes import OUTCOMES_FILE, OutcomeLog, OutcomeRecording
 from piexp.env.splits import build_splits, level_train_tasks
 from piexp.env.task_sampler import OutcomeDrivenDataset, TrainingControls
 from piexp.errors import UserError
+from piexp.launch.warm_start import write_summary
 from piexp.tasks import Task
 from piexp.transcripts.runs import load_run
 from piexp.transcripts.viewer import render_viewer
@@ -187,6 +188,29 @@ def test_adaptive_difficulty_drives_the_level_into_the_band_and_back_when_the_po
     assert all(later - earlier >= 2 for earlier, later in zip(moves, moves[1:]))
 
 
+def test_a_resumed_adaptive_run_rebuilds_each_familys_level_and_gives_the_same_batches(tmp_path: Path) -> None:
+    """The run stops during step 12 (its checkpoint is at 12): a fresh process asked for
+    batch 12 first replays the outcomes before it from group_outcomes.jsonl, so its level,
+    rolling window and move spacing are the uninterrupted run's, and so are its batches."""
+    config = load([*ADAPTIVE, "mode.max_steps=20"])
+    run = _Run(config, tmp_path)
+    skills = [4] * 10 + [2] * 10  # the level rises, then falls back: both directions cross the resume
+    batches = [run.step(index, _skilled(skill)) for index, skill in enumerate(skills)]
+    levels = [run.sampler.snapshots[index]["controls/level/arith"] for index in range(20)]
+    assert len(set(levels[:12])) > 1 and len(set(levels[12:])) > 1, f"no move on either side of the resume: {levels}"
+
+    lines = (tmp_path / OUTCOMES_FILE).read_text().splitlines()
+    kept = [line for line in lines if json.loads(line)["step"] < 12]
+    partial = [line for line in lines if json.loads(line)["step"] == 12][:1]  # step 12 half graded when killed
+    (tmp_path / OUTCOMES_FILE).write_text("\n".join(kept + partial) + "\n")
+    resumed = _Run(config, tmp_path)
+    assert [resumed.step(index, _skilled(skills[index])) for index in range(12, 20)] == batches[12:]
+    assert resumed.sampler.snapshots == {index: run.sampler.snapshots[index] for index in range(12, 20)}
+    assert [json.loads(line) for line in (tmp_path / OUTCOMES_FILE).read_text().splitlines()] == [
+        json.loads(line) for line in lines
+    ]
+
+
 def test_tasks_at_a_level_come_from_the_same_streams_and_never_overlap_the_eval_split() -> None:
     config = load([*ADAPTIVE, "tasks.adaptive.max_level=3"])
     splits = build_splits(config)
@@ -234,6 +258,8 @@ def test_each_training_steps_metrics_row_records_the_controls(tmp_path: Path) ->
         in (summary)
     )
     assert "| 1 | 2 | 0 | 0 | 2 | 1 | 0.5 |" in summary  # step 1's level was chosen after step 0's 0.5
+    own = write_summary(tmp_path)  # and the run's own summary.md, per iteration
+    assert "## Online controls per iteration" in own and "| 1 | 2 | 0 | 0 | 2 | 1 | 0.5 |" in own
     assert written["controls"].read_bytes()[:4] == b"\x89PNG"
     page = render_viewer(load_run(tmp_path))
     assert '"controls/informative_fraction":1.0' in page and "online controls per step" in page

@@ -1,7 +1,8 @@
 """End to end on `service=local model=tiny-local`: a real Pi workspace run (arith,
 Python) trains RL iterations through the local SkyRL server after an oracle warm start,
-the optimizer steps, checkpoints are saved, a rerun on the same folder resumes from them,
-and no server process is left behind; `checkpoint=<run folder>` then evaluates the
+the optimizer steps, checkpoints are saved, a rerun on the same folder resumes from them
+(with difficulty pools on: the resumed step's pools are those its group outcomes on file
+make), and no server process is left behind; `checkpoint=<run folder>` then evaluates the
 trained model on a fresh server. No account, no network (once the server venv
 exists). About 4-6 minutes on 2 CPU cores."""
 
@@ -33,6 +34,7 @@ OVERRIDES = [
     "limits.max_generation_tokens=512",  # its longest action (the program) is ~450 tokens
     "warm_start.sft_steps=1",
     "warm_start.tasks=1",
+    "tasks.pools.enabled=true",  # an online control: its state must survive the resume
 ]
 
 
@@ -48,6 +50,19 @@ def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _pools_from_outcomes(run_dir: Path, before_step: int, groups: int) -> dict[str, float]:
+    """The pool sizes group_outcomes.jsonl implies before `before_step`, recomputed here
+    from the file (default thresholds: all passed easy, none passed hard, else normal;
+    a (task, language) group never graded stays normal)."""
+    latest: dict[tuple[str, str], float] = {}
+    for row in _rows(run_dir / "group_outcomes.jsonl"):
+        if row["step"] < before_step:
+            latest[(row["task_digest"], row["language"])] = sum(row["outcomes"]) / len(row["outcomes"])
+    easy = sum(rate >= 1.0 for rate in latest.values())
+    hard = sum(rate <= 0.0 for rate in latest.values())
+    return {"controls/pool/easy": easy, "controls/pool/normal": groups - easy - hard, "controls/pool/hard": hard}
 
 
 def _server_processes(run_dir: Path) -> list[str]:
@@ -89,8 +104,19 @@ def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_mo
 
     second = _train(run_dir, "mode.max_steps=3")
     assert "Resumed training from tinker://" in second.stdout + second.stderr + (run_dir / "logs.log").read_text()
-    steps = [row["step"] for row in _rows(run_dir / "metrics.jsonl")]
+    metrics = _rows(run_dir / "metrics.jsonl")
+    steps = [row["step"] for row in metrics]
     assert steps == [0, 1, 2], f"the rerun did not continue from the checkpoint: steps {steps}"
+    # The resumed process rebuilt the pools from the outcomes on file: step 2's batch was
+    # drawn from what steps 0-1 graded (4 arith tasks x python), not from fresh pools.
+    outcomes = _rows(run_dir / "group_outcomes.jsonl")
+    assert sorted((row["step"], row["group"]) for row in outcomes) == [(s, g) for s in range(3) for g in range(2)]
+    for row in metrics:
+        pools = {key: value for key, value in row.items() if key.startswith("controls/pool/")}
+        assert pools == _pools_from_outcomes(run_dir, row["step"], groups=4), (row["step"], pools)
+        assert row["controls/groups"] == 2 and 0 <= row["controls/informative_fraction"] <= 1
+    fresh = {"controls/pool/easy": 0, "controls/pool/normal": 4, "controls/pool/hard": 0}
+    assert _pools_from_outcomes(run_dir, 2, groups=4) != fresh, "no group left the normal pool: nothing to rebuild"
     assert max(row["batch"] for row in _rows(run_dir / "checkpoints.jsonl")) == 3
     assert _server_processes(run_dir) == []
 

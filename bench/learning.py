@@ -14,9 +14,10 @@ base model beyond its interval while the control did not: the verdict (and the e
 status) is on pass@1, the issue's measure (it does not saturate here), with mean shaped
 reward's verdict printed beside it. Peak memory is the highest sum of resident set sizes
 of the piexp process and its descendants (sandbox, SkyRL server), sampled every 0.5 s.
-Usage: `python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4]` (a temporary folder by
-default; the run folders stay in OUT_DIR, one `seed_S` folder per seed when several, for
-`piexp show` / `viewer.html`). It prints each run's per-step training curve (reward,
+Usage: `python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N]` (a
+temporary folder by default; the run folders stay in OUT_DIR, one `seed_S` folder per seed
+when several and a `run_R` folder per repeat, for `piexp show` / `viewer.html`; with
+repeats it prints how far runs of one seed spread). It prints each run's per-step training curve (reward,
 share of episodes that wrote a file, turns, entropy and the sampler-trainer log-probability
 gap, the control's reward beside them), and with several seeds how many held the claim.
 
@@ -334,23 +335,55 @@ def summary(runs: list[dict], console: Console) -> None:
     console.print(f"RL beyond its interval with the control flat in {held} of {len(runs)} runs")
 
 
+def spread(runs: list[dict], console: Console) -> None:
+    """Per seed run more than once: how far repeated runs of the same command move the
+    figures (the part of the result that is not deterministic)."""
+    import statistics
+
+    table = Table(title="repeated runs of one seed: the spread that is not deterministic (min, max, sd)")
+    for column in ("seed", "runs", "base pass@1", "after RL pass@1", "RL diff pass@1", "control diff pass@1"):
+        table.add_column(column, justify="right")
+    for seed in dict.fromkeys(run["seed"] for run in runs):
+        same = [run for run in runs if run["seed"] == seed]
+        if len(same) < 2:
+            continue
+
+        def cell(values: list[float]) -> str:
+            return f"{min(values):.3f}-{max(values):.3f} (sd {statistics.stdev(values):.3f})"
+
+        table.add_row(
+            str(seed),
+            str(len(same)),
+            cell([run["base"]["pass@1"] for run in same]),
+            cell([run["rl"]["pass@1"] for run in same]),
+            cell([run["rl"]["diff_pass@1"] for run in same]),
+            cell([run["control"]["diff_pass@1"] for run in same]),
+        )
+    console.print(table)
+
+
 def main() -> int:
-    """`python bench/learning.py [OUT_DIR] [--seeds 0,1,2,3,4]`: one run per seed."""
-    args = [a for a in sys.argv[1:] if not a.startswith("--seeds")]
+    """`python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N]`: N runs per seed."""
+    args = [a for a in sys.argv[1:] if not a.startswith(("--seeds", "--repeats"))]
     seeds_arg = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--seeds=")), "0")
+    repeats = int(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--repeats=")), "1"))
     seeds = [int(s) for s in seeds_arg.split(",")]
     console = Console()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args[0]) if args else Path(tmp)
         for seed in seeds:
-            folder = out if len(seeds) == 1 else out / f"seed_{seed}"
-            folder.mkdir(parents=True, exist_ok=True)
-            figures = learning(folder, console, seed)
-            report(figures, console)
-            runs.append(figures)
+            for repeat in range(repeats):
+                folder = out if len(seeds) == 1 else out / f"seed_{seed}"
+                folder = folder / f"run_{repeat}" if repeats > 1 else folder
+                folder.mkdir(parents=True, exist_ok=True)
+                figures = learning(folder, console, seed)
+                report(figures, console)
+                runs.append(figures)
     if len(runs) > 1:
         summary(runs, console)
+    if repeats > 1:
+        spread(runs, console)
     return 0 if all(run["rl_improves"] and run["control_flat"] for run in runs) else 1
 
 

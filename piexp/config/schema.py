@@ -330,6 +330,24 @@ class RunConfig(_Strict):
             for name, settings in languages.items()
         }
 
+    @field_validator("family", mode="before")
+    @classmethod
+    def _params_of_families_not_selected(cls, family: Any) -> Any:
+        # A preset's params for a known family the run does not select (no `_target_`:
+        # `experiment=learn_offline family=json_tree` keeps the preset's csv_agg params) are
+        # not used by the run, so they are left out; an unknown name stays, to be refused.
+        from piexp.tasks import TARGET_KEY
+        from piexp.tasks.registry import known_names
+
+        if not isinstance(family, dict):
+            return family
+        known = set(known_names())
+        return {
+            name: entry
+            for name, entry in family.items()
+            if not (isinstance(entry, dict) and TARGET_KEY not in entry and name in known)
+        }
+
     @field_validator("lang", "eval_lang", mode="before")
     @classmethod
     def _one_language_is_a_list(cls, value: Any) -> Any:

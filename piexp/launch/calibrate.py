@@ -75,14 +75,14 @@ def _shared_sandbox(config: RunConfig) -> Iterator[RunConfig]:
 def run_levels(levels: Sequence[Level], out: Path) -> None:
     """Run (or resume) every level's eval; the service and the sandbox are set up once."""
     from piexp.cookbook_compat import check_installed_cookbook
-    from piexp.launch.run import _run_mode, _with_built_model
+    from piexp.launch.run import _run_mode, resolve_local_model
     from piexp.service import open_service
 
     check_installed_cookbook()
-    first = levels[0].config
+    first = resolve_local_model(levels[0].config)
     service: contextlib.AbstractContextManager[RunConfig | None] = contextlib.nullcontext(None)
     if first.uses_service:
-        service = open_service(_with_built_model(first), out)
+        service = open_service(first, out)
     with service as resolved, _shared_sandbox(first) as shared:
         for number, level in enumerate(levels, start=1):
             say(f"calibrate: {number}/{len(levels)}: {level.family} level {level.level} ({_params_text(level.params)})")

@@ -9,7 +9,7 @@ from pathlib import Path
 from piexp.config.schema import RunConfig, TrainMode
 from piexp.config.search_path import running_search_path
 from piexp.env.splits import build_splits
-from piexp.launch.base_model import BASE_MODEL_KEY, base_model_identity
+from piexp.launch.base_model import BASE_MODEL_KEY, base_model_identity, register_local_model_tokenizer
 from piexp.launch.manifest import build_manifest, write_manifest
 from piexp.launch.sandbox import run_sandbox
 from piexp.service import open_service
@@ -33,8 +33,8 @@ def run_mode(config: RunConfig, run_dir: Path) -> float | None:
 
 def run_one_mode(config: RunConfig, run_dir: Path) -> float | None:
     """The selected mode in `run_dir`, inside its service session when it needs one."""
+    config = resolve_local_model(config)
     if config.uses_service:
-        config = _with_built_model(config)
         # Tinker: preflight; local: start (and at exit stop) a SkyRL server; selfhosted:
         # preflight + compatibility proxy. Yields the config with URL and model resolved.
         with open_service(config, run_dir) as resolved:
@@ -42,11 +42,16 @@ def run_one_mode(config: RunConfig, run_dir: Path) -> float | None:
     return _run_mode(config, run_dir)
 
 
-def _with_built_model(config: RunConfig) -> RunConfig:
-    """`model=learner-local` names a model piexp pre-trains itself: its folder, built
-    first (once per machine, in its own embedded sandbox) if this machine has none."""
+def resolve_local_model(config: RunConfig) -> RunConfig:
+    """A model piexp builds itself. With a service, `model=learner-local` names its
+    folder, built first (once per machine, in its own embedded sandbox) if this machine has
+    none. A scripted policy still renders with the model's tokenizer (token limits,
+    transcripts): a local model's is registered offline, without building the model."""
     from piexp.pretrain import LEARNER_MODEL_NAME
 
+    if not config.uses_service:
+        register_local_model_tokenizer(config.model.name)
+        return config
     if config.model.name != LEARNER_MODEL_NAME:
         return config
     from piexp.pretrain import ensure_learner_model

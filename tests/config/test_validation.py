@@ -61,3 +61,14 @@ def test_a_sweep_presets_own_values_are_validated() -> None:
         validate_command_line(["experiment=reward_sweep", "reward.weights.output=0.5,-1"], multirun=True)
     with pytest.raises(UserError, match="Sweep job .*limits.max_turns=0"):
         validate_command_line(["experiment=reward_sweep", "limits.max_turns=0"], multirun=False)
+
+
+def test_a_presets_params_for_a_family_the_run_does_not_select_are_left_out() -> None:
+    """`experiment=learn_offline family=json_tree`: the preset also sets csv_agg's params,
+    which this run does not use (it was refused as an "unknown task family csv_agg");
+    json_tree keeps the preset's params. A name that is no family is still refused."""
+    config = load(["experiment=learn_offline", "family=json_tree"])
+    assert config.families == ["json_tree"] and list(config.family) == ["json_tree"]
+    assert config.family["json_tree"]["n_nodes"] == 8  # the preset's, not conf/family's 60
+    with pytest.raises(UserError, match="unknown task family no_such_family"):
+        load(["family=json_tree", "+family.no_such_family.n=1"])

@@ -7,6 +7,9 @@ playing an episode twice; bad input is refused before anything is written."""
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 import json
 from pathlib import Path
 
@@ -158,3 +161,24 @@ def test_a_family_without_declared_difficulty_is_refused(monkeypatch):
     monkeypatch.setitem(registry._active, "arith", dataclasses.replace(FAMILIES["arith"], difficulty=None))
     with pytest.raises(UserError, match="family arith declares no difficulty levels"):
         declared_family("arith")
+
+
+def test_a_multi_family_preset_calibrates_a_scripted_policy_on_its_local_model_offline(tmp_path):
+    """`calibrate experiment=learn_offline policy=oracle`: each level runs one family of the
+    preset (whose params for the other were once refused as an unknown family), and a
+    scripted policy renders with learner-local's own tokenizer, registered offline without
+    building the model (it was looked up on the Hugging Face hub). HF_HUB_OFFLINE makes a
+    hub lookup fail at once instead of retrying."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("TINKER_API_KEY", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", "calibrate", "experiment=learn_offline", "policy=oracle", "levels=1",
+         "n=2", "k=1", "--out", str(tmp_path / "c")],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    data = json.loads((tmp_path / "c" / "calibration.json").read_text())
+    assert {(c["family"], c["level"], c["pass@1"]) for c in data["cells"]} == {
+        ("json_tree", 1, 1.0),
+        ("csv_agg", 1, 1.0),
+    }

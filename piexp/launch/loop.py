@@ -36,9 +36,16 @@ RunStage = Callable[[RunConfig, Path], "float | None"]
 def eval_stage_config(config: RunConfig, checkpoint: Path | None) -> RunConfig:
     """The `mode=eval policy=model` config of one of the loop's evaluations: the run's
     tasks, languages, model, limits and service; the base model, or `checkpoint`'s final
-    one. Training-only settings take their defaults (an eval refuses others); the eval
+    one. Training-only settings (warm start, algo, the tasks' training controls) take their
+    defaults or are off (an eval refuses others); the eval
     mode is conf/mode/eval.yaml's, without the preflight."""
     data = config.model_dump()
+    # What a training batch holds (family weights, pools, adaptive levels) is no eval's.
+    data["tasks"] |= {
+        "family_weights": None,
+        "pools": {**data["tasks"]["pools"], "enabled": False},
+        "adaptive": {**data["tasks"]["adaptive"], "enabled": False},
+    }
     data.update(
         mode=default_settings("mode", EvalMode, "eval").model_copy(update={"preflight": False}).model_dump(),
         policy="model",

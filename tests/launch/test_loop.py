@@ -21,6 +21,25 @@ def test_loop_evaluations_use_the_runs_tasks_and_k_without_training_options() ->
     assert evaluation.warm_start.sft_steps == 0 and evaluation.algo.recipe == "default"
 
 
+@pytest.mark.parametrize(
+    "control",
+    [
+        ["tasks.pools.enabled=true"],
+        ["tasks.adaptive.enabled=true", "family=[arith,dates]"],
+        ["tasks.family_weights={arith: 2}", "family=[arith,dates]"],
+    ],
+)
+def test_a_loop_evaluation_of_a_run_with_a_training_control_leaves_the_control_out(control: list[str]) -> None:
+    """The control chooses training batches; the evaluations run the eval split as it is
+    (the trained evaluation was refused, after training, as an eval given tasks.pools)."""
+    config = load(["mode.eval_before=true", "mode.eval_after=true", *control])
+    evaluation = eval_stage_config(config, None)
+    assert not evaluation.tasks.pools.enabled and not evaluation.tasks.adaptive.enabled
+    assert evaluation.tasks.family_weights is None
+    assert evaluation.tasks.eval_per_family == config.tasks.eval_per_family
+    assert evaluation.tasks.pools.weights == config.tasks.pools.weights  # the rest as the run set it
+
+
 def test_k_in_train_mode_needs_a_loop_evaluation() -> None:
     with pytest.raises(UserError, match="k also sets the samples of mode.eval_before/eval_after"):
         load(["k=2"])

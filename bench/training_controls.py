@@ -20,7 +20,8 @@ dropped, the pool sizes and the levels; per arm, the mean informative fraction, 
 it trained on of those it sampled, with how many of them were informative (the gate trains
 on informative groups only) and held-out pass@1 with its paired difference (95% t-interval over tasks) to the
 base model and to the no-control arm. Usage: `python bench/training_controls.py [OUT_DIR]
-[--seed=S] [--arms=none,binary_gate,pools,adaptive] [--no-calibrate]` (a temporary folder
+[--seed=S] [--arms=none,binary_gate,pools,adaptive] [--with=OVERRIDE ...] [--no-calibrate]`
+(`--with` adds an override to every arm's training, e.g. fewer train tasks; a temporary folder
 by default; the run folders stay in OUT_DIR for `piexp show` / `summarize`; run again on
 the same OUT_DIR, it keeps the arms and calibrations finished there and reports again).
 """
@@ -107,7 +108,7 @@ def trained_groups(run_dir: Path, gate: bool) -> tuple[int, int, int]:
     return len(outcomes), len(trained), sum(o.informative for o in trained)
 
 
-def run_arms(out: Path, arms: list[str], seed: int, console: Console) -> dict:
+def run_arms(out: Path, arms: list[str], seed: int, common: list[str], console: Console) -> dict:
     from piexp.launch.comparison import compare, load_run
     from piexp.launch.loop import BASE_EVAL_DIR, TRAINED_EVAL_DIR
 
@@ -117,7 +118,8 @@ def run_arms(out: Path, arms: list[str], seed: int, console: Console) -> dict:
         if not timing.is_file():
             console.print(f"training arm {arm} ...")
             extra = ARMS[arm] if arm == "none" else [*ARMS[arm], "mode.eval_before=false"]
-            seconds, peak_mb = run_piexp([*PRESET, *extra, f"seed={seed}"], out / arm, out / f"{arm}.log")
+            command = [*PRESET, *common, *extra, f"seed={seed}"]
+            seconds, peak_mb = run_piexp(command, out / arm, out / f"{arm}.log")
             timing.write_text(json.dumps({"seconds": seconds, "peak_mb": peak_mb}))
         figures["arms"][arm] = {
             **json.loads(timing.read_text()),
@@ -205,7 +207,9 @@ def report(figures: dict, console: Console) -> None:
 
 def main() -> int:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    options = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "") for a in sys.argv[1:] if a.startswith("--"))
+    common = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--with=")]  # every arm's overrides
+    flags = [a for a in sys.argv[1:] if a.startswith("--") and not a.startswith("--with=")]
+    options = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "") for a in flags)
     unknown = set(options) - {"seed", "arms", "no-calibrate"}
     if unknown:
         raise SystemExit(f"unknown option(s) {sorted(unknown)}; usage: see this file's docstring")
@@ -223,7 +227,7 @@ def main() -> int:
     if "no-calibrate" not in options:
         console.print("calibrating the base model ...")
         calibrations["base"] = calibrate(out / "calibration_base", out / "calibration_base.log", f"seed={seed}")
-    figures = run_arms(out, arms, seed, console)
+    figures = run_arms(out, arms, seed, common, console)
     if "no-calibrate" not in options:
         console.print("calibrating the no-control arm's trained checkpoint ...")
         calibrations["trained"] = calibrate(

@@ -185,11 +185,28 @@ def run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: RunSpli
     return asyncio.run(_run_eval(config, Path(run_dir), sandbox_url, splits))
 
 
+# A checkpoint evaluated on a local server loads into one of its few LoRA adapter slots
+# (max_lora_adapters), so a process that evaluates it several times on that server
+# (calibrate: once per level) loads it once; by (server URL, checkpoint, sampling settings).
+_local_checkpoint_policies: dict[tuple[Any, ...], TokenCompleter] = {}
+
+
 async def _build_policy(config: RunConfig, tasks: Sequence[Task]) -> TokenCompleter:
     if config.eval_policy == "model":
         from piexp.policies import build_model_policy
 
-        return await build_model_policy(config)
+        if not (config.checkpoint and config.service.name == "local"):
+            return await build_model_policy(config)
+        key = (
+            config.service.base_url,
+            config.checkpoint,
+            config.model.name,
+            config.limits.max_generation_tokens,
+            config.model.temperature,
+        )
+        if key not in _local_checkpoint_policies:
+            _local_checkpoint_policies[key] = await build_model_policy(config)
+        return _local_checkpoint_policies[key]
     renderer = get_run_renderer(episode_settings(config, "").resolved_renderer_name(), config.model.name)
     return make_policy(config.eval_policy, renderer, tasks)
 

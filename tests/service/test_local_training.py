@@ -3,8 +3,8 @@ Python) trains RL iterations through the local SkyRL server after an oracle warm
 the optimizer steps, checkpoints are saved, a rerun on the same folder resumes from them
 (with difficulty pools on: the resumed step's pools are those its group outcomes on file
 make), and no server process is left behind; `checkpoint=<run folder>` then evaluates the
-trained model on a fresh server. No account, no network (once the server venv
-exists). About 4-6 minutes on 2 CPU cores."""
+trained model on a fresh server, and `calibrate` evaluates it at five levels on one server.
+No account, no network (once the server venv exists). About 5-7 minutes on 2 CPU cores."""
 
 from __future__ import annotations
 
@@ -134,4 +134,18 @@ def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_mo
     results = json.loads((eval_dir / "results.json").read_text())
     assert results["checkpoint"] == str(run_dir) and results["overall"]["episodes"] == 2
     assert "Loaded training checkpoint" in (run_dir / "local_service" / "server.log").read_text()
+    assert _server_processes(run_dir) == []
+
+    # calibrate evaluates the checkpoint once per level on one server, which holds at most
+    # 4 LoRA adapters: five levels load it once (each level loaded it anew and the fourth
+    # failed with "Maximum number of LoRA adapters (4) reached").
+    result = subprocess.run(
+        [sys.executable, "-m", "piexp", "calibrate", "service=local", "model=tiny-local", "family=arith",
+         "lang=python", "policy=model", f"checkpoint={run_dir}", "levels=1-5", "n=2", "k=1",
+         "limits.max_turns=2", "limits.max_generation_tokens=64", "--out", str(tmp_path / "calibration")],
+        capture_output=True, text=True, env=env, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    cells = json.loads((tmp_path / "calibration" / "calibration.json").read_text())["cells"]
+    assert [(cell["level"], cell["episodes"]) for cell in cells] == [(level, 2) for level in range(1, 6)]
     assert _server_processes(run_dir) == []

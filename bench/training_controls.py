@@ -24,6 +24,40 @@ base model and to the no-control arm. Usage: `python bench/training_controls.py 
 (`--with` adds an override to every arm's training, e.g. fewer train tasks; a temporary folder
 by default; the run folders stay in OUT_DIR for `piexp show` / `summarize`; run again on
 the same OUT_DIR, it keeps the arms and calibrations finished there and reports again).
+
+Measured 2026-12-02 on the 2-core machine (one run of each arm, seed 0, `learner-local`
+12757e653fb35bd5, the preset's 8 RL steps of 2 groups x 8 episodes; other work beside it
+part of the time, so the seconds are rough):
+
+| arm | informative groups (sampled) | groups trained on (informative) | held-out pass@1 | vs base | vs none | run s |
+| --- | --- | --- | --- | --- | --- | --- |
+| none | 0.62 | 16 of 16 (10) | 0.500 | +0.461 ± 0.101 | | 446 (with the base eval) |
+| binary_gate | 0.62 | 10 of 16 (10) | 0.070 | +0.031 ± 0.061 | -0.430 ± 0.102 | 219 |
+| pools | 0.62 | 16 of 16 (10) | 0.414 | +0.375 ± 0.105 | -0.086 ± 0.106 | 334 |
+| adaptive | 0.00 | 16 of 16 (0) | 0.039 | +0.000 ± 0.049 | -0.461 ± 0.101 | 218 |
+
+Base pass@1 0.039 over 64 held-out tasks x 2 samples. What it shows, one run each:
+- The binary gate hurt here. Its groups were the no-control arm's kind (5 of the 8 steps
+  dropped 1 or 2 groups), but learner-local starts below the frontier (pass@1 0.04): most
+  early groups fail every episode, and their shaped rewards (writing and running a
+  program earns more than crashing) are what moves the model towards a program in the
+  no-control arm. Gated, step 0 and 1 trained on one group each; held-out shaped reward
+  fell to 0.048 (-0.163 ± 0.067). The gate is for a model that already solves some tasks
+  of each group, where shaped partial credit misleads.
+- Difficulty pools had nothing to act on: 8 steps x 2 groups draw 16 of the 64 train
+  groups, each at most once, so the pools only filled (2 easy, 2 hard by the last step)
+  and the arm is the no-control arm within its interval. Pools pay off once groups repeat
+  (more steps than train groups / groups_per_batch).
+- Adaptive difficulty found no learnable level. Every family starts at level 1 (json_tree
+  5 nodes, csv_agg 10 rows), and learner-local, pre-trained on the preset's sizes only
+  (8 nodes, 8 rows), failed every episode there (training reward 0.10-0.25: it wrote and
+  ran a program that crashed): no group was informative, and level 1 is the floor. The
+  calibration says the same: base and trained models pass@1 0.000 at every declared level
+  of both families (8 tasks x 2 samples per level, 10-40 s a level; the trained model
+  mostly with malformed tool calls), while the trained model passes 0.500 at the preset's
+  own sizes (0.000 with json_tree at 5 nodes, 0.500 at 8, 16 episodes each).
+  A 2-layer model this narrow has no frontier among the built-in levels; a family whose
+  levels bracket its training distribution would have one.
 """
 
 from __future__ import annotations

@@ -49,8 +49,13 @@ program) and recovered to 0.54 at step 7 (held-out +0.242). The sampler-trainer 
 (`optim/kl_sample_train_v1`) was 0.000 at every step of every run: no importance-sampling
 mismatch. Not deterministic: one seed's curve differs from run to run, because the local
 server draws the LoRA initialisation seed and each sampling seed at random when the
-client sends none (skyrl/tinker/api.py) and tinker-cookbook 0.5.8 sends none; seed 0 twice:
-base 0.047 / 0.062, after RL 0.453 / 0.422.
+client sends none (skyrl/tinker/api.py) and tinker-cookbook 0.5.8 sends none. How much
+that moves the result, seed 0's RL run (the same command, `experiment=learn_offline
+seed=0`) three times: base pass@1 0.047 / 0.062 / 0.039, after RL 0.453 / 0.422 / 0.500,
+difference +0.406 / +0.359 / +0.461 (sd 0.051; the third is bench/training_controls.py's
+no-control arm, build 12757e653fb35bd5, whose recipe and episodes are those of the two
+above): runs of one seed spread about half as far as the interval of one run (± 0.10),
+and every one is beyond it. `--repeats=N` measures this spread in one command.
 
 The whole-vocabulary figures that follow are history. Measured 2026-12-02 on the 2-core machine, nothing else running, `learner-local`
 01895214bc4afb25 (Qwen3's whole vocabulary), 64 eval

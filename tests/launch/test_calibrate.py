@@ -7,10 +7,10 @@ playing an episode twice; bad input is refused before anything is written."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
-import json
 from pathlib import Path
 
 import pytest

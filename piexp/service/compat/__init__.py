@@ -49,6 +49,18 @@ written out by ``launcher.py``'s :func:`write_launcher`):
    of the server's max rank (scaling 0) that every training step and sampled token
    computed; a layer no adapter of the batch trains now skips it (values unchanged:
    ``tests/service/test_compat_speedups.py``; figures in ``bench/untrained_lora.py``).
+9. **Losses summed over tokens** (engine only, ``_token_sum_losses``): Tinker's losses
+   are sums over a datum's tokens (``-(ratio * advantages).sum()`` for
+   importance_sampling); skyrl 0.4.0 divides each sequence's sum by its weight count,
+   for an RL datum (no weights) its whole length. The advantages of a group sum to zero,
+   the advantages over lengths do not: the tokens all its episodes share (their tool
+   calls) were pushed the way of the shorter episodes, down when failing episodes end
+   sooner than passing ones (in a learner-local run, about half the contrast's own
+   weight in every informative group; bench/learning.py). Each loss term is multiplied
+   by its sequence's count, which skyrl's division takes off again; the per-token
+   losses and log-probs a client receives are unchanged
+   (``tests/service/test_compat_loss_sum.py``). skyrl's mean over a batch's sequences
+   stays: one factor for every gradient, which Adam's update does not see.
 
 Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):
 

@@ -247,6 +247,47 @@ def _cpu_training_speedups():
     LogitsProcessorMixin._compute_chunked_logprobs = chunked_logprobs
 
 
+def _token_sum_losses():
+    # Item 9: Tinker's losses are sums over a datum's tokens (importance_sampling is
+    # -(ratio * advantages).sum()); skyrl 0.4.0 divides each sequence's sum by its weight
+    # count, which for an RL datum (no weights: all ones) is its whole length. Two episodes
+    # of one group then share the tokens they have in common with weights A_i / L_i that no
+    # longer cancel (the advantages sum to zero, the A_i / L_i do not): a short failing
+    # episode beside long passing ones pushes down the tool calls they all made. Each loss
+    # term is now multiplied by its sequence's count, which skyrl's division takes off
+    # again, and the per-token losses a client receives are divided by it (unchanged).
+    # skyrl's mean over a batch's sequences stays: one factor for every gradient, which
+    # Adam's update does not see (tests/service/test_compat_loss_sum.py).
+    import jax.numpy as jnp
+    from skyrl.backends import jax as jax_backend
+
+    def counted(loss):
+        def token_sum(target_logprobs, loss_mask, *rest):
+            return loss(target_logprobs, loss_mask, *rest) * jnp.maximum(loss_mask.sum(), 1e-9)
+
+        return token_sum
+
+    jax_backend.LOSS_FUNCTIONS = [counted(loss) for loss in jax_backend.LOSS_FUNCTIONS]
+    original_create = jax_backend.JaxBackendImpl._create_loss_and_grad_fn
+
+    def per_token_losses_as_sent(run):
+        def wrapped(accumulated, lora, non_lora, input_ids, attention_mask, adapter_indices, target_ids, loss_mask,
+                    *rest):  # fmt: skip
+            grads, losses, logprobs = run(
+                accumulated, lora, non_lora, input_ids, attention_mask, adapter_indices, target_ids, loss_mask, *rest
+            )
+            return grads, losses / jnp.maximum(loss_mask.sum(axis=-1, keepdims=True), 1e-9), logprobs
+
+        return wrapped
+
+    def create_loss_and_grad_fn(self):
+        original_create(self)
+        self._forward_backward_and_accumulate = per_token_losses_as_sent(self._forward_backward_and_accumulate)
+        self._forward = per_token_losses_as_sent(self._forward)
+
+    jax_backend.JaxBackendImpl._create_loss_and_grad_fn = create_loss_and_grad_fn
+
+
 def _skip_untrained_lora():
     # Item 8: a layer no adapter of the batch trains has LoRA scaling 0. skyrl's
     # create_model never trains the embedding or the unembedding, yet both carry a LoRA
@@ -411,6 +452,7 @@ if __name__ == "__main__":
     os.environ["PIEXP_SERVER_PARENT_PID"] = str(os.getpid())  # the engine's parent is us
     _import_without_torch()
     if role == "engine":
+        _token_sum_losses()
         _cpu_training_speedups()
         _skip_untrained_lora()
         _cpu_sampling_speedups()

@@ -106,7 +106,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
             if not service.compat_proxy:
                 yield _resolved(config, service.url.rstrip("/"))
                 return
-            with SampleIdProxy(service.url) as proxy:
+            with SampleIdProxy(service.url, seed=config.seed) as proxy:
                 yield _resolved(config, proxy.url)
         return
 
@@ -129,7 +129,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     watchdog = _Watchdog(server)
     try:
         say(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
-        with placeholder_api_key(override=True), SampleIdProxy(server.url) as proxy:
+        with placeholder_api_key(override=True), SampleIdProxy(server.url, seed=config.seed) as proxy:
             watchdog.start()
             try:
                 yield _resolved(config, proxy.url, model_name)

@@ -164,3 +164,66 @@ def test_proxy_turns_create_via_load_into_create_then_load(proxied) -> None:
     # Later requests under the SDK's id reach skyrl's id, and replies map back.
     echo = httpx.post(proxy.url + "/api/v1/optim_step", json={"model_id": "s1:train:3"}).json()
     assert echo == {"echo": {"model_id": "model_new"}}
+
+
+# --------------------------------------------------------------------------- item 10: seeds
+
+
+def _sample_request(prompt: list[int], seed: int | None = None) -> bytes:
+    params = {"max_tokens": 8, "temperature": 0.5, **({"seed": seed} if seed is not None else {})}
+    return json.dumps(
+        {"num_samples": 1, "prompt": {"chunks": [{"tokens": prompt}]}, "sampling_params": params, "seq_id": 7}
+    ).encode()
+
+
+def _seed_of(body: bytes) -> int | None:
+    return json.loads(body)["sampling_params"].get("seed")
+
+
+def test_request_seeds_are_distinct_for_alike_requests_and_the_same_run_after_run() -> None:
+    from piexp.service.compat.proxy import RequestSeeds
+
+    def run(seed: int) -> list[int | None]:
+        seeds = RequestSeeds(seed)
+        # A group's episodes send the same first prompt; a later turn another one.
+        bodies = [_sample_request([1, 2, 3]) for _ in range(4)] + [_sample_request([1, 2, 3, 4])]
+        return [_seed_of(seeds.sample(body)) for body in bodies]
+
+    first = run(0)
+    assert all(isinstance(s, int) and 0 <= s < 2**31 for s in first)
+    assert len(set(first)) == 5  # alike requests still draw differently
+    assert run(0) == first  # the same requests in the same order: the same seeds
+    assert run(1) != first  # another run seed: other draws
+    seeds = RequestSeeds(0)
+    # A seed the client chose, and bodies that are not a sampling request, pass unchanged.
+    assert _seed_of(seeds.sample(_sample_request([5], seed=123))) == 123
+    assert seeds.sample(b"not json") == b"not json"
+    assert seeds.sample(b'{"num_samples": 1}') == b'{"num_samples": 1}'
+
+
+def test_request_seeds_give_a_lora_without_a_seed_the_runs() -> None:
+    from piexp.service.compat.proxy import RequestSeeds
+
+    seeds = RequestSeeds(5)
+    created = json.loads(seeds.create_model(json.dumps({"base_model": "m", "lora_config": {"rank": 8}}).encode()))
+    assert created["lora_config"] == {"rank": 8, "seed": 5}
+    chosen = json.dumps({"base_model": "m", "lora_config": {"rank": 8, "seed": 9}}).encode()
+    assert seeds.create_model(chosen) == chosen
+
+
+def test_a_seeded_proxy_seeds_what_reaches_the_server() -> None:
+    import httpx
+
+    upstream = FakeSkyrl().start()
+    try:
+        with SampleIdProxy(f"http://127.0.0.1:{upstream.port}", seed=3) as proxy:
+            for _ in range(2):
+                httpx.post(proxy.url + "/api/v1/asample", content=_sample_request([1, 2]))
+            httpx.post(proxy.url + "/api/v1/create_model", json={"session_id": "s", "base_model": "m",
+                                                                 "lora_config": {"rank": 8}})  # fmt: skip
+    finally:
+        upstream.stop()
+    sampled = [_seed_of(body) for _, path, body in upstream.seen if path == "/api/v1/asample"]
+    assert len(sampled) == 2 and None not in sampled and sampled[0] != sampled[1]
+    created = next(json.loads(body) for _, path, body in upstream.seen if path == "/api/v1/create_model")
+    assert created["lora_config"]["seed"] == 3

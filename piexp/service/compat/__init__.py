@@ -75,6 +75,15 @@ Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):
    (``create_model``, then ``load_weights`` with the returned ``model_id``). The proxy
    turns the former into the latter (rank and base model from the checkpoint's training
    run) and maps the SDK's model id to skyrl's in every later request and reply.
+10. **Seeds** (:class:`~piexp.service.compat.proxy.RequestSeeds`): tinker SDK 0.38 has
+    no sampling seed and tinker-cookbook 0.5.8 sends no LoRA seed, so skyrl drew both at
+    random and one command gave another training curve each time. The proxy gives a
+    sampling request without a seed one from the run's ``seed``, the request's content
+    and how many alike requests came before (a group's episodes send the same first
+    prompt and draw differently; which arrives first does not matter, they are alike),
+    and a LoRA without a seed the run's. A request that carries a seed keeps it. A
+    resumed run's counts start again, so it samples differently from an uninterrupted
+    one from the resume on.
 """
 
 from __future__ import annotations

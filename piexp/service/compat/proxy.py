@@ -2,11 +2,13 @@
 docstring): :class:`SampleIdProxy`, a loopback reverse proxy in piexp's own process that
 passes every request through to the Tinker-compatible server, adds the
 ``sample_sequence_ids`` the tinker SDK asserts on to ``asample`` replies, and turns the
-SDK's create-via-load into skyrl's create-then-load."""
+SDK's create-via-load into skyrl's create-then-load, and seeds what the SDK leaves to the
+server's chance (item 10: sampling and LoRA initialisation)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
 from collections.abc import Iterable
@@ -14,6 +16,54 @@ from typing import Any
 
 ASAMPLE_PATH = "/api/v1/asample"
 LOAD_WEIGHTS_PATH = "/api/v1/load_weights"
+CREATE_MODEL_PATH = "/api/v1/create_model"
+
+
+class RequestSeeds:
+    """Item 10: a seed for every request the SDK sends without one, from the run's seed.
+
+    tinker SDK 0.38 has no sampling seed and tinker-cookbook 0.5.8 sends no LoRA seed, so
+    skyrl draws both at random and one command gives another curve each time. A sampling
+    request's seed comes from the run's seed, the request's content (prompt, sampling
+    parameters, number of samples) and how many requests with that content came before:
+    the episodes of a group send the same first prompt and get different draws, and
+    which of them arrives first does not matter, since they are alike. A LoRA without a
+    seed gets the run's."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._seen: dict[str, int] = {}  # request content digest -> requests with it so far
+
+    def sample(self, body: bytes) -> bytes:
+        data = _json_object(body)
+        params = data.get("sampling_params") if data else None
+        if data is None or not isinstance(params, dict) or params.get("seed") is not None:
+            return body
+        content = json.dumps(
+            {"prompt": data.get("prompt"), "params": params, "samples": data.get("num_samples", 1)}, sort_keys=True
+        )
+        digest = hashlib.sha256(content.encode()).hexdigest()
+        occurrence = self._seen.get(digest, 0)
+        self._seen[digest] = occurrence + 1
+        drawn = hashlib.sha256(f"{self.seed}:{digest}:{occurrence}".encode()).digest()
+        params["seed"] = int.from_bytes(drawn[:4], "big") & 0x7FFFFFFF
+        return json.dumps(data).encode()
+
+    def create_model(self, body: bytes) -> bytes:
+        data = _json_object(body)
+        lora = data.get("lora_config") if data else None
+        if data is None or not isinstance(lora, dict) or lora.get("seed") is not None:
+            return body
+        lora["seed"] = self.seed
+        return json.dumps(data).encode()
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def add_sample_sequence_ids(request_body: bytes, reply: Any) -> Any:
@@ -56,8 +106,10 @@ class SampleIdProxy:
     it lives exactly as long as the run that uses it. ``url`` is where clients connect.
     """
 
-    def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0, seed: int | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        # Item 10 (None: the server's chance, as the SDK leaves it).
+        self.seeds = RequestSeeds(seed) if seed is not None else None
         self.host = host
         self.port = port
         self.rewritten = 0  # asample replies that got ids (for tests and logs)
@@ -177,6 +229,11 @@ class SampleIdProxy:
             if isinstance(data, dict) and not data.get("model_id") and data.get("session_id"):
                 return await self._create_via_load(request, data)
         request_headers = _forward_headers(request.headers.items(), request=True)
+        if self.seeds is not None and request.method == "POST":
+            if request.path == ASAMPLE_PATH:
+                body = self.seeds.sample(body)
+            elif request.path == CREATE_MODEL_PATH:
+                body = self.seeds.create_model(body)
         body = self._to_upstream_body(body, request_headers)
         target = self.upstream + self._to_upstream_path(request.rel_url.raw_path_qs)
         import aiohttp

@@ -219,6 +219,30 @@ def curve(run_dir: Path) -> list[dict[str, float]]:
     return [{name: float(row.get(key, float("nan"))) for name, key in CURVE} for row in rows]
 
 
+#: What each training episode did, first match wins: the behaviour that grows shows a
+#: collapse at a glance (parse errors, or episodes ending without writing a program).
+OUTCOMES = (
+    ("pass", lambda m, stop: m.get("functional_correct")),
+    ("answer wrong", lambda m, stop: m.get("execution_output_correct")),  # the program printed it
+    ("parse error", lambda m, stop: stop == "parse_error"),
+    ("ran, wrong", lambda m, stop: m.get("execution_succeeded")),
+    ("crashed", lambda m, stop: m.get("mutation_succeeded")),
+    ("no program", lambda m, stop: True),
+)
+
+
+def outcomes(run_dir: Path) -> list[dict[str, int]]:
+    """Each training step's episodes counted by OUTCOMES (train_transcripts.jsonl.gz)."""
+    from piexp.transcripts.store import read_transcripts
+
+    steps: dict[int, dict[str, int]] = {}
+    for episode in read_transcripts(run_dir / "train_transcripts.jsonl.gz"):
+        counts = steps.setdefault(int(episode.get("iteration") or 0), {name: 0 for name, _ in OUTCOMES})
+        metrics, stop = episode.get("metrics") or {}, episode.get("stop_reason")
+        counts[next(name for name, matches in OUTCOMES if matches(metrics, stop))] += 1
+    return [steps[step] for step in sorted(steps)]
+
+
 def learning(out: Path, console: Console, seed: int = 0) -> dict:
     """Run every stage into `out` (the runs' seed: tasks, sampling, training order) and
     return the figures and verdicts."""
@@ -246,6 +270,7 @@ def learning(out: Path, console: Console, seed: int = 0) -> dict:
     return {
         "seed": seed,
         "rl_curve": curve(out / "rl"),
+        "rl_outcomes": outcomes(out / "rl"),
         "control_curve": curve(out / "control"),
         "build_s": marker.get("rollout_s", 0) + marker.get("fit_s", 0) if cached else build_s,
         "build_cached": cached,
@@ -299,6 +324,12 @@ def report(figures: dict, console: Console) -> None:
         control = figures["control_curve"][step]["reward"] if step < len(figures["control_curve"]) else float("nan")
         steps.add_row(str(step), *(f"{row[name]:.3f}" for name, _ in CURVE), f"{control:.3f}")
     console.print(steps)
+    kinds = Table(title="RL training episodes per step, by what they did")
+    for column in ("step", *(name for name, _ in OUTCOMES)):
+        kinds.add_column(column, justify="right")
+    for step, counts in enumerate(figures.get("rl_outcomes", [])):
+        kinds.add_row(str(step), *(str(counts[name]) for name, _ in OUTCOMES))
+    console.print(kinds)
     build = (
         f"{figures['build_s']:.0f} s (recorded at its build)"
         if figures["build_cached"]

@@ -46,6 +46,8 @@ def test_rl_improves_held_out_pass_at_1_and_ends_above_the_shuffled_control(serv
     # The per-step curve the bench prints (a collapse shows there: reward, files written
     # and turns falling) covers every training step of both runs.
     assert len(figures["rl_curve"]) == len(figures["control_curve"]) == 8, text
+    # ... and what each step's episodes did.
+    assert len(figures["rl_outcomes"]) == 8 and all(sum(step.values()) > 0 for step in figures["rl_outcomes"]), text
     # Every stage left its eval folder and the loop its comparison.
     assert (tmp_path / "rl" / "compare.md").is_file()
     assert (tmp_path / "control" / "eval_trained" / "results.json").is_file()

@@ -17,11 +17,48 @@ of the piexp process and its descendants (sandbox, SkyRL server), sampled every 
 Usage: `python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N]` (a
 temporary folder by default; the run folders stay in OUT_DIR, one `seed_S` folder per seed
 when several and a `run_R` folder per repeat, for `piexp show` / `viewer.html`; with
-repeats it prints how far runs of one seed spread). It prints each run's per-step training curve (reward,
-share of episodes that wrote a file, turns, entropy and the sampler-trainer log-probability
-gap, the control's reward beside them), and with several seeds how many held the claim.
+repeats it prints how far runs of one seed spread). It prints each run's per-step training
+curve (reward, share of episodes that wrote a file, turns, entropy and the sampler-trainer
+log-probability gap, the control's reward beside them) and what each step's episodes did
+(passed; printed the answer but stated another; a malformed tool call; ran but printed
+something else; crashed; no program), and with several seeds how many held the claim.
 
-Five seeds, one build (issue 26), measured 2026-12-02 on the 2-core machine with other
+Five seeds with the local server's losses summed over each datum's tokens, as Tinker's
+are (piexp/service/compat/ item 9), measured 2026-12-03 on the 2-core machine, nothing
+else running, build 12757e653fb35bd5 (`python bench/learning.py OUT --seeds=0,1,2,3,4`):
+
+| seed | base pass@1 | after RL | diff pass@1 | control diff pass@1 | RL run s | control s |
+| --- | --- | --- | --- | --- | --- | --- |
+| 0 | 0.094 | 0.344 | +0.250 ± 0.105 | -0.094 ± 0.057 | 398 | 200 |
+| 1 | 0.070 | 0.477 | +0.406 ± 0.100 | -0.070 ± 0.043 | 342 | 195 |
+| 2 | 0.039 | 0.414 | +0.375 ± 0.115 | -0.039 ± 0.033 | 381 | 170 |
+| 3 | 0.031 | 0.391 | +0.359 ± 0.094 | -0.023 ± 0.034 | 317 | 172 |
+| 4 | 0.023 | 0.414 | +0.391 ± 0.103 | -0.023 ± 0.026 | 316 | 208 |
+
+RL beyond its interval with the control flat in 5 of 5 runs; RL minus the control, paired
+over tasks, +0.344 to +0.477, each beyond its interval. A bench run after the build
+490-599 s, peak memory 3.2-3.8 GB (the 4-minute target of issue 26 is not met).
+
+Why RL collapsed, or never rose, before item 9 (the cause, measured). skyrl 0.4.0
+divides each datum's loss by its weight count, for an RL datum (the cookbook sends no
+weights) its whole length, ~1,100-1,800 tokens here; Tinker sums it. A group's advantages
+sum to zero, its advantages over lengths do not, so the tokens all of a group's episodes
+share (the tool-call framing every turn writes) were pushed the way of the shorter
+episodes: down, whenever failing episodes end sooner than passing ones, as crashing ones
+(1,128 tokens) do beside passing ones (1,670-1,765). In a run of seed 0 just before the
+fix (same build, same day) that net weight was -0.19 to -0.49 of the contrast's own (one
+side's sum of |A_i| / L_i) in 10 of its 11 informative groups (+0.03 in one). That run
+rose +0.219 ± 0.090, its training reward 0.93 at step 6 and 0.60 at step 7, and its
+trained model's 128 eval episodes ended 40 times in a malformed tool call and 28 times
+without a program (29 and 1 with the fix, seed 0): the issue's collapse, in small.
+`tests/service/test_compat_loss_sum.py` shows the bias on skyrl's own backend (two
+datums over the same tokens with advantages +1 and -1 train the span when their lengths
+differ) and that item 9 removes it. With the fix RL still degrades the model's precision
+somewhat: the malformed tool calls of a trained model are programs whose text falls apart
+half-way (a 2-layer model's copy of a 200-token program), which the base model's oracle
+episodes never show.
+
+Before item 9 (history): five seeds, one build, measured 2026-12-02 on the 2-core machine with other
 work beside it part of the time: `learner-local` with Qwen3's first 8,192 BPE tokens
 (LearnerRecipe.bpe_tokens; builds cf8a77cc0e830260 and a9e7ef63572a1d7f, whose weights
 are byte-identical: the build is deterministic), `python bench/learning.py OUT

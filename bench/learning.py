@@ -39,6 +39,19 @@ RL beyond its interval with the control flat in 5 of 5 runs; RL minus the contro
 over tasks, +0.344 to +0.477, each beyond its interval. A bench run after the build
 490-599 s, peak memory 3.2-3.8 GB (the 4-minute target of issue 26 is not met).
 
+Determinism (item 10 of piexp/service/compat/, after the five runs above): the local
+server drew each sampling seed and the LoRA's initialisation at random (the SDK sends no
+seed), so one seed's curve differed from run to run (below, before item 10: seed 0 five
+times gave +0.406 to -0.016). The proxy now seeds both from the run's `seed`. Two runs of
+`python -m piexp experiment=learn_offline seed=0`, side by side on the 2-core machine
+(2026-12-03), gave the same base eval (pass@1 0.039), the same training reward at every
+step (0.200, 0.150, 0.309, 0.203, 0.341, 0.578, 0.784, 0.656), gradient norms equal to 6
+significant digits (the server sums a batch's gradients in an order that can vary in
+the last bits) and the same trained eval: +0.297 ± 0.099 both times. What is left
+that is not deterministic: that last-bit rounding, and a resumed run, whose sampling
+counts start again at the resume. The five seeds above were measured before item 10
+(each one draw of the server's seeds); with it, seed 0 is the +0.297 run.
+
 Why RL collapsed, or never rose, before item 9 (the cause, measured). skyrl 0.4.0
 divides each datum's loss by its weight count, for an RL datum (the cookbook sends no
 weights) its whole length, ~1,100-1,800 tokens here; Tinker sums it. A group's advantages

@@ -112,7 +112,8 @@ its programs stayed short (40-60 sampled tokens a turn, against ~80 in a run tha
 where the oracle's program is written) and entropy went from 0.013 to 0.05; in the fifth
 the training reward stayed at 0.15-0.23 for all 8 steps. The controls were flat. So RL
 rose clearly in 7 of the 9 runs of this setting over two days (the five seeds above, seed
-0 four more times) and not in the last two: the learning proof is not stable (issue 26).
+0 four more times) and not in the last two: the learning proof was not stable (the cause:
+item 9, above).
 `--repeats=N` measures the spread of one seed in one command.
 
 The whole-vocabulary figures that follow are history. Measured 2026-12-02 on the 2-core machine, nothing else running, `learner-local`

@@ -11,9 +11,13 @@ experiment: setup
 # The 25 slowest tests of the last `make test` (pytest --durations=25), to keep the
 # suite fast as it grows: a test over 30 s says why in its docstring.
 TEST_DURATIONS := test-durations.txt
+# Parallel test workers, each taking whole test files (their module fixtures build runs
+# once): one more than the cores, since tests also wait on the runs, servers and sandboxes
+# they start; at most 4. The slow tests are handed out first (tests/conftest.py).
+TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 3 ] && n=3; echo $$((n + 1)))
 
 test: setup
-	.venv/bin/python -m pytest -q --durations=25 --durations-file=$(TEST_DURATIONS)
+	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 --durations-file=$(TEST_DURATIONS)
 
 bench: setup
 	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done

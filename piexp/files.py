@@ -1,13 +1,17 @@
-"""Whole-file writes and line-by-line JSON reads for the files piexp shares between
-processes (markers, status tables, manifests, episode and metrics logs): a reader, or a
-writer on another node of a shared file system, sees the old file or the new one, never
-a mix, and a log cut short by a kill is read up to its last complete line."""
+"""Whole-file writes, line-by-line JSON reads and build locks for the files piexp shares
+between processes (markers, status tables, manifests, episode and metrics logs, cache
+entries): a reader, or a writer on another node of a shared file system, sees the old
+file or the new one, never a mix; a log cut short by a kill is read up to its last
+complete line; and a cache entry is built by one process while the others wait."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +53,17 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (created if missing) for the block:
+    concurrent processes building the same cache entry (two runs, a parallel sweep, test
+    workers) take turns, and each checks again inside the block whether the entry is
+    already there. The kernel drops the lock when its holder dies, so a killed builder
+    never leaves the others waiting."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

@@ -77,9 +77,12 @@ CORPUS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private PIEXP_CACHE_DIR for the whole session (the build takes seconds)."""
+    """A private PIEXP_CACHE_DIR for this module (the build takes seconds). Not for the
+    session: the variable stays set while the fixture lives, and the tests that ran after
+    this module in the same process (a parallel run's worker) built the SkyRL venv and
+    the models again in this folder."""
     root = tmp_path_factory.mktemp("piexp-cache")
     old = os.environ.get("PIEXP_CACHE_DIR")
     os.environ["PIEXP_CACHE_DIR"] = str(root)
@@ -89,13 +92,15 @@ def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         yield root
     finally:
+        ptok_proxy._backends.clear()
+        ptok_proxy._proxies.clear()
         if old is None:
             os.environ.pop("PIEXP_CACHE_DIR", None)
         else:
             os.environ["PIEXP_CACHE_DIR"] = old
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tok(cache_root: Path) -> ptok.ThreadSafeTokenizer:
     return ptok.load_offline_qwen3_tokenizer()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import random
 import shutil
@@ -19,6 +18,7 @@ from typing import Any
 
 from piexp.config.schema import RunConfig
 from piexp.console import ProgressReport, say
+from piexp.files import exclusive_lock
 from piexp.pretrain.recipe import LearnerRecipe, recipe_digest
 
 LEARNER_MODEL_NAME = "learner-local"
@@ -100,8 +100,7 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
     if read_marker(target) is not None:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another run building the same model: wait for it
+    with exclusive_lock(target.parent / ".build.lock"):  # another run building the same model: wait for it
         if read_marker(target) is None:
             with open_sandbox() as sandbox_url:
                 _build(config, recipe, target, sandbox_url)

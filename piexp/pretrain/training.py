@@ -1,13 +1,15 @@
 """Fit the learner model to token sequences: next-token cross-entropy on the weighted
 positions only (the policy's actions), AdamW with warm-up and cosine decay; each step's
 loss is a sampled softmax at every position plus the exact softmax at a random few (see
-`LearnerRecipe`). Deterministic for a recipe on one machine."""
+`LearnerRecipe`). Deterministic for a recipe on one machine, whatever number of threads
+the fit runs on (tests/pretrain checks the bytes)."""
 
 from __future__ import annotations
 
 import math
 import os
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,14 +25,48 @@ class FitReport:
     heldout_token_accuracy: float  # share of held-out weighted tokens whose argmax is the target
     heldout_answer_accuracy: float  # share of held-out oracle answers, in full context, whose every token is the argmax
     heldout_window_answer_accuracy: float  # the same with each answer turn cut to the recipe's copy window
-    threads: int
+    threads: dict[int, int]  # steps run on each number of torch threads
 
 
-def _threads() -> int:
-    # torch's default takes every core and spins while it waits: on a loaded machine two
-    # threads ran a step 6x slower than one. One thread per core left idle, at most 4.
-    cores = len(os.sched_getaffinity(0))
-    return max(1, min(4, cores - int(os.getloadavg()[0])))
+class ThreadBudget:
+    """torch's threads for the fit: one per core the machine's other processes left idle,
+    at most 4, chosen again every `every` steps from the CPU time they used meanwhile.
+    torch's default takes every core and spins while it waits (on a loaded machine two
+    threads ran a step 6x slower than one); a load average would also count the build's
+    own episodes just before the fit, and stay high for minutes after them."""
+
+    def __init__(self, every: int = 20) -> None:
+        self.every = every
+        self.cores = len(os.sched_getaffinity(0))
+        self.steps: dict[int, int] = {}
+        self._mark = _cpu_seconds()
+        time.sleep(0.5)  # a first interval to measure the others on
+        self.threads = self._choose()
+
+    def step(self, step: int) -> None:
+        if step and step % self.every == 0:
+            self.threads = self._choose()
+        self.steps[self.threads] = self.steps.get(self.threads, 0) + 1
+
+    def _choose(self) -> int:
+        import torch
+
+        now = _cpu_seconds()
+        busy, own, wall = (b - a for a, b in zip(self._mark, now, strict=True))
+        self._mark = now
+        others = max(0.0, busy - own) / max(wall, 1e-3)
+        threads = max(1, min(4, self.cores - round(others)))
+        torch.set_num_threads(threads)
+        return threads
+
+
+def _cpu_seconds() -> tuple[float, float, float]:
+    """(CPU seconds every process on the machine has used, this process's, wall clock)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:8]]  # user .. softirq
+    busy = sum(ticks) - ticks[3] - ticks[4]  # not idle, not iowait
+    times = os.times()
+    return busy / os.sysconf("SC_CLK_TCK"), times.user + times.system, time.monotonic()
 
 
 def fit(
@@ -49,7 +85,7 @@ def fit(
     full context and cut to the recipe's window."""
     import torch
 
-    torch.set_num_threads(_threads())
+    budget = ThreadBudget()
     torch.manual_seed(recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
     vocab = model.config.vocab_size
@@ -68,6 +104,7 @@ def fit(
     shuffler = random.Random(recipe.seed)
     losses: list[float] = []
     for step in range(total):
+        budget.step(step)
         while len(order) < recipe.batch_sequences:
             order.extend(shuffler.sample(range(len(data)), len(data)))
         batch = [data[order.pop()] for _ in range(recipe.batch_sequences)]
@@ -113,7 +150,7 @@ def fit(
         heldout_token_accuracy=accuracy,
         heldout_answer_accuracy=answers,
         heldout_window_answer_accuracy=window_answers,
-        threads=_threads(),
+        threads=budget.steps,
     )
 
 

@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 
 from piexp.errors import UserError
+from piexp.files import exclusive_lock
 from piexp.service.compat import SKYRL_VERSION
 
 __all__ = [
@@ -163,6 +164,15 @@ def ensure_server_venv(*, force: bool = False, quiet: bool = False) -> Path:
     venv = server_venv_dir()
     if not force and _stamp_matches(venv):
         return venv
+    # Two runs on a fresh machine (a parallel sweep, test workers) would both delete and
+    # fill the same folder: one creates it while the others wait, then find it complete.
+    with exclusive_lock(venv.parent / f".{venv.name}.lock"):
+        if not force and _stamp_matches(venv):
+            return venv
+        return _create_server_venv(venv, quiet=quiet)
+
+
+def _create_server_venv(venv: Path, *, quiet: bool) -> Path:
     python = find_python312()
     if python is None:
         raise ServerVenvError(

@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from piexp.files import exclusive_lock
+
 __all__ = ["TINY_LOCAL_NAME", "TINY_QWEN3_CONFIG", "copy_tokenizer_files", "ensure_tiny_model", "tiny_model_dir"]
 
 TINY_LOCAL_NAME = "tiny-local"
@@ -92,6 +94,14 @@ def ensure_tiny_model() -> Path:
     target = tiny_model_dir()
     if _is_complete(target):
         return target
+    # Concurrent builders would share (and delete) one staging folder: one at a time.
+    with exclusive_lock(target.parent / f".{target.name}.lock"):
+        if _is_complete(target):
+            return target
+        return _build_tiny_model(target)
+
+
+def _build_tiny_model(target: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 

@@ -146,3 +146,48 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert opened == [1]  # the second call reused the build: no sandbox, no episodes
     other = build.ensure_learner_model(open_sandbox, dataclasses.replace(TINY, seed=1))
     assert other != path and not path.exists()  # a new recipe's build replaces the old one
+
+
+def _long(count: int, length: int, seed: int) -> list[TokenSequence]:
+    import random
+
+    rng = random.Random(seed)
+    sequences = []
+    for i in range(count):
+        tokens = [rng.randrange(8000) for _ in range(length + 1)]
+        weights = [float(rng.random() < 0.3) for _ in range(length)]
+        sequences.append(TokenSequence("p", 1.0, i, tokens[:-1], tokens[1:], weights))
+    return sequences
+
+
+def test_the_fit_makes_the_same_bytes_on_one_thread_as_on_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fit picks its thread count from the machine's load as it goes (ThreadBudget);
+    the build stays one model per recipe only if that count never changes a byte."""
+    import hashlib
+
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from piexp.pretrain import training
+
+    recipe = dataclasses.replace(
+        LearnerRecipe(), steps=4, whole_turns_from_step=2, batch_sequences=2, copy_batch_sequences=4,
+        whole_turn_batch_sequences=2, late_copy_batch_sequences=2, sampled_negatives=256, exact_positions=8,
+    )  # fmt: skip
+    digests = []
+    for threads in (1, 2, 1):
+
+        def choose(self: training.ThreadBudget, threads: int = threads) -> int:
+            torch.set_num_threads(threads)
+            return threads
+
+        monkeypatch.setattr(training.ThreadBudget, "_choose", choose)
+        torch.manual_seed(recipe.seed)
+        model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.model_config()), dtype=torch.float32)
+        report = training.fit(
+            model, _long(6, 700, 0), _long(1, 300, 1), recipe,
+            copies=_long(8, 64, 2), whole_turns=_long(4, 900, 3),
+        )  # fmt: skip
+        assert report.threads == {threads: recipe.steps}
+        digests.append(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest())
+    assert digests[0] == digests[1] == digests[2]

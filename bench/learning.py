@@ -64,7 +64,10 @@ With item 10 (2026-12-03), each seed has one result, repeatable: seed 0 is the r
 | 3 | 0.031 | 0.250 | +0.219 ± 0.084 | -0.031 ± 0.030 |
 | 4 | 0.016 | 0.250 | +0.234 ± 0.084 | -0.016 ± 0.021 |
 
-RL beyond its interval with the control flat in 5 of 5.
+RL beyond its interval with the control flat in 5 of 5. The build the fit makes when it
+chooses its thread count as it goes (piexp.pretrain.training.ThreadBudget, d528a8ba92ffb8e0,
+2026-12-03: 360 steps on one thread and 540 on two, beside a parallel `make test`) has
+weights byte-identical to 12757e653fb35bd5's, so these runs hold for it unchanged.
 
 Why RL collapsed, or never rose, before item 9 (the cause, measured). skyrl 0.4.0
 divides each datum's loss by its weight count, for an RL datum (the cookbook sends no

@@ -13,11 +13,12 @@ experiment: setup
 TEST_DURATIONS := test-durations.txt
 # Parallel test workers, each taking whole test files (their module fixtures build runs
 # once): one more than the cores, since tests also wait on the runs, servers and sandboxes
-# they start; at most 4. The slow tests are handed out first (tests/conftest.py).
+# they start; at most 4. The files are handed out in collection order, slow tests first
+# (tests/conftest.py), not pytest-xdist's default of the files with most tests first.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 3 ] && n=3; echo $$((n + 1)))
 
 test: setup
-	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 --durations-file=$(TEST_DURATIONS)
+	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 --durations-file=$(TEST_DURATIONS)
 
 bench: setup
 	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done

@@ -24,10 +24,16 @@ def _bench():
     return module
 
 
-def test_rl_improves_held_out_pass_at_1_and_ends_above_the_shuffled_control(server_venv: Path, tmp_path: Path) -> None:
+def test_rl_improves_held_out_pass_at_1_and_ends_above_the_shuffled_control(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     """Slow (tens of minutes): builds learner-local if this machine has no build of its
     sources, then runs bench/learning.py whole (the RL run and its shuffled-reward control)."""
     bench = _bench()
+    # The build needs no server venv: on an empty cache it comes first, while another
+    # worker of a parallel run creates the venv (this test is the suite's longest path).
+    bench.build_model()
+    request.getfixturevalue("server_venv")
     console = Console(record=True, width=160)
     figures = bench.learning(tmp_path, console)
     bench.report(figures, console)

@@ -17,7 +17,10 @@ def test_make_test_writes_the_slowest_tests_into_a_file_it_names() -> None:
     named = re.search(r"^TEST_DURATIONS := (\S+)$", makefile, re.M)
     assert named, "the Makefile names the file"
     recipe = makefile.split("\ntest: setup\n", 1)[1].split("\n\n", 1)[0]
-    assert "pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 --durations-file=$(TEST_DURATIONS)" in recipe
+    assert (
+        "pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 --durations-file=$(TEST_DURATIONS)"
+        in recipe
+    )
     assert named[1] in (ROOT / ".gitignore").read_text().split()
     assert "make test" in (ROOT / "README.md").read_text()
 

@@ -99,7 +99,6 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
     target = _models_root() / _digest(config, recipe)
     if read_marker(target) is not None:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(target.parent / ".build.lock"):  # another run building the same model: wait for it
         if read_marker(target) is None:
             with open_sandbox() as sandbox_url:

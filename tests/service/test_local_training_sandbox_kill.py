@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from piexp.sandbox.availability import answers_ping
 from piexp.sweeps.marker import MARKER_PATH
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, read_transcripts
 
@@ -44,6 +45,21 @@ def _sandbox_server(pid: int) -> int | None:
     return None
 
 
+def _answers(server: int) -> bool:
+    """Whether the sandbox server `server` answers its ping: the run's supervisor has then
+    seen it start (or sees it within its next ping), so a kill from here on is a death
+    during the run, not a failed start."""
+    try:
+        argv = (Path("/proc") / str(server) / "cmdline").read_bytes().split(b"\0")
+        fd = argv[argv.index(b"--listen-fd") + 1].decode()
+        inode = os.readlink(f"/proc/{server}/fd/{fd}").removeprefix("socket:[").rstrip("]")
+        rows = [line.split() for line in Path(f"/proc/{server}/net/tcp").read_text().splitlines()[1:]]
+        port = next(int(row[1].rsplit(":", 1)[1], 16) for row in rows if row[9] == inode)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return answers_ping(f"http://127.0.0.1:{port}/run_code", timeout_s=2.0)
+
+
 def test_a_sandbox_killed_during_training_is_restarted_and_no_episode_is_scored_on_it(
     server_venv: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -58,10 +74,13 @@ def test_a_sandbox_killed_during_training_is_restarted_and_no_episode_is_scored_
     killed = None
     deadline = time.monotonic() + 900
     while process.poll() is None and time.monotonic() < deadline:
-        if killed is None and any("local SkyRL server at" in line for line in err):
+        # The sandbox starts after the local server. A kill before it first answers would
+        # be a failed start (retried under another message), so wait for its answer: on a
+        # busy machine that can take longer than the two seconds once waited here.
+        server = _sandbox_server(process.pid) if killed is None else None
+        if server is not None and _answers(server):
             time.sleep(2.0)  # the warm start and the first RL step use the sandbox from here on
-            killed = _sandbox_server(process.pid)
-            assert killed is not None, "the run has no embedded sandbox server"
+            killed = server
             os.kill(killed, signal.SIGKILL)
         time.sleep(0.2)
     process.wait(timeout=60)
@@ -69,7 +88,8 @@ def test_a_sandbox_killed_during_training_is_restarted_and_no_episode_is_scored_
     text = "".join(err)
     assert process.returncode == 0, text[-6000:]
     # Console lines wrap at the console's width, wherever a long temporary path puts them.
-    assert killed is not None and "killed by SIGKILL; restarted it on port" in " ".join(text.split())
+    assert killed is not None, "the run's embedded sandbox server never answered:\n" + text[-3000:]
+    assert "killed by SIGKILL; restarted it on port" in " ".join(text.split())
     assert (run_dir / MARKER_PATH).exists()
     trained_on = list(read_transcripts(run_dir / TRAIN_TRANSCRIPTS))
     assert len(trained_on) == 2 * 2 * 2  # steps x groups x group size

@@ -23,6 +23,76 @@ log-probability gap, the control's reward beside them) and what each step's epis
 (passed; printed the answer but stated another; a malformed tool call; ran but printed
 something else; crashed; no program), and with several seeds how many held the claim.
 
+Fourteenth session (2026-12-03, the 2-core machine, nothing else running): a shorter
+pre-training fit, and what the base model's choice of behaviour depended on.
+
+A shorter fit. The fit's time is the whole answer turns (~1,700 tokens each). On one set
+of episodes (the earlier recipe's, rolled out once and pickled: a research harness, not
+in the repository), fits of other sizes against the earlier recipe's build:
+
+| fit | fit s | held-out answers copied, whole turn | in 64-token windows |
+| --- | --- | --- | --- |
+| 900 steps, 8 whole turns a step from step 450, 1,500 copy tasks a family (build d37b5f9839c49bd4) | 472 | 0.61 | 0.70 |
+| 450 steps, 8 from step 225 | 183 | 0.39 | 0.69 |
+| 600 steps, 6 from step 300 | 213 | 0.76 | 0.89 |
+| the same, 800 copy tasks a family | 209 | 0.72 | 0.84 |
+| 500 steps, 6 from step 250, 800 copy tasks a family | 181 | 0.71 | 0.87 |
+
+The recipe now: 600 steps, 6 whole turns a step from step 300, 900 copy tasks a family.
+
+What the base model's choice depended on. The first build of that recipe
+(4dae6d67b68c9994, 276 s) passed 0 of 128 base-eval episodes, and RL (seed 0) saw 2
+passes in 8 steps and learnt nothing. The oracle and crash episodes part at one token,
+the first of the first turn, and that build chose the oracle there with probability 0.17
+on every prompt (0.04 at temperature 0.5) where its data held a third. Across five fits
+the same probability came out 0.14, 0.15, 0.17, 0.21 (one family; 0.31 the other) and
+0.33: the fit left it wherever its last steps put it. Each step's three episodes, drawn
+at random, held 0 to 3 oracle episodes, Adam moved the choice toward the batch's
+majority by about the learning rate whatever the loss, and the cosine schedule froze it
+late in the fit. So which builds RL could improve was a matter of the fit's noise. The
+fit now spreads each family's policies evenly over its batches
+(piexp.pretrain.training._spread_by_behaviour), and the build gives each family exactly
+the recipe's shares (`_policy_draw`). tests/pretrain fits a toy branch of one third
+three times: 0.32-0.33 each time, against 0.24, 0.42 and 0.32 with random batches. The
+build 8515bd81e5bb8e40 (312 s: episodes 65 s, fit 247 s on two threads; answers copied
+0.88, in windows 0.91) chooses the oracle with probability 0.28 in both families.
+
+At the preset's RL learning rate then, 2.5e-3 (`python bench/learning.py OUT
+--seeds=0,1,2,3,4`):
+
+| seed | base pass@1 | diff pass@1 | control diff pass@1 | RL run s | control s |
+| --- | --- | --- | --- | --- | --- |
+| 0 | 0.078 | +0.445 ± 0.105 | -0.078 ± 0.045 | 247 | 137 |
+| 1 | 0.094 | +0.312 ± 0.094 | -0.094 ± 0.053 | 263 | 139 |
+| 2 | 0.117 | +0.086 ± 0.097 | -0.109 ± 0.051 | 246 | 176 |
+| 3 | 0.070 | +0.484 ± 0.098 | +0.016 ± 0.072 | 284 | 209 |
+| 4 | 0.039 | +0.484 ± 0.102 | -0.039 ± 0.033 | 266 | 124 |
+
+Four of five. Seed 2 rose to a training reward of 0.84 at step 3 and collapsed (0.05 at
+step 7: malformed tool calls and no program, entropy from 0.009 to 0.096). Its control
+fell too (0.35 to 0.06), so the size of the updates alone undid the model's precision;
+a base model that picks the oracle more often (base pass@1 0.039-0.117, against
+0.016-0.055 before) gets there sooner. Seed 0's reward also fell from 0.79 at step 5 to
+0.53 at step 7.
+
+At RL learning rate 1.5e-3 (conf/model/learner-local.yaml), the same build and command:
+
+| seed | base pass@1 | after RL | diff pass@1 | control diff pass@1 | RL run s | control s |
+| --- | --- | --- | --- | --- | --- | --- |
+| 0 | 0.078 | 0.656 | +0.578 ± 0.093 | -0.055 ± 0.039 | 234 | 154 |
+| 1 | 0.094 | 0.586 | +0.492 ± 0.101 | -0.086 ± 0.051 | 248 | 138 |
+| 2 | 0.117 | 0.523 | +0.406 ± 0.102 | +0.000 ± 0.076 | 262 | 201 |
+| 3 | 0.070 | 0.516 | +0.445 ± 0.107 | -0.070 ± 0.053 | 275 | 170 |
+| 4 | 0.039 | 0.492 | +0.453 ± 0.104 | -0.039 ± 0.033 | 268 | 145 |
+
+RL beyond its interval with the control flat in 5 of 5. Training reward per step (seeds
+0-4): 0.20 0.15 0.42 0.29 0.35 0.58 0.74 0.54 / 0.25 0.35 0.34 0.48 0.61 0.59 0.81 0.59
+/ 0.35 0.39 0.48 0.67 0.29 0.90 0.74 0.76 / 0.35 0.31 0.66 0.68 0.79 0.52 0.84 0.93 /
+0.26 0.39 0.40 0.64 0.52 0.89 0.88 0.86; every episode of every step wrote a file, and
+entropy stayed at 0.005-0.030 (seed 2 at 2.5e-3: 0.096 at its collapse). A bench run
+after the build 386-463 s (the 4-minute target of issue 26 is not met), peak memory
+3.1-3.3 GB. The figures below this section are of the earlier, longer recipe's builds.
+
 Five seeds with the local server's losses summed over each datum's tokens, as Tinker's
 are (piexp/service/compat/ item 9), measured 2026-12-03 on the 2-core machine, nothing
 else running, build 12757e653fb35bd5 (`python bench/learning.py OUT --seeds=0,1,2,3,4`):

@@ -12,7 +12,7 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +81,28 @@ def register_learner_tokenizer(recipe: LearnerRecipe = RECIPE) -> Path:
     return tokenizer_dir
 
 
-def _policy_draw(recipe: LearnerRecipe, count: int) -> list[str]:
-    names = [name for name, _ in recipe.policy_shares]
-    shares = [share for _, share in recipe.policy_shares]
+def _policy_draw(recipe: LearnerRecipe, families: Sequence[str]) -> list[str]:
+    """A policy for each task: within each family, the recipe's policies in exactly its
+    shares (largest remainder), in a seeded random order. A draw at random per task left
+    a family's oracle share anywhere near a third, and the base model's choice of
+    behaviour follows its data."""
     rng = random.Random(recipe.seed)
-    return rng.choices(names, weights=shares, k=count)
+    indices: dict[str, list[int]] = {}
+    for index, family in enumerate(families):
+        indices.setdefault(family, []).append(index)
+    drawn = [""] * len(families)
+    for family in sorted(indices):
+        count = len(indices[family])
+        quotas = [(name, count * share) for name, share in recipe.policy_shares]
+        counts = {name: int(quota) for name, quota in quotas}
+        by_remainder = sorted(quotas, key=lambda q: q[1] - int(q[1]), reverse=True)
+        for name, _ in by_remainder[: count - sum(counts.values())]:
+            counts[name] += 1
+        names = [name for name, _ in recipe.policy_shares for _ in range(counts[name])]
+        rng.shuffle(names)
+        for index, name in zip(indices[family], names, strict=True):
+            drawn[index] = name
+    return drawn
 
 
 SandboxOpener = Callable[[], contextlib.AbstractContextManager[str]]
@@ -133,14 +150,15 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     # the answer windows (oracle only).
     tasks = [t for family in by_family.values() for t in family[: recipe.tasks_per_family]]
     copy_tasks = [t for family in by_family.values() for t in family[recipe.tasks_per_family :]]
-    policies = _policy_draw(recipe, len(tasks)) + ["oracle"] * len(copy_tasks)
+    policies = _policy_draw(recipe, [t.family for t in tasks]) + ["oracle"] * len(copy_tasks)
     everything = tasks + copy_tasks
     with ProgressReport(f"{LEARNER_MODEL_NAME}: scripted episodes", len(everything)) as progress:
         trajectories, rewards = asyncio.run(scripted_trajectories(config, sandbox_url, everything, policies, progress))
     rolled_out = time.monotonic()
 
     def sequences(first: int, end: int) -> list[TokenSequence]:
-        return token_sequences(trajectories[first:end], rewards[first:end], policies[first:end])
+        families = [task.family for task in everything[first:end]]
+        return token_sequences(trajectories[first:end], rewards[first:end], policies[first:end], families)
 
     # The last HELDOUT_TASKS tasks of the mix and HELDOUT_ANSWERS of the copy part
     # measure the fit.

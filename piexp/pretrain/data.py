@@ -31,6 +31,7 @@ class TokenSequence:
     tokens: list[int]
     targets: list[int]
     weights: list[float]
+    family: str = ""  # the task's family: batches hold each family's behaviours in proportion
 
 
 async def scripted_trajectories(
@@ -68,12 +69,14 @@ async def scripted_trajectories(
 
 
 def token_sequences(
-    trajectories: Sequence[Any], rewards: Sequence[float], policies: Sequence[str]
+    trajectories: Sequence[Any], rewards: Sequence[float], policies: Sequence[str], families: Sequence[str]
 ) -> list[TokenSequence]:
     from tinker_cookbook.rl.data_processing import trajectory_to_data
 
     sequences = []
-    for episode, (trajectory, reward, policy) in enumerate(zip(trajectories, rewards, policies, strict=True)):
+    for episode, (trajectory, reward, policy, family) in enumerate(
+        zip(trajectories, rewards, policies, families, strict=True)
+    ):
         for datum in trajectory_to_data(trajectory, 1.0):
             sequences.append(
                 TokenSequence(
@@ -83,6 +86,7 @@ def token_sequences(
                     tokens=datum.model_input.to_ints(),
                     targets=[int(t) for t in datum.loss_fn_inputs["target_tokens"].tolist()],
                     weights=[float(w) for w in datum.loss_fn_inputs["mask"].tolist()],
+                    family=family,
                 )
             )
     return sequences
@@ -122,6 +126,7 @@ def answer_windows(sequences: Sequence[TokenSequence], window: int) -> list[Toke
                 tokens=sequence.tokens[start:],
                 targets=sequence.targets[start:],
                 weights=sequence.weights[start:],
+                family=sequence.family,
             )
         )
     return windows

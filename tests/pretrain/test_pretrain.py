@@ -101,6 +101,52 @@ def test_fit_learns_the_data_and_pushes_the_rest_of_the_vocabulary_down(exact_po
         assert float(outside.max()) > 0.2
 
 
+def _branching(count: int, offset: int) -> list[TokenSequence]:
+    """Two behaviours that part at one token (1100 in a third of the sequences, 1200 in
+    the rest) after a shared prompt, as the oracle's and crash's first turns do."""
+    sequences = []
+    for i in range(count):
+        policy = "oracle" if i % 3 == 0 else "crash"
+        action = [1100, 1101, 1102, 1103] if policy == "oracle" else [1200, 1201, 1202, 1203]
+        tokens = [2000 + (i + offset) % 7, 1000, 1001, 1002, *action]
+        weights = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]  # the action, from its first token
+        sequences.append(TokenSequence(policy, 1.0, i, tokens[:-1], tokens[1:], weights, family="f"))
+    return sequences
+
+
+def test_where_behaviours_part_the_fit_ends_at_their_share_of_the_data() -> None:
+    """Batches drawn at random pushed the token where two behaviours part toward whichever
+    one each batch held more of, and the fit ended wherever its last steps left it (the
+    base model's oracle share came out 0.14 to 0.33 where the data held a third)."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from piexp.pretrain.training import _spread_by_behaviour, fit
+
+    behaviours = [(family, s.policy) for family in ("f", "g") for s in _branching(15, 0)]
+    order = _spread_by_behaviour(behaviours, random.Random(0))[::-1]
+    assert sorted(order) == list(range(30))
+    for start in range(0, 30, 6):  # with two families, every two batches of three
+        window = [behaviours[i] for i in order[start : start + 6]]
+        assert all(window.count((family, "oracle")) == 1 for family in ("f", "g")), window
+    shares = []
+    for seed in (0, 1, 2):
+        recipe = dataclasses.replace(
+            LearnerRecipe(), steps=60, batch_sequences=3, sampled_negatives=256, exact_positions=0,
+            learning_rate=1e-2, seed=seed,
+        )  # fmt: skip
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.model_config()), dtype=torch.float32)
+        fit(model, _branching(30, 0), _branching(3, 5), recipe)
+        with torch.no_grad():
+            prompt = torch.tensor(_branching(1, 5)[0].tokens[:4])
+            probs = torch.softmax(model(input_ids=prompt[None]).logits[0, -1], dim=-1)
+        shares.append(float(probs[1100] / (probs[1100] + probs[1200])))
+    assert all(abs(share - 1 / 3) < 0.04 for share in shares), shares
+
+
 def test_answer_turn_of_a_merged_episode_is_its_last_action_in_context() -> None:
     # One episode as one sequence: two actions (weighted) between observations.
     weights = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]

@@ -116,7 +116,7 @@ def fit(
         position = torch.full((vocab,), -1, dtype=torch.long)
         position[candidates] = torch.arange(len(candidates))
         optimizer.zero_grad(set_to_none=True)
-        hidden_parts = [model.model(input_ids=tokens[None]).last_hidden_state[0][mask] for tokens, _, mask in batch]
+        hidden_parts = [hidden_at(model, tokens[None], mask[None]) for tokens, _, mask in batch]
         label_parts = [targets[mask] for _, targets, mask in batch]
         late = step >= recipe.whole_turns_from_step
         for pool, pool_order, count in (
@@ -194,7 +194,58 @@ def _weighted_hidden(model: Any, chosen: Sequence[TokenSequence]) -> tuple[Any, 
         tokens[row, : len(c.tokens)] = torch.tensor(c.tokens)
         targets[row, : len(c.targets)] = torch.tensor(c.targets)
         mask[row, : len(c.weights)] = torch.tensor(c.weights) > 0
-    return model.model(input_ids=tokens).last_hidden_state[mask], targets[mask]
+    return hidden_at(model, tokens, mask), targets[mask]
+
+
+def hidden_at(model: Any, tokens: Any, keep: Any) -> Any:
+    """`model.model(input_ids=tokens).last_hidden_state[keep]` (`keep`: a [batch, length]
+    mask), with the last layer computed at the kept positions only: its keys and values
+    come from every position, but its queries, attention output and MLP elsewhere feed
+    nothing the loss reads. That is half of a pass over a whole answer turn, of which
+    only the last ~14 of ~1,700 tokens carry weight (bench/pretrain_fit.py). Positions
+    after a row's last kept one are not computed at all. Same values to float rounding
+    (tests/pretrain checks it)."""
+    import torch
+    from transformers.models.qwen3.modeling_qwen3 import rotate_half
+
+    inner = model.model
+    length = int(keep.nonzero()[:, 1].max()) + 1 if keep.any() else 1
+    tokens, keep = tokens[:, :length], keep[:, :length]
+    positions = torch.arange(length)[None]
+    hidden = inner.embed_tokens(tokens)
+    cos, sin = inner.rotary_emb(hidden, positions)
+    for layer in inner.layers[:-1]:  # causal (no mask: padding is on the right, after every kept position)
+        hidden = layer(hidden, attention_mask=None, position_embeddings=(cos, sin), position_ids=positions)
+    last = inner.layers[-1]
+    attention = last.self_attn
+    head_dim, groups = attention.head_dim, attention.num_key_value_groups  # query head h reads key head h // groups
+    normed = last.input_layernorm(hidden)
+    keys = attention.k_norm(attention.k_proj(normed).view(*tokens.shape, -1, head_dim)).transpose(1, 2)
+    keys = keys * cos[:, None] + rotate_half(keys) * sin[:, None]
+    values = attention.v_proj(normed).view(*tokens.shape, -1, head_dim).transpose(1, 2)
+    rows, columns = keep.nonzero(as_tuple=True)
+    queries = attention.q_norm(attention.q_proj(normed[rows, columns]).view(len(rows), -1, head_dim))
+    queries = queries * cos[0, columns][:, None] + rotate_half(queries) * sin[0, columns][:, None]
+    outputs = []
+    for row in range(tokens.shape[0]):
+        chosen = rows == row
+        count = int(chosen.sum())
+        if not count:
+            continue
+        seen = int(columns[chosen].max()) + 1
+        # torch's fused attention: the same bytes on any number of threads (a matmul over
+        # the keys did not keep them), which the build's byte-identity needs.
+        mixed = torch.nn.functional.scaled_dot_product_attention(
+            queries[chosen].transpose(0, 1)[None],
+            keys[row, :, :seen].repeat_interleave(groups, dim=0)[None],
+            values[row, :, :seen].repeat_interleave(groups, dim=0)[None],
+            attn_mask=torch.arange(seen)[None, :] <= columns[chosen][:, None],
+            scale=attention.scaling,
+        )
+        outputs.append(mixed[0].transpose(0, 1).reshape(count, -1))
+    state = hidden[rows, columns] + attention.o_proj(torch.cat(outputs))
+    state = state + last.mlp(last.post_attention_layernorm(state))
+    return inner.norm(state)
 
 
 def _all_argmax(model: Any, sequence: TokenSequence) -> bool:
@@ -202,7 +253,7 @@ def _all_argmax(model: Any, sequence: TokenSequence) -> bool:
 
     with torch.no_grad():
         mask = torch.tensor(sequence.weights) > 0
-        logits = model(input_ids=torch.tensor(sequence.tokens)[None]).logits[0][mask]
+        logits = hidden_at(model, torch.tensor(sequence.tokens)[None], mask[None]) @ model.lm_head.weight.T
         return bool((logits.argmax(-1) == torch.tensor(sequence.targets)[mask]).all())
 
 
@@ -215,7 +266,7 @@ def evaluate(model: Any, sequences: Sequence[TokenSequence]) -> tuple[float, flo
     with torch.no_grad():
         for s in sequences:
             mask = torch.tensor(s.weights) > 0
-            hidden = model.model(input_ids=torch.tensor(s.tokens)[None]).last_hidden_state[0][mask]
+            hidden = hidden_at(model, torch.tensor(s.tokens)[None], mask[None])
             logits = hidden @ head.T
             targets = torch.tensor(s.targets)[mask]
             nll += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))

@@ -237,3 +237,36 @@ def test_the_fit_makes_the_same_bytes_on_one_thread_as_on_two(monkeypatch: pytes
         assert report.threads == {threads: recipe.steps}
         digests.append(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest())
     assert digests[0] == digests[1] == digests[2]
+
+
+def test_hidden_at_the_kept_positions_is_the_whole_models_there() -> None:
+    """The fit computes the last layer at the weighted positions only (training.hidden_at);
+    its states there must be the whole model's, over padded batches, sequences kept at
+    their last token or not, and rows with nothing kept; and so must their gradients."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from piexp.pretrain.training import hidden_at
+
+    recipe = LearnerRecipe()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.model_config()), dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, recipe.model_config()["vocab_size"], (4, 300), generator=generator)
+    keep = torch.rand((4, 300), generator=generator) < 0.2
+    keep[1] = False  # a row with nothing kept
+    keep[2, -1] = True  # a row kept at its last token
+    keep[3, 250:] = False  # a row whose last positions are not needed
+    whole = model.model(input_ids=tokens).last_hidden_state[keep]
+    weights = torch.randn(whole.shape, generator=generator)
+    (whole * weights).sum().backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    partial = hidden_at(model, tokens, keep)
+    (partial * weights).sum().backward()
+    assert partial.shape == whole.shape
+    assert torch.allclose(partial, whole, atol=1e-5), float((partial - whole).abs().max())
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == expected.keys() and "model.layers.1.mlp.up_proj.weight" in grads
+    for name, grad in grads.items():
+        assert float((grad - expected[name]).norm() / expected[name].norm()) < 1e-5, name

@@ -15,11 +15,18 @@ sum of the three at the recipe's counts.
 Usage: `python bench/pretrain_fit.py [--tasks=40] [--repeats=10]`.
 
 Measured 2026-12-03 on the 2-core machine, nothing else running (`--tasks=40
---repeats=10`): a mix episode (~1,350 tokens, 13% weighted) 0.060 s -> 0.038 s, 6 whole
-answer turns (~1,700 tokens, ~14 weighted each) 0.425 s -> 0.219 s, 16 answer windows
-0.025 s -> 0.023 s. The whole turns are most of a late step and the last layer half of
-their cost; the rest of a step (the sampled softmax, the optimiser) is a few hundredths.
-A build then took 312 s -> see docs/benchmarks.md (episodes about 65 s of it).
+--repeats=10`, 2 threads):
+
+| batch | sequences | tokens | weighted | whole model s | last layer at weighted only s | ratio |
+| --- | --- | --- | --- | --- | --- | --- |
+| mix episode | 1 | 1,140 | 100 | 0.054 | 0.037 | 0.69x |
+| whole answer turns | 6 | 10,326 | 88 | 0.389 | 0.211 | 0.54x |
+| answer windows | 16 | 1,264 | 226 | 0.031 | 0.030 | 0.98x |
+| late step (these three at the recipe's counts) | | | | 0.581 | 0.352 | 0.61x |
+
+The whole answer turns are most of a late step, and the last layer half of their cost;
+the rest of a step (the sampled softmax, the optimiser) is a few hundredths of a second.
+The build with it: the fit 181 s against 247 s the day before (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -30,10 +30,13 @@ HELDOUT_TASKS = 12
 HELDOUT_ANSWERS = 100
 
 
-def _models_root() -> Path:
+def _models_root(recipe: LearnerRecipe = RECIPE) -> Path:
+    """learner-local's builds; a recipe that withholds behaviours (a variant a bench
+    builds) keeps its own, so that neither removes the other's as stale."""
     from piexp.tokenizer import piexp_cache_dir
 
-    return piexp_cache_dir() / "models" / LEARNER_MODEL_NAME
+    name = LEARNER_MODEL_NAME if not recipe.substitutes else f"{LEARNER_MODEL_NAME}-variants"
+    return piexp_cache_dir() / "models" / name
 
 
 def data_config(recipe: LearnerRecipe = RECIPE) -> RunConfig:
@@ -57,7 +60,7 @@ def _digest(config: RunConfig, recipe: LearnerRecipe) -> str:
 
 
 def learner_model_dir(recipe: LearnerRecipe = RECIPE) -> Path:
-    return _models_root() / _digest(data_config(recipe), recipe)
+    return _models_root(recipe) / _digest(data_config(recipe), recipe)
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:
@@ -113,7 +116,8 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
     `open_sandbox()` yields a /run_code URL for the build's episodes (the caller's
     sandbox settings; opened only when a build is needed)."""
     config = data_config(recipe)
-    target = _models_root() / _digest(config, recipe)
+    _check_substitutes(recipe, config)
+    target = _models_root(recipe) / _digest(config, recipe)
     if read_marker(target) is not None:
         return target
     with exclusive_lock(target.parent / ".build.lock"):  # another run building the same model: wait for it
@@ -124,6 +128,16 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
         if stale.is_dir() and stale != target and not stale.name.startswith("."):
             shutil.rmtree(stale, ignore_errors=True)
     return target
+
+
+def _check_substitutes(recipe: LearnerRecipe, config: RunConfig) -> None:
+    from piexp.policies import POLICIES
+
+    for family, policy, substitute in recipe.substitutes:
+        if family not in config.families:
+            raise ValueError(f"the recipe withholds {policy!r} from {family!r}, which its data has not")
+        if {policy, substitute} - set(POLICIES):
+            raise ValueError(f"the recipe substitutes {substitute!r} for {policy!r}; policies: {', '.join(POLICIES)}")
 
 
 def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: str) -> None:
@@ -152,6 +166,8 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     copy_tasks = [t for family in by_family.values() for t in family[recipe.tasks_per_family :]]
     policies = _policy_draw(recipe, [t.family for t in tasks]) + ["oracle"] * len(copy_tasks)
     everything = tasks + copy_tasks
+    substitutes = {(family, policy): substitute for family, policy, substitute in recipe.substitutes}
+    policies = [substitutes.get((t.family, p), p) for t, p in zip(everything, policies, strict=True)]
     with ProgressReport(f"{LEARNER_MODEL_NAME}: scripted episodes", len(everything)) as progress:
         trajectories, rewards = asyncio.run(scripted_trajectories(config, sandbox_url, everything, policies, progress))
     rolled_out = time.monotonic()

@@ -30,6 +30,11 @@ class LearnerRecipe:
     # binary); RL has to discover that. (With `wrong` as a third behaviour a 2-layer
     # model mixed up the two long programs' texts at this training budget.)
     policy_shares: tuple[tuple[str, float], ...] = (("oracle", 1 / 3), ("crash", 2 / 3))
+    # A behaviour withheld from a family: each (family, policy, substitute) rolls out the
+    # family's episodes drawn for `policy`, in the mix and the copy tasks, with
+    # `substitute` instead. Empty for learner-local; bench/discovery.py builds a model that
+    # never saw one family's oracle program, to see whether RL finds a program that works.
+    substitutes: tuple[tuple[str, str, str], ...] = ()
     seed: int = 0  # weights init, episode order, policy draw, negative samples
     # tiny-local's toy Qwen3 with a wider MLP; its vocabulary is the tokenizer's below.
     architecture: dict[str, Any] = field(default_factory=lambda: {**TINY_QWEN3_CONFIG, "intermediate_size": 256})

@@ -209,7 +209,9 @@ def hidden_at(model: Any, tokens: Any, keep: Any) -> Any:
     from transformers.models.qwen3.modeling_qwen3 import rotate_half
 
     inner = model.model
-    length = int(keep.nonzero()[:, 1].max()) + 1 if keep.any() else 1
+    if not keep.any():
+        return inner.embed_tokens.weight.new_zeros((0, model.config.hidden_size))
+    length = int(keep.nonzero()[:, 1].max()) + 1
     tokens, keep = tokens[:, :length], keep[:, :length]
     positions = torch.arange(length)[None]
     hidden = inner.embed_tokens(tokens)

@@ -163,7 +163,7 @@ def test_answer_turn_of_a_merged_episode_is_its_last_action_in_context() -> None
 def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from piexp.launch.sandbox import run_sandbox
 
-    monkeypatch.setattr(build, "_models_root", lambda: tmp_path / "models" / "learner-local")
+    monkeypatch.setattr(build, "_models_root", lambda recipe: tmp_path / "models" / str(bool(recipe.substitutes)))
     monkeypatch.setattr(build, "HELDOUT_TASKS", 2)
     monkeypatch.setattr(build, "HELDOUT_ANSWERS", 2)
     opened: list[int] = []
@@ -192,6 +192,16 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert opened == [1]  # the second call reused the build: no sandbox, no episodes
     other = build.ensure_learner_model(open_sandbox, dataclasses.replace(TINY, seed=1))
     assert other != path and not path.exists()  # a new recipe's build replaces the old one
+    # A variant that withholds csv_agg's oracle program: its episodes come from `wrong`,
+    # and it keeps its own builds (learner-local's stays).
+    withheld = dataclasses.replace(TINY, substitutes=(("csv_agg", "oracle", "wrong"),))
+    variant = build.ensure_learner_model(open_sandbox, withheld)
+    assert variant.parent != other.parent and other.exists()
+    assert "wrong" in json.loads((variant / build.MARKER).read_text())["mean_reward_by_policy"]
+    for bad in (("nope", "oracle", "wrong"), ("csv_agg", "oracle", "nope")):
+        with pytest.raises(ValueError, match="nope"):
+            build.ensure_learner_model(open_sandbox, dataclasses.replace(TINY, substitutes=(bad,)))
+    assert opened == [1, 1, 1]  # no sandbox for a recipe refused
 
 
 def _long(count: int, length: int, seed: int) -> list[TokenSequence]:
@@ -265,6 +275,7 @@ def test_hidden_at_the_kept_positions_is_the_whole_models_there() -> None:
     partial = hidden_at(model, tokens, keep)
     (partial * weights).sum().backward()
     assert partial.shape == whole.shape
+    assert hidden_at(model, tokens, torch.zeros_like(keep)).shape == (0, whole.shape[1])  # nothing kept anywhere
     assert torch.allclose(partial, whole, atol=1e-5), float((partial - whole).abs().max())
     grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
     assert grads.keys() == expected.keys() and "model.layers.1.mlp.up_proj.weight" in grads

@@ -1,0 +1,131 @@
+"""A behaviour RL has to find: a `learner-local` variant pre-trained without the oracle's
+program for one family, then the researcher's loop on it (experiment=learn_offline, the
+same as bench/learning.py, on the variant's folder), with a shuffled-reward control.
+
+The variant (DISCOVERY) rolls out csv_agg's oracle episodes, in the behaviour mix and in
+the copy tasks, with the `wrong` policy instead: it writes the reference program into a
+helper file, then a `solution.py` that runs the helper and prints its answer plus one,
+runs it and states what it printed. json_tree keeps the oracle. So the base model has
+seen csv_agg's reference text and the wrapper, but never a csv_agg program that prints
+the answer, nor a right csv_agg answer. To pass a csv_agg task it must write one: drop
+the wrapper's `+ 1`, or write the reference as the solution. Shaped reward gives 0.3 for
+the wrong program's episode, 0.15 for the crash, 1.0 for a pass.
+
+Per seed the bench prints held-out pass@1 per family (base, after RL, after the control)
+and what the model's csv_agg solutions were: the wrapper with `+ 1`, the wrapper without
+it, another program (the reference or anything else), or none.
+
+Usage: `python bench/discovery.py [OUT_DIR] [--seeds=0,1,2]`. The variant is built once
+per machine (about 5 minutes) into piexp's cache beside learner-local's builds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from piexp.pretrain.recipe import LearnerRecipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning import CONTROL, LOOP, run_piexp  # noqa: E402  (the same runs as the learning bench)
+
+FAMILY = "csv_agg"  # the family whose oracle program is withheld
+
+
+def variant() -> LearnerRecipe:
+    from piexp.pretrain.build import RECIPE
+
+    return dataclasses.replace(RECIPE, substitutes=((FAMILY, "oracle", "wrong"),))
+
+
+def build() -> Path:
+    from piexp.launch.sandbox import run_sandbox
+    from piexp.pretrain.build import data_config, ensure_learner_model
+
+    recipe = variant()
+    sandbox = data_config(recipe).sandbox
+    return ensure_learner_model(lambda: run_sandbox(sandbox), recipe)
+
+
+def solutions(eval_dir: Path) -> dict[str, int]:
+    """The family's eval episodes by the last `solution` file the model wrote."""
+    from piexp.transcripts.store import read_transcripts
+
+    counts = {"wrapper, + 1": 0, "wrapper without + 1": 0, "another program": 0, "none": 0}
+    for episode in read_transcripts(eval_dir / "transcripts.jsonl.gz"):
+        if episode.get("family") != FAMILY:
+            continue
+        written = [
+            call.get("arguments", {}).get("content", "")
+            for message in episode.get("conversation") or []
+            for call in message.get("tool_calls") or []
+            if call.get("name") == "write" and str(call.get("arguments", {}).get("path", "")).startswith("solution")
+        ]
+        if not written:
+            counts["none"] += 1
+        elif "runpy" in written[-1]:
+            counts["wrapper, + 1" if "+ 1" in written[-1] else "wrapper without + 1"] += 1
+        else:
+            counts["another program"] += 1
+    return counts
+
+
+def main() -> int:
+    from piexp.launch.comparison import compare, load_run
+    from piexp.launch.loop import BASE_EVAL_DIR, TRAINED_EVAL_DIR
+
+    args = [a for a in sys.argv[1:] if not a.startswith("--seeds")]
+    seeds_arg = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--seeds=")), "0")
+    console = Console()
+    console.print(f"building the variant without {FAMILY}'s oracle program (cached after the first build) ...")
+    model = build()
+    console.print(f"variant model {model}")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args[0]) if args else Path(tmp)
+        for seed in (int(s) for s in seeds_arg.split(",")):
+            folder = out / f"seed_{seed}"
+            folder.mkdir(parents=True, exist_ok=True)
+            name = f"model.name={model}"
+            console.print(f"seed {seed}: RL run with evaluations before and after ...")
+            loop_s, _ = run_piexp([*LOOP, name, f"seed={seed}"], folder / "rl", folder / "rl.log")
+            console.print(f"seed {seed}: control run (shuffled rewards) ...")
+            control_s, _ = run_piexp([*CONTROL, name, f"seed={seed}"], folder / "control", folder / "control.log")
+            evals = [
+                folder / "rl" / BASE_EVAL_DIR,
+                folder / "rl" / TRAINED_EVAL_DIR,
+                folder / "control" / TRAINED_EVAL_DIR,
+            ]
+            cells = compare([load_run(e) for e in evals])["cells"]
+            table = Table(
+                title=f"seed {seed}: held-out pass@1 by family (RL run {loop_s:.0f} s, control {control_s:.0f} s)"
+            )
+            for column in ("family", "base", "after RL", "diff", "after control", "control diff"):
+                table.add_column(column)
+            for cell, figures in sorted(cells.items()):
+                base, rl, control = figures["runs"]
+                table.add_row(
+                    cell,
+                    f"{base['pass@1']:.3f}",
+                    f"{rl['pass@1']:.3f}",
+                    f"{rl['diff_pass@1']:+.3f} ± {rl['diff_pass@1_ci']:.3f}",
+                    f"{control['pass@1']:.3f}",
+                    f"{control['diff_pass@1']:+.3f} ± {control['diff_pass@1_ci']:.3f}",
+                )
+            console.print(table)
+            kinds = Table(title=f"seed {seed}: {FAMILY} eval episodes by the solution the model wrote")
+            kinds.add_column("model")
+            for kind in solutions(evals[0]):
+                kinds.add_column(kind)
+            for label, eval_dir in zip(("base", "after RL", "after control"), evals, strict=True):
+                kinds.add_row(label, *(str(n) for n in solutions(eval_dir).values()))
+            console.print(kinds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

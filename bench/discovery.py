@@ -15,8 +15,39 @@ Per seed the bench prints held-out pass@1 per family (base, after RL, after the 
 and what the model's csv_agg solutions were: the wrapper with `+ 1`, the wrapper without
 it, another program (the reference or anything else), or none.
 
+The runs mix both families into every RL batch (experiment=learn_offline alone takes its
+16 train tasks in task order, all json_tree's) and allow 512 tokens a turn (the wrong
+program's turn is longer than the preset's 384: at 384 every one was cut off, and the
+base model's csv_agg episodes ended 11 times in 64 in that cut).
+
 Usage: `python bench/discovery.py [OUT_DIR] [--seeds=0,1,2]`. The variant is built once
 per machine (about 5 minutes) into piexp's cache beside learner-local's builds.
+
+Measured 2026-12-03 on the 2-core machine, nothing else running, seed 0 (variant build
+2b7fc12ce40fda4f, 300 s; RL run 10 min with the control). Held-out pass@1:
+
+| family | base | after RL | diff | after control | control diff |
+| --- | --- | --- | --- | --- | --- |
+| csv_agg | 0.000 | 0.000 | +0.000 | 0.000 | +0.000 |
+| json_tree | 0.062 | 0.750 | +0.688 ± 0.151 | 0.000 | -0.062 ± 0.058 |
+
+csv_agg's 64 eval episodes by the solution written:
+
+| model | wrapper, + 1 | wrapper without + 1 | crash program | another program | a read, no program |
+| --- | --- | --- | --- | --- | --- |
+| base | 9 | 0 | 55 | 0 | 0 |
+| after RL | 60 | 0 | 2 | 0 | 2 |
+| after control | 0 | 0 | 64 | 0 | 0 |
+
+RL did not find it. It did what the shaped reward pays for among what the model
+samples: csv_agg's training episodes moved from the crash program (0.15) to the wrong
+one (0.3; 2 of 8 at step 0, 6-7 of 8 from step 4), whose wrapper it then wrote every
+time with its `+ 1`; not one of 48 csv_agg training episodes, nor one of 64 eval
+episodes after RL, printed the right answer, so no advantage ever pointed at a fix.
+json_tree, where the oracle is a behaviour the base model already shows, rose as in
+bench/learning.py. One seed: the verdict is that at this size and budget (8 steps, 2
+groups of 8, temperature 0.5) RL re-weights behaviours the base model samples and does
+not assemble one it never shows; a fix one token away (dropping `+ 1`) was not sampled.
 """
 
 from __future__ import annotations
@@ -35,6 +66,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning import CONTROL, LOOP, run_piexp  # noqa: E402  (the same runs as the learning bench)
 
 FAMILY = "csv_agg"  # the family whose oracle program is withheld
+# Both families in every RL batch: experiment=learn_offline takes its 16 train tasks in
+# task order, all of them json_tree's, so RL there never sees a csv_agg task.
+# The wrong program's turn (two writes: the reference, then the wrapper) is ~450 tokens of
+# the learner's vocabulary; at the preset's 384 every such turn was cut off.
+MIXED = ["tasks.family_weights={json_tree:1,csv_agg:1}", "limits.max_generation_tokens=512"]
 
 
 def variant() -> LearnerRecipe:
@@ -53,26 +89,38 @@ def build() -> Path:
 
 
 def solutions(eval_dir: Path) -> dict[str, int]:
-    """The family's eval episodes by the last `solution` file the model wrote."""
+    """The family's eval episodes by the last `solution` file the model wrote, or by what
+    it did instead."""
     from piexp.transcripts.store import read_transcripts
 
-    counts = {"wrapper, + 1": 0, "wrapper without + 1": 0, "another program": 0, "none": 0}
+    counts = dict.fromkeys(KINDS, 0)
     for episode in read_transcripts(eval_dir / "transcripts.jsonl.gz"):
         if episode.get("family") != FAMILY:
             continue
+        calls = [call for message in episode.get("conversation") or [] for call in message.get("tool_calls") or []]
         written = [
-            call.get("arguments", {}).get("content", "")
-            for message in episode.get("conversation") or []
-            for call in message.get("tool_calls") or []
+            str(call.get("arguments", {}).get("content", ""))
+            for call in calls
             if call.get("name") == "write" and str(call.get("arguments", {}).get("path", "")).startswith("solution")
         ]
-        if not written:
-            counts["none"] += 1
-        elif "runpy" in written[-1]:
-            counts["wrapper, + 1" if "+ 1" in written[-1] else "wrapper without + 1"] += 1
+        if written and "runpy" in written[-1]:
+            kind = "wrapper, + 1" if "+ 1" in written[-1] else "wrapper without + 1"
+        elif written:
+            kind = "crash program" if "scripted crash" in written[-1] else "another program"
         else:
-            counts["another program"] += 1
+            kind = "no program, a read" if any(call.get("name") == "read" for call in calls) else "no tool call"
+        counts[kind] += 1
     return counts
+
+
+KINDS = (
+    "wrapper, + 1",
+    "wrapper without + 1",
+    "crash program",
+    "another program",
+    "no program, a read",
+    "no tool call",
+)
 
 
 def main() -> int:
@@ -92,9 +140,11 @@ def main() -> int:
             folder.mkdir(parents=True, exist_ok=True)
             name = f"model.name={model}"
             console.print(f"seed {seed}: RL run with evaluations before and after ...")
-            loop_s, _ = run_piexp([*LOOP, name, f"seed={seed}"], folder / "rl", folder / "rl.log")
+            loop_s, _ = run_piexp([*LOOP, name, *MIXED, f"seed={seed}"], folder / "rl", folder / "rl.log")
             console.print(f"seed {seed}: control run (shuffled rewards) ...")
-            control_s, _ = run_piexp([*CONTROL, name, f"seed={seed}"], folder / "control", folder / "control.log")
+            control_s, _ = run_piexp(
+                [*CONTROL, name, *MIXED, f"seed={seed}"], folder / "control", folder / "control.log"
+            )
             evals = [
                 folder / "rl" / BASE_EVAL_DIR,
                 folder / "rl" / TRAINED_EVAL_DIR,

@@ -41,8 +41,8 @@ csv_agg's 64 eval episodes by the solution written:
 
 RL did not find it. It did what the shaped reward pays for among what the model
 samples: csv_agg's training episodes moved from the crash program (0.15) to the wrong
-one (0.3; 2 of 8 at step 0, 6-7 of 8 from step 4), whose wrapper it then wrote every
-time with its `+ 1`; not one of 48 csv_agg training episodes, nor one of 64 eval
+one (0.3; 2 of 8 at step 0, 7 of 8 from step 4, 8 at step 7), whose wrapper it wrote
+every time with its `+ 1`; not one of 64 csv_agg training episodes, nor one of 64 eval
 episodes after RL, printed the right answer, so no advantage ever pointed at a fix.
 json_tree, where the oracle is a behaviour the base model already shows, rose as in
 bench/learning.py. One seed: the verdict is that at this size and budget (8 steps, 2

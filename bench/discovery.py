@@ -33,11 +33,11 @@ Measured 2026-12-03 on the 2-core machine, nothing else running, seed 0 (variant
 
 csv_agg's 64 eval episodes by the solution written:
 
-| model | wrapper, + 1 | wrapper without + 1 | crash program | another program | a read, no program |
-| --- | --- | --- | --- | --- | --- |
-| base | 9 | 0 | 55 | 0 | 0 |
-| after RL | 60 | 0 | 2 | 0 | 2 |
-| after control | 0 | 0 | 64 | 0 | 0 |
+| model | wrapper, + 1 | wrapper without + 1 | crash program | another program | no program, a read | no tool call |
+| --- | --- | --- | --- | --- | --- | --- |
+| base | 9 | 0 | 55 | 0 | 0 | 0 |
+| after RL | 60 | 0 | 2 | 0 | 2 | 0 |
+| after control | 0 | 0 | 64 | 0 | 0 | 0 |
 
 RL did not find it. It did what the shaped reward pays for among what the model
 samples: csv_agg's training episodes moved from the crash program (0.15) to the wrong
@@ -68,9 +68,9 @@ from learning import CONTROL, LOOP, run_piexp  # noqa: E402  (the same runs as t
 FAMILY = "csv_agg"  # the family whose oracle program is withheld
 # Both families in every RL batch: experiment=learn_offline takes its 16 train tasks in
 # task order, all of them json_tree's, so RL there never sees a csv_agg task.
-# The wrong program's turn (two writes: the reference, then the wrapper) is ~450 tokens of
+# The wrong program's turn (two writes: the reference, then the wrapper) is ~420 tokens of
 # the learner's vocabulary; at the preset's 384 every such turn was cut off.
-MIXED = ["tasks.family_weights={json_tree:1,csv_agg:1}", "limits.max_generation_tokens=512"]
+OVERRIDES = ["tasks.family_weights={json_tree:1,csv_agg:1}", "limits.max_generation_tokens=512"]
 
 
 def variant() -> LearnerRecipe:
@@ -86,6 +86,16 @@ def build() -> Path:
     recipe = variant()
     sandbox = data_config(recipe).sandbox
     return ensure_learner_model(lambda: run_sandbox(sandbox), recipe)
+
+
+KINDS = (
+    "wrapper, + 1",
+    "wrapper without + 1",
+    "crash program",
+    "another program",
+    "no program, a read",
+    "no tool call",
+)
 
 
 def solutions(eval_dir: Path) -> dict[str, int]:
@@ -113,16 +123,6 @@ def solutions(eval_dir: Path) -> dict[str, int]:
     return counts
 
 
-KINDS = (
-    "wrapper, + 1",
-    "wrapper without + 1",
-    "crash program",
-    "another program",
-    "no program, a read",
-    "no tool call",
-)
-
-
 def main() -> int:
     from piexp.launch.comparison import compare, load_run
     from piexp.launch.loop import BASE_EVAL_DIR, TRAINED_EVAL_DIR
@@ -140,10 +140,10 @@ def main() -> int:
             folder.mkdir(parents=True, exist_ok=True)
             name = f"model.name={model}"
             console.print(f"seed {seed}: RL run with evaluations before and after ...")
-            loop_s, _ = run_piexp([*LOOP, name, *MIXED, f"seed={seed}"], folder / "rl", folder / "rl.log")
+            loop_s, _ = run_piexp([*LOOP, name, *OVERRIDES, f"seed={seed}"], folder / "rl", folder / "rl.log")
             console.print(f"seed {seed}: control run (shuffled rewards) ...")
             control_s, _ = run_piexp(
-                [*CONTROL, name, *MIXED, f"seed={seed}"], folder / "control", folder / "control.log"
+                [*CONTROL, name, *OVERRIDES, f"seed={seed}"], folder / "control", folder / "control.log"
             )
             evals = [
                 folder / "rl" / BASE_EVAL_DIR,
@@ -169,7 +169,7 @@ def main() -> int:
             console.print(table)
             kinds = Table(title=f"seed {seed}: {FAMILY} eval episodes by the solution the model wrote")
             kinds.add_column("model")
-            for kind in solutions(evals[0]):
+            for kind in KINDS:
                 kinds.add_column(kind)
             for label, eval_dir in zip(("base", "after RL", "after control"), evals, strict=True):
                 kinds.add_row(label, *(str(n) for n in solutions(eval_dir).values()))

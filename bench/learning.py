@@ -14,7 +14,8 @@ base model beyond its interval while the control did not: the verdict (and the e
 status) is on pass@1, the issue's measure (it does not saturate here), with mean shaped
 reward's verdict printed beside it. Peak memory is the highest sum of resident set sizes
 of the piexp process and its descendants (sandbox, SkyRL server), sampled every 0.5 s.
-Usage: `python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N]` (a
+Usage: `python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N]
+[--with=OVERRIDE ...]` (`--with` adds an override to the RL run and its control alike; a
 temporary folder by default; the run folders stay in OUT_DIR, one `seed_S` folder per seed
 when several and a `run_R` folder per repeat, for `piexp show` / `viewer.html`; with
 repeats it prints how far runs of one seed spread). It prints each run's per-step training
@@ -418,9 +419,9 @@ def outcomes(run_dir: Path) -> list[dict[str, int]]:
     return [steps[step] for step in sorted(steps)]
 
 
-def learning(out: Path, console: Console, seed: int = 0) -> dict:
-    """Run every stage into `out` (the runs' seed: tasks, sampling, training order) and
-    return the figures and verdicts."""
+def learning(out: Path, console: Console, seed: int = 0, extra: tuple[str, ...] = ()) -> dict:
+    """Run every stage into `out` (the runs' seed: tasks, sampling, training order; `extra`
+    overrides added to the RL run and its control alike) and return the figures and verdicts."""
     from piexp.launch.comparison import compare, load_run
     from piexp.launch.loop import BASE_EVAL_DIR, TRAINED_EVAL_DIR
 
@@ -429,9 +430,9 @@ def learning(out: Path, console: Console, seed: int = 0) -> dict:
     path, marker, build_s, cached = build_model()
     console.print(f"model {path} ({'cached' if cached else f'built in {build_s:.0f} s'})")
     console.print("RL run with evaluations before and after ...")
-    loop_s, loop_mb = run_piexp([*LOOP, f"seed={seed}"], out / "rl", out / "rl.log")
+    loop_s, loop_mb = run_piexp([*LOOP, *extra, f"seed={seed}"], out / "rl", out / "rl.log")
     console.print("control run (shuffled rewards) ...")
-    control_s, control_mb = run_piexp([*CONTROL, f"seed={seed}"], out / "control", out / "control.log")
+    control_s, control_mb = run_piexp([*CONTROL, *extra, f"seed={seed}"], out / "control", out / "control.log")
     runs = [
         load_run(out / "rl" / BASE_EVAL_DIR),
         load_run(out / "rl" / TRAINED_EVAL_DIR),
@@ -582,8 +583,10 @@ def spread(runs: list[dict], console: Console) -> None:
 
 
 def main() -> int:
-    """`python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N]`: N runs per seed."""
-    args = [a for a in sys.argv[1:] if not a.startswith(("--seeds", "--repeats"))]
+    """`python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N] [--with=OVERRIDE ...]`:
+    N runs per seed, each override added to the RL run and its control."""
+    args = [a for a in sys.argv[1:] if not a.startswith(("--seeds", "--repeats", "--with="))]
+    extra = tuple(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--with="))
     seeds_arg = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--seeds=")), "0")
     repeats = int(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--repeats=")), "1"))
     seeds = [int(s) for s in seeds_arg.split(",")]
@@ -596,7 +599,7 @@ def main() -> int:
                 folder = out if len(seeds) == 1 else out / f"seed_{seed}"
                 folder = folder / f"run_{repeat}" if repeats > 1 else folder
                 folder.mkdir(parents=True, exist_ok=True)
-                figures = learning(folder, console, seed)
+                figures = learning(folder, console, seed, extra)
                 report(figures, console)
                 runs.append(figures)
     if len(runs) > 1:

@@ -1,10 +1,12 @@
 """The sampling speed-ups of the local server (piexp/service/compat/, items 7 and 8) sample
-from the same distribution and pick the same tokens: in skyrl's own JAX backend, on the tiny
+from the same distribution and pick the same tokens, and its prompt log-probs (item 11)
+are one per prompt token, aligned with them: in skyrl's own JAX backend, on the tiny
 model, greedy decoding of a batch of 3 prompts of different lengths (padded to a batch of
 4 when patched) gives the same tokens and log-probs with and without them; the two-level
 categorical draw matches softmax probabilities spread over block boundaries (total
 variation distance over 200,000 draws) and never draws a -inf entry; the replacement
-argmax agrees with jnp.argmax on rows with ties and NaNs."""
+argmax agrees with jnp.argmax on rows with ties and NaNs; the prompt log-probs of a
+prompt and its greedy continuation end with the continuation's own log-probs."""
 
 from __future__ import annotations
 
@@ -32,6 +34,16 @@ batch = types.PreparedSampleBatch(
     needs_prompt_logprobs=False, request_batch_slices=[(f"r{i}", "", i, i + 1, False, 0) for i in range(3)])
 result = backend.sample(batch)
 out["greedy"] = {k: [v.sequences[0].tokens, v.sequences[0].logprobs] for k, v in result.items()}
+# The prompt log-probs of prompt 0 followed by its greedy continuation: entry i is
+# log p(token i | tokens before i), so the last 12 are the continuation's own log-probs.
+full = prompts[0] + result["r0"].sequences[0].tokens
+scored = types.PreparedSampleBatch(
+    all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=full)])],
+    all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=1, seed=0)],
+    all_model_ids=[""], all_checkpoint_ids=[""], all_checkpoint_paths=[""], all_session_ids=[None],
+    needs_prompt_logprobs=True, request_batch_slices=[("scored", "", 0, 1, True, 0)])
+out["prompt_logprobs"] = backend.sample(scored)["scored"].prompt_logprobs
+out["scored_length"] = len(full)
 if sys.argv[3] == "patched":
     # 40 entries with mass, around block edges (1,024 per block) and at the end; the rest
     # ~e^-30 each, and a stretch at -inf that must never be drawn.
@@ -63,7 +75,9 @@ def test_sampling_speedups_keep_tokens_and_distribution(run_backend_script, tmp_
 
     launcher = write_launcher(tmp_path)
     plain = run_backend_script(CHECK, launcher, "plain", "_cpu_sampling_speedups")
-    patched = run_backend_script(CHECK, launcher, "patched", "_skip_untrained_lora,_cpu_sampling_speedups")
+    patched = run_backend_script(
+        CHECK, launcher, "patched", "_skip_untrained_lora,_cpu_sampling_speedups,_prompt_logprobs_per_token"
+    )
     assert sorted(patched["greedy"]) == sorted(plain["greedy"]) == ["r0", "r1", "r2"]
     for request, (tokens, logprobs) in plain["greedy"].items():
         assert len(tokens) == 12
@@ -74,3 +88,11 @@ def test_sampling_speedups_keep_tokens_and_distribution(run_backend_script, tmp_
     assert patched["tv"] < 0.02
     assert patched["outside_support"] == 0
     assert patched["argmax_equal"]
+    # Item 11: one prompt log-prob per prompt token, None for the first, aligned with the
+    # tokens (skyrl alone gives the n - 1 defined ones: a reader indexing by token is one off).
+    length, continuation = patched["scored_length"], plain["greedy"]["r0"][1]
+    assert len(plain["prompt_logprobs"]) == length - 1
+    assert len(patched["prompt_logprobs"]) == length
+    assert patched["prompt_logprobs"][0] is None
+    assert patched["prompt_logprobs"][1:] == pytest.approx(plain["prompt_logprobs"], abs=1e-4)
+    assert patched["prompt_logprobs"][-12:] == pytest.approx(continuation, abs=1e-3)

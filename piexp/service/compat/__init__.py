@@ -61,6 +61,14 @@ written out by ``launcher.py``'s :func:`write_launcher`):
    losses and log-probs a client receives are unchanged
    (``tests/service/test_compat_loss_sum.py``). skyrl's mean over a batch's sequences
    stays: one factor for every gradient, which Adam's update does not see.
+11. **Prompt log-probs, one per prompt token** (engine only,
+    ``_prompt_logprobs_per_token``): skyrl's ``SampleOutput`` and the Tinker SDK's
+    ``compute_logprobs`` give one entry per prompt token, None for the first;
+    tinker-cookbook's KL penalty (``algo.kl_penalty_coef``) reads entry i as the log-prob
+    of token i. skyrl 0.4.0's JAX generator returns the n - 1 defined entries without
+    the None, so a run with a KL penalty stopped at its first step on a length mismatch
+    (and any other reader was one token off). The None goes in front, the values stay
+    (``tests/service/test_compat_sampling.py``).
 
 Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):
 

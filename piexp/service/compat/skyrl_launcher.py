@@ -1,6 +1,6 @@
 """piexp's launcher for skyrl __SKYRL_VERSION__'s Tinker API server and engine, run by the server
-venv's own interpreter as ``python launcher.py api|engine [skyrl args]`` (items 1-3, 6 and 7
-of piexp/service/compat/__init__.py). It must not use piexp, which that venv lacks;
+venv's own interpreter as ``python launcher.py api|engine [skyrl args]`` (items 1-3 and 6-9
+and 11 of piexp/service/compat/__init__.py). It must not use piexp, which that venv lacks;
 piexp/service/compat/launcher.py reads this file as text, fills in the pinned skyrl
 version and writes the copy the server runs (do not edit that copy: it is rewritten when
 it differs)."""
@@ -401,6 +401,30 @@ def _cpu_sampling_speedups():
     jax_backend.JaxBackendImpl.sample = sample_in_power_of_two_batches
 
 
+def _prompt_logprobs_per_token():
+    # Item 11: a sample's prompt_logprobs are one entry per prompt token, None for the
+    # first (it has no context): skyrl's own SampleOutput says so and the Tinker SDK's
+    # compute_logprobs passes them on as such; tinker-cookbook's KL penalty against the
+    # base model reads entry i as log p(token i | tokens before i) (base_logprobs[1:]).
+    # skyrl 0.4.0's JAX generator returns the n - 1 defined entries without the None, so
+    # every entry was one token early and the KL penalty stopped the run on a length
+    # mismatch. The None goes in front; the values are unchanged
+    # (tests/service/test_compat_sampling.py).
+    from skyrl.backends import jax as jax_backend
+    from skyrl.tinker import types
+
+    original_sample = jax_backend.JaxBackendImpl.sample
+
+    def sample_with_the_first_tokens_none(self, prepared_batch):
+        results = original_sample(self, prepared_batch)
+        for output in results.values():
+            if isinstance(output, types.SampleOutput) and output.prompt_logprobs is not None:
+                output.prompt_logprobs = [None, *output.prompt_logprobs]
+        return results
+
+    jax_backend.JaxBackendImpl.sample = sample_with_the_first_tokens_none
+
+
 def _engine():
     import runpy
 
@@ -456,6 +480,7 @@ if __name__ == "__main__":
         _cpu_training_speedups()
         _skip_untrained_lora()
         _cpu_sampling_speedups()
+        _prompt_logprobs_per_token()
         _engine()
     elif role == "api":
         _api()

@@ -1,6 +1,6 @@
 """The sampling speed-ups of the local server (piexp/service/compat/, items 7 and 8) sample
 from the same distribution and pick the same tokens, and its prompt log-probs (item 11)
-are one per prompt token, aligned with them: in skyrl's own JAX backend, on the tiny
+are one per prompt token, aligned with them, a batch scored one sequence at a time: in skyrl's own JAX backend, on the tiny
 model, greedy decoding of a batch of 3 prompts of different lengths (padded to a batch of
 4 when patched) gives the same tokens and log-probs with and without them; the two-level
 categorical draw matches softmax probabilities spread over block boundaries (total
@@ -37,13 +37,22 @@ out["greedy"] = {k: [v.sequences[0].tokens, v.sequences[0].logprobs] for k, v in
 # The prompt log-probs of prompt 0 followed by its greedy continuation: entry i is
 # log p(token i | tokens before i), so the last 12 are the continuation's own log-probs.
 full = prompts[0] + result["r0"].sequences[0].tokens
+# Scored in one batch with prompt 1 (patched: one sequence at a time).
 scored = types.PreparedSampleBatch(
-    all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=full)])],
-    all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=1, seed=0)],
-    all_model_ids=[""], all_checkpoint_ids=[""], all_checkpoint_paths=[""], all_session_ids=[None],
-    needs_prompt_logprobs=True, request_batch_slices=[("scored", "", 0, 1, True, 0)])
-out["prompt_logprobs"] = backend.sample(scored)["scored"].prompt_logprobs
-out["scored_length"] = len(full)
+    all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=t)]) for t in (full, prompts[1])],
+    all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=1, seed=i) for i in range(2)],
+    all_model_ids=[""] * 2, all_checkpoint_ids=[""] * 2, all_checkpoint_paths=[""] * 2, all_session_ids=[None] * 2,
+    needs_prompt_logprobs=True, request_batch_slices=[(f"s{i}", "", i, i + 1, True, 0) for i in range(2)])
+batches = []
+generate = generator.GeneratorMixin.generate
+def counted(self, input_ids, *args, **kwargs):
+    batches.append(int(input_ids.shape[0]))
+    return generate(self, input_ids, *args, **kwargs)
+generator.GeneratorMixin.generate = counted
+scores = backend.sample(scored)
+out["scored_batches"] = batches
+out["prompt_logprobs"] = [scores["s0"].prompt_logprobs, scores["s1"].prompt_logprobs]
+out["scored_lengths"] = [len(full), len(prompts[1])]
 if sys.argv[3] == "patched":
     # 40 entries with mass, around block edges (1,024 per block) and at the end; the rest
     # ~e^-30 each, and a stretch at -inf that must never be drawn.
@@ -90,9 +99,11 @@ def test_sampling_speedups_keep_tokens_and_distribution(run_backend_script, tmp_
     assert patched["argmax_equal"]
     # Item 11: one prompt log-prob per prompt token, None for the first, aligned with the
     # tokens (skyrl alone gives the n - 1 defined ones: a reader indexing by token is one off).
-    length, continuation = patched["scored_length"], plain["greedy"]["r0"][1]
-    assert len(plain["prompt_logprobs"]) == length - 1
-    assert len(patched["prompt_logprobs"]) == length
-    assert patched["prompt_logprobs"][0] is None
-    assert patched["prompt_logprobs"][1:] == pytest.approx(plain["prompt_logprobs"], abs=1e-4)
-    assert patched["prompt_logprobs"][-12:] == pytest.approx(continuation, abs=1e-3)
+    for ours, skyrls, length in zip(patched["prompt_logprobs"], plain["prompt_logprobs"], patched["scored_lengths"]):
+        assert len(skyrls) == length - 1
+        assert len(ours) == length
+        assert ours[0] is None
+        assert ours[1:] == pytest.approx(skyrls, abs=1e-4)
+    assert plain["scored_batches"] == [2]
+    assert patched["scored_batches"] == [1, 1]
+    assert patched["prompt_logprobs"][0][-12:] == pytest.approx(plain["greedy"]["r0"][1], abs=1e-3)

@@ -67,7 +67,10 @@ written out by ``launcher.py``'s :func:`write_launcher`):
     tinker-cookbook's KL penalty (``algo.kl_penalty_coef``) reads entry i as the log-prob
     of token i. skyrl 0.4.0's JAX generator returns the n - 1 defined entries without
     the None, so a run with a KL penalty stopped at its first step on a length mismatch
-    (and any other reader was one token off). The None goes in front, the values stay
+    (and any other reader was one token off). The None goes in front, the values stay.
+    A batch that asks for prompt log-probs runs one sequence at a time: the generator
+    holds the logits of every prompt position of its whole batch at once (a KL penalty
+    scores a step's 16 episodes together: 1.1 GB for learner-local, 20 GB for tiny-local)
     (``tests/service/test_compat_sampling.py``).
 
 Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):

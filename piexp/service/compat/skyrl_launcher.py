@@ -408,7 +408,11 @@ def _prompt_logprobs_per_token():
     # base model reads entry i as log p(token i | tokens before i) (base_logprobs[1:]).
     # skyrl 0.4.0's JAX generator returns the n - 1 defined entries without the None, so
     # every entry was one token early and the KL penalty stopped the run on a length
-    # mismatch. The None goes in front; the values are unchanged
+    # mismatch. The None goes in front; the values are unchanged. And a batch that asks for
+    # prompt log-probs is run one sequence at a time: the generator holds the logits of
+    # every prompt position of the whole batch at once ([batch, length, vocabulary] in
+    # float32: 16 x 2,048 x 8,218 is 1.1 GB for learner-local, x 151,936 is 20 GB for
+    # tiny-local), which a KL penalty's 16 scored episodes reach at every step
     # (tests/service/test_compat_sampling.py).
     from skyrl.backends import jax as jax_backend
     from skyrl.tinker import types
@@ -416,7 +420,14 @@ def _prompt_logprobs_per_token():
     original_sample = jax_backend.JaxBackendImpl.sample
 
     def sample_with_the_first_tokens_none(self, prepared_batch):
-        results = original_sample(self, prepared_batch)
+        if not prepared_batch.needs_prompt_logprobs:
+            return original_sample(self, prepared_batch)
+        limited = self.config
+        self.config = limited.model_copy(update={"sample_max_num_sequences": 1})
+        try:
+            results = original_sample(self, prepared_batch)
+        finally:
+            self.config = limited
         for output in results.values():
             if isinstance(output, types.SampleOutput) and output.prompt_logprobs is not None:
                 output.prompt_logprobs = [None, *output.prompt_logprobs]

@@ -288,7 +288,7 @@ BAD = [
     (["algo.termination.limit_stop_reasons=[done]"], "limit_stop_reasons"),
     (["algo.tool_execution=concurrent_safe"], "algo.tool_execution"),
     (["limits.rollout_timeout_s=0"], "limits.rollout_timeout_s"),
-    (["algo=nosuch"], "Valid algo options: agentic, dapo, default, grpo, ppo"),
+    (["algo=nosuch"], "Valid algo options: agentic, dapo, default, grpo, learn_offline, ppo"),
 ]
 
 
@@ -325,7 +325,16 @@ def test_local_service_refuses_what_skyrl_cannot_honour(overrides: list[str], op
     load(overrides)  # the Tinker service is not second-guessed
 
 
-@pytest.mark.parametrize("preset", ["default", "ppo", "grpo", "dapo", "agentic"])
+def test_learn_offline_trains_with_its_kl_recipe_and_evaluates_without_it() -> None:
+    # Its training mode selects the recipe, so the preset's one-step eval is not refused
+    # for a training option it would ignore, and a named recipe still wins.
+    trained = load(["experiment=learn_offline"]).algo
+    assert (trained.recipe, trained.kl_penalty_coef) == ("learn_offline", 0.1)
+    assert load(["experiment=learn_offline", "mode=eval", "policy=model"]).algo.recipe == "default"
+    assert load(["experiment=learn_offline", "algo=ppo"]).algo.recipe == "ppo"
+
+
+@pytest.mark.parametrize("preset", ["default", "ppo", "grpo", "dapo", "agentic", "learn_offline"])
 def test_local_service_accepts_what_skyrl_supports(preset: str) -> None:
     assert load([*LOCAL, f"algo={preset}"]).algo.recipe == preset
     load(

@@ -27,8 +27,8 @@ def test_help(tmp_path: Path) -> None:
     result = piexp(tmp_path, "--help")
     assert result.returncode == 0
     assert "family: all, arith" in result.stdout and "mode: check, eval, train" in result.stdout
-    assert "algo: agentic, dapo, default, grpo, ppo" in result.stdout
-    assert "algo=default|agentic|dapo|grpo|ppo" in result.stdout
+    assert "algo: agentic, dapo, default, grpo, learn_offline, ppo" in result.stdout
+    assert "algo=default|agentic|dapo|grpo|learn_offline|ppo" in result.stdout
     assert list(tmp_path.iterdir()) == []
 
 

@@ -93,8 +93,8 @@ the learning rate whatever the gradient), and most controls end on the crash pro
 (their diff negative) but one in ten runs over these two builds ended on the oracle
 more often. Whether a control stays flat is then a property of the build and the seed,
 not only of the recipe; a control that cannot drift this far (fewer, smaller or
-KL-bounded updates) was the open part of issue 26's item 1 (the KL penalty above). A bench run 496-638 s, peak
-memory 3.2-3.3 GB (the 4-minute, 4 GB target is not met; this day's machine ran the
+KL-bounded updates) was the open part of issue 26's item 1 (the KL penalty above). A
+bench run 496-638 s, peak memory 3.2-3.3 GB (the 4-minute, 4 GB target is not met; this day's machine ran the
 same work about 1.4x slower than the day before).
 
 Fourteenth session (2026-12-03, the 2-core machine, nothing else running): a shorter

@@ -1,12 +1,13 @@
 """The sampling speed-ups of the local server (piexp/service/compat/, items 7 and 8) sample
 from the same distribution and pick the same tokens, and its prompt log-probs (item 11)
-are one per prompt token, aligned with them, a batch scored one sequence at a time: in skyrl's own JAX backend, on the tiny
-model, greedy decoding of a batch of 3 prompts of different lengths (padded to a batch of
-4 when patched) gives the same tokens and log-probs with and without them; the two-level
-categorical draw matches softmax probabilities spread over block boundaries (total
-variation distance over 200,000 draws) and never draws a -inf entry; the replacement
-argmax agrees with jnp.argmax on rows with ties and NaNs; the prompt log-probs of a
-prompt and its greedy continuation end with the continuation's own log-probs."""
+are one per prompt token, aligned with them, a batch scored one sequence at a time: in
+skyrl's own JAX backend, on the tiny model, greedy decoding of a batch of 3 prompts of
+different lengths (padded to a batch of 4 when patched) gives the same tokens and
+log-probs with and without them; the two-level categorical draw matches softmax
+probabilities spread over block boundaries (total variation distance over 200,000 draws)
+and never draws a -inf entry; the replacement argmax agrees with jnp.argmax on rows with
+ties and NaNs; the prompt log-probs of a prompt and its greedy continuation end with the
+continuation's own log-probs."""
 
 from __future__ import annotations
 
@@ -27,22 +28,22 @@ out = {}
 backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=2, max_lora_rank=8), 0)
 rng = np.random.default_rng(0)
 prompts = [[int(t) for t in rng.integers(0, 150000, n)] for n in (40, 90, 65)]
-batch = types.PreparedSampleBatch(
-    all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=p)]) for p in prompts],
-    all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=12, seed=i) for i in range(3)],
-    all_model_ids=[""] * 3, all_checkpoint_ids=[""] * 3, all_checkpoint_paths=[""] * 3, all_session_ids=[None] * 3,
-    needs_prompt_logprobs=False, request_batch_slices=[(f"r{i}", "", i, i + 1, False, 0) for i in range(3)])
-result = backend.sample(batch)
+def greedy_batch(prompts, max_tokens, prompt_logprobs, tag):
+    # One request per prompt, named tag + its index.
+    n = len(prompts)
+    return types.PreparedSampleBatch(
+        all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=p)]) for p in prompts],
+        all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=i) for i in range(n)],
+        all_model_ids=[""] * n, all_checkpoint_ids=[""] * n, all_checkpoint_paths=[""] * n,
+        all_session_ids=[None] * n, needs_prompt_logprobs=prompt_logprobs,
+        request_batch_slices=[(f"{tag}{i}", "", i, i + 1, prompt_logprobs, 0) for i in range(n)])
+result = backend.sample(greedy_batch(prompts, 12, False, "r"))
 out["greedy"] = {k: [v.sequences[0].tokens, v.sequences[0].logprobs] for k, v in result.items()}
 # The prompt log-probs of prompt 0 followed by its greedy continuation: entry i is
 # log p(token i | tokens before i), so the last 12 are the continuation's own log-probs.
 full = prompts[0] + result["r0"].sequences[0].tokens
 # Scored in one batch with prompt 1 (patched: one sequence at a time).
-scored = types.PreparedSampleBatch(
-    all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=t)]) for t in (full, prompts[1])],
-    all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=1, seed=i) for i in range(2)],
-    all_model_ids=[""] * 2, all_checkpoint_ids=[""] * 2, all_checkpoint_paths=[""] * 2, all_session_ids=[None] * 2,
-    needs_prompt_logprobs=True, request_batch_slices=[(f"s{i}", "", i, i + 1, True, 0) for i in range(2)])
+scored = greedy_batch([full, prompts[1]], 1, True, "s")
 batches = []
 generate = generator.GeneratorMixin.generate
 def counted(self, input_ids, *args, **kwargs):

@@ -419,7 +419,7 @@ def _prompt_logprobs_per_token():
 
     original_sample = jax_backend.JaxBackendImpl.sample
 
-    def sample_with_the_first_tokens_none(self, prepared_batch):
+    def score_prompts_one_at_a_time_with_the_first_tokens_none(self, prepared_batch):
         if not prepared_batch.needs_prompt_logprobs:
             return original_sample(self, prepared_batch)
         limited = self.config
@@ -433,7 +433,7 @@ def _prompt_logprobs_per_token():
                 output.prompt_logprobs = [None, *output.prompt_logprobs]
         return results
 
-    jax_backend.JaxBackendImpl.sample = sample_with_the_first_tokens_none
+    jax_backend.JaxBackendImpl.sample = score_prompts_one_at_a_time_with_the_first_tokens_none
 
 
 def _engine():

@@ -94,8 +94,8 @@ the learning rate whatever the gradient), and most controls end on the crash pro
 more often. Whether a control stays flat is then a property of the build and the seed,
 not only of the recipe; a control that cannot drift this far (fewer, smaller or
 KL-bounded updates) was the open part of issue 26's item 1 (the KL penalty above). A
-bench run 496-638 s, peak memory 3.2-3.3 GB (the 4-minute, 4 GB target is not met; this day's machine ran the
-same work about 1.4x slower than the day before).
+bench run 496-638 s, peak memory 3.2-3.3 GB (the 4-minute, 4 GB target is not met; this
+day's machine ran the same work about 1.4x slower than the day before).
 
 Fourteenth session (2026-12-03, the 2-core machine, nothing else running): a shorter
 pre-training fit, and what the base model's choice of behaviour depended on.

@@ -108,6 +108,7 @@ class ServiceSettings(_Strict):
     url: str | None = Field(default=None, description="selfhosted: the server's URL")
     connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
     start_timeout_s: PositiveFloat = Field(description="local: bound on the server's start-up")
+    tcmalloc: bool = Field(description="local: the server allocates with tcmalloc where installed")
     compat_proxy: bool = Field(description="selfhosted: put piexp's SkyRL compatibility proxy in front")
 
     @model_validator(mode="after")

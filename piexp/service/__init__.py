@@ -111,7 +111,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
         return
 
     # service=local
-    from piexp.service.local_server import LocalServer
+    from piexp.service.local_server import TCMALLOC, LocalServer
     from piexp.service.local_venv import ensure_server_venv, server_versions, venv_python
 
     venv = ensure_server_venv()
@@ -123,12 +123,23 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
         state_dir=_state_dir(config, run_dir),
         max_lora_rank=max(config.model.lora_rank, 8),
         start_timeout_s=service.start_timeout_s,
+        tcmalloc=service.tcmalloc,
     )
     with console.status("starting the local SkyRL server"):  # a spinner on a terminal only
         server.start()
     watchdog = _Watchdog(server)
     try:
-        say(f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; log {server.log_path})")
+        allocator = str(server.allocator)
+        if allocator != "tcmalloc":  # the engine runs, more slowly
+            allocator += (
+                " (service.tcmalloc=false)"
+                if not service.tcmalloc
+                else f" ({TCMALLOC} not found: apt-get install libtcmalloc-minimal4 for faster steps)"
+            )
+        say(
+            f"local SkyRL server at {server.url} (started in {server.start_s:.1f} s; {allocator}; "
+            f"log {server.log_path})"
+        )
         with placeholder_api_key(override=True), SampleIdProxy(server.url, seed=config.seed) as proxy:
             watchdog.start()
             try:

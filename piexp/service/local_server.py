@@ -9,12 +9,14 @@ Server state (sqlite database, checkpoints) lives in ``state_dir``; keeping it i
 run folder is what lets a rerun resume from the ``tinker://`` checkpoints recorded
 there. Compiled JAX programs go to a persistent cache shared by every server on the
 machine (:func:`compilation_cache_env`), so only the first run with a given model and
-shapes pays for compiling them.
+shapes pays for compiling them. The server allocates its memory with tcmalloc where it is
+installed (:func:`allocator_env`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -26,7 +28,7 @@ from pathlib import Path
 from piexp.errors import ServiceUnavailableError
 from piexp.sandbox.embedded import bound_listening_socket
 
-__all__ = ["LocalServer", "compilation_cache_env", "default_compilation_cache_dir"]
+__all__ = ["TCMALLOC", "LocalServer", "allocator_env", "compilation_cache_env", "default_compilation_cache_dir"]
 
 HEALTH_PATH = "/api/v1/healthz"
 
@@ -35,6 +37,35 @@ HEALTH_PATH = "/api/v1/healthz"
 #: cache (jax 0.12 ``LRUCache``; without one it writes entries in place, unlocked), so
 #: concurrent servers (a sweep) never read an entry another one is half-way through writing.
 COMPILATION_CACHE_MAX_BYTES = 4 << 30
+
+
+#: gperftools' tcmalloc (Debian: libtcmalloc-minimal4, which scripts/setup.sh installs).
+#: glibc's malloc hands XLA's large buffers (attention scores, KV caches, logits: tens to
+#: hundreds of MB a call) back to the kernel when they are freed, so every engine call
+#: mapped and faulted them in again: about a fifth of the engine's CPU time was the
+#: kernel's. tcmalloc keeps freed memory for the next call; the values computed are the
+#: same (bench/server_allocator.py).
+TCMALLOC = "libtcmalloc_minimal.so.4"
+
+
+@functools.cache
+def _installed(soname: str) -> bool:
+    """Whether the dynamic linker's cache lists ``soname`` (checked without loading it:
+    piexp's own process keeps glibc's malloc)."""
+    import ctypes.util
+
+    return ctypes.util.find_library(soname.removeprefix("lib").split(".so")[0]) == soname
+
+
+def allocator_env(tcmalloc: bool = True) -> tuple[dict[str, str], str]:
+    """The environment that makes a process allocate with :data:`TCMALLOC`
+    (``LD_PRELOAD``, in front of any preload already set) and the allocator's name; an
+    empty environment and ``"glibc malloc"`` when ``tcmalloc`` is false or the library is
+    not installed."""
+    if not tcmalloc or not _installed(TCMALLOC):
+        return {}, "glibc malloc"
+    preload = " ".join(filter(None, [TCMALLOC, os.environ.get("LD_PRELOAD")]))
+    return {"LD_PRELOAD": preload}, "tcmalloc"
 
 
 def default_compilation_cache_dir() -> Path:
@@ -106,10 +137,14 @@ class LocalServer:
     # None compiles everything again in every run.
     compilation_cache_dir: Path | None = field(default_factory=default_compilation_cache_dir)
     start_timeout_s: float = 180.0
+    # Preload tcmalloc into the server where it is installed (:data:`TCMALLOC`); False
+    # keeps glibc's malloc (bench/server_allocator.py measures both).
+    tcmalloc: bool = True
     host: str = "127.0.0.1"
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     start_s: float | None = field(default=None, init=False)
+    allocator: str | None = field(default=None, init=False)  # the allocator it started with
 
     @property
     def url(self) -> str:
@@ -149,6 +184,7 @@ class LocalServer:
         # ours throughout, so the readiness probe below can only reach this server.
         listener = bound_listening_socket(self.host, self.port or 0)
         self.port = listener.getsockname()[1]
+        preload, self.allocator = allocator_env(self.tcmalloc)
         env = {
             **os.environ,
             "PIEXP_SERVER_PARENT_PID": str(os.getpid()),
@@ -157,6 +193,7 @@ class LocalServer:
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
             **(compilation_cache_env(self.compilation_cache_dir) if self.compilation_cache_dir else {}),
+            **preload,
         }
         env.pop("TINKER_API_KEY", None)  # the server needs no key; never hand a real one on
         started = time.monotonic()

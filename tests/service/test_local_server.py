@@ -1,5 +1,6 @@
-"""The local server starts on loopback, answers, and leaves no process behind: neither
-after stop() nor when the process that started it is killed with SIGKILL."""
+"""The local server starts on loopback (allocating with tcmalloc), answers, and leaves no
+process behind: neither after stop() nor when the process that started it is killed with
+SIGKILL."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, t
     answers, and leaves no process after stop()."""
     import httpx
 
-    from piexp.service.local_server import LocalServer
+    from piexp.service import local_server
+    from piexp.service.local_server import TCMALLOC, LocalServer, allocator_env
     from piexp.service.local_venv import venv_python
 
     server = LocalServer(python=venv_python(server_venv), base_model=str(tiny_model), state_dir=tmp_path)
@@ -63,7 +65,21 @@ def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, t
         with open(f"/proc/{server.process.pid}/environ", "rb") as handle:
             environ = handle.read().split(b"\0")
         assert f"JAX_COMPILATION_CACHE_DIR={server.compilation_cache_dir}".encode() in environ
+        # API server and engine allocate with tcmalloc (scripts/setup.sh installs it); piexp's
+        # own process keeps glibc's malloc.
+        assert server.allocator == "tcmalloc", "libtcmalloc-minimal4 is missing: run scripts/setup.sh"
+        for pid in pids:
+            assert TCMALLOC in Path(f"/proc/{pid}/maps").read_text(), pid
+        assert TCMALLOC not in Path("/proc/self/maps").read_text()
     assert _wait_gone(pids) == []
+    # Asked not to, or where it is not installed, the server keeps glibc's malloc (and
+    # adds tcmalloc in front of a preload the user set).
+    assert allocator_env(False) == ({}, "glibc malloc")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LD_PRELOAD", "libuser.so")
+        assert allocator_env(True) == ({"LD_PRELOAD": f"{TCMALLOC} libuser.so"}, "tcmalloc")
+        patch.setattr(local_server, "TCMALLOC", "libpiexp-absent.so.1")
+        assert local_server.allocator_env(True) == ({}, "glibc malloc")
 
 
 def test_killed_parent_takes_the_server_along(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:

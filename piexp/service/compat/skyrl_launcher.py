@@ -436,6 +436,16 @@ def _prompt_logprobs_per_token():
     jax_backend.JaxBackendImpl.sample = score_prompts_one_at_a_time_with_the_first_tokens_none
 
 
+def _engine_patches():
+    # Everything the engine applies before it starts, in order (also what a check or bench
+    # script loads to measure the engine as it runs).
+    _token_sum_losses()
+    _cpu_training_speedups()
+    _skip_untrained_lora()
+    _cpu_sampling_speedups()
+    _prompt_logprobs_per_token()
+
+
 def _engine():
     import runpy
 
@@ -487,11 +497,7 @@ if __name__ == "__main__":
     os.environ["PIEXP_SERVER_PARENT_PID"] = str(os.getpid())  # the engine's parent is us
     _import_without_torch()
     if role == "engine":
-        _token_sum_losses()
-        _cpu_training_speedups()
-        _skip_untrained_lora()
-        _cpu_sampling_speedups()
-        _prompt_logprobs_per_token()
+        _engine_patches()
         _engine()
     elif role == "api":
         _api()

@@ -12,8 +12,8 @@ Model tiny-local, arith/Python Pi workspace, CPU; the README's example run
 * RL iteration: `time/total` of each iteration in metrics.jsonl (the first includes
   compilation), with the sampling and training parts where the cookbook logs them;
 * floor: the oracle warm-start sequences of the same run (same tasks, same seed),
-  through skyrl's backend in one server-venv process with piexp's speed-ups, second
-  call (compiled), no server, no HTTP;
+  through skyrl's backend in one server-venv process with piexp's speed-ups and the
+  server's allocator, second call (compiled), no server, no HTTP;
 * peak memory: the highest sum of resident set sizes of the client (the piexp process)
   and the server (API server + engine), sampled every 0.5 s during that run.
 
@@ -180,7 +180,7 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     import dataclasses
 
     from piexp.service.compat import launcher_preamble, write_launcher
-    from piexp.service.local_server import LocalServer
+    from piexp.service.local_server import LocalServer, allocator_env
     from piexp.service.local_venv import venv_python
 
     defaults = {f.name: f.default for f in dataclasses.fields(LocalServer)}
@@ -190,7 +190,7 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     script = launcher_preamble("_cpu_training_speedups", "_skip_untrained_lora") + FLOOR
     result = subprocess.run(
         [str(venv_python(venv)), "-c", script, str(launcher), str(model), json.dumps(config), str(sequences)],
-        capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu", **allocator_env()[0]},
     )  # fmt: skip
     line = next(line for line in result.stdout.splitlines() if line.startswith("FLOOR "))
     return float(json.loads(line.removeprefix("FLOOR "))[-1])

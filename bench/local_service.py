@@ -180,7 +180,8 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     import dataclasses
 
     from piexp.service.compat import launcher_preamble, write_launcher
-    from piexp.service.local_server import LocalServer, allocator_env
+    from piexp.allocator import allocator_env
+    from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import venv_python
 
     defaults = {f.name: f.default for f in dataclasses.fields(LocalServer)}

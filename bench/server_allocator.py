@@ -1,7 +1,7 @@
-"""What tcmalloc saves the local SkyRL server (`service.tcmalloc`, piexp.service.local_server:
-TCMALLOC), against glibc's malloc measured in the same run: the engine's own calls on
-`model=learner-local`, each way, in fresh server-venv processes with every engine patch
-the server applies (piexp/service/compat/), no HTTP:
+"""What tcmalloc saves the local SkyRL server (`service.tcmalloc`, piexp.allocator), against
+glibc's malloc measured in the same run: the engine's own calls on `model=learner-local`,
+each way, in fresh server-venv processes with every engine patch the server applies
+(piexp/service/compat/), no HTTP:
 
 * sample: 8 prompts of 1,200 tokens (padded to 1,536), 160 new tokens each at
   temperature 1 (an RL step's and an eval's typical batch);
@@ -136,7 +136,8 @@ def _measure(way: str, python: Path, launcher: Path, model: Path, repeats: int, 
     import dataclasses
 
     from piexp.service.compat import launcher_preamble
-    from piexp.service.local_server import LocalServer, allocator_env, compilation_cache_env
+    from piexp.allocator import allocator_env
+    from piexp.service.local_server import LocalServer, compilation_cache_env
 
     defaults = {f.name: f.default for f in dataclasses.fields(LocalServer)}
     config = {

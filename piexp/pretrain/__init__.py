@@ -6,8 +6,8 @@ by gradient descent to read a workspace, write a family's program, run it and st
 it printed, but also, as often, to write a program that prints a wrong number or one that
 crashes. Which behaviour pays is for RL to find out. `ensure_learner_model` builds the
 model once per recipe and source digest into piexp's cache (`data.py` rolls the episodes
-out through the real renderer, tools and sandbox; `training.py` fits the model) and
-returns its folder.
+out through the real renderer, tools and sandbox; `training.py` fits the model, in a
+child process that `fit_process.py` runs) and returns its folder.
 """
 
 from piexp.pretrain.build import LEARNER_MODEL_NAME, ensure_learner_model, learner_model_dir

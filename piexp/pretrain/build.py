@@ -141,12 +141,9 @@ def _check_substitutes(recipe: LearnerRecipe, config: RunConfig) -> None:
 
 
 def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: str) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen3Config
-
     from piexp.env.splits import build_splits
     from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows, scripted_trajectories, token_sequences
-    from piexp.pretrain.training import fit
+    from piexp.pretrain.fit_process import FitData, fit_in_child
     from piexp.service.tiny_model import copy_tokenizer_files
 
     started = time.monotonic()
@@ -184,17 +181,15 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
     whole_turns = answer_turns(sequences(mix, mix + copy - HELDOUT_ANSWERS))
     copies = answer_windows(whole_turns, recipe.copy_window)
     heldout_answers = answer_turns(sequences(mix + copy - HELDOUT_ANSWERS, mix + copy))
-    torch.manual_seed(recipe.seed)
-    model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.model_config()), dtype=torch.float32)
-    steps = recipe.steps
-    tokens = sum(int(sum(s.weights)) for s in train)
-    with ProgressReport(
-        f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)", steps, unit="steps"
-    ) as progress:
-        report = fit(model, train, heldout, recipe, progress, copies, heldout_answers, whole_turns)
     staging = target.with_name(f".{target.name}.building")
     shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging)
+    staging.mkdir(parents=True)
+    tokens = sum(int(sum(s.weights)) for s in train)
+    with ProgressReport(
+        f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)", recipe.steps, unit="steps"
+    ) as progress:
+        data = FitData(train, heldout, copies, heldout_answers, whole_turns)
+        report = fit_in_child(staging, recipe, data, progress)
     copy_tokenizer_files(staging, tokenizer_dir)
     by_policy: dict[str, list[float]] = {}
     for policy, reward in zip(policies[:mix], rewards[:mix], strict=True):

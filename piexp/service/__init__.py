@@ -111,7 +111,8 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
         return
 
     # service=local
-    from piexp.service.local_server import TCMALLOC, LocalServer
+    from piexp.allocator import TCMALLOC
+    from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import ensure_server_venv, server_versions, venv_python
 
     venv = ensure_server_venv()

@@ -10,13 +10,12 @@ run folder is what lets a rerun resume from the ``tinker://`` checkpoints record
 there. Compiled JAX programs go to a persistent cache shared by every server on the
 machine (:func:`compilation_cache_env`), so only the first run with a given model and
 shapes pays for compiling them. The server allocates its memory with tcmalloc where it is
-installed (:func:`allocator_env`).
+installed (:mod:`piexp.allocator`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import subprocess
@@ -25,10 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from piexp.allocator import allocator_env
 from piexp.errors import ServiceUnavailableError
 from piexp.sandbox.embedded import bound_listening_socket
 
-__all__ = ["TCMALLOC", "LocalServer", "allocator_env", "compilation_cache_env", "default_compilation_cache_dir"]
+__all__ = ["LocalServer", "compilation_cache_env", "default_compilation_cache_dir"]
 
 HEALTH_PATH = "/api/v1/healthz"
 
@@ -37,35 +37,6 @@ HEALTH_PATH = "/api/v1/healthz"
 #: cache (jax 0.12 ``LRUCache``; without one it writes entries in place, unlocked), so
 #: concurrent servers (a sweep) never read an entry another one is half-way through writing.
 COMPILATION_CACHE_MAX_BYTES = 4 << 30
-
-
-#: gperftools' tcmalloc (Debian: libtcmalloc-minimal4, which scripts/setup.sh installs).
-#: glibc's malloc hands XLA's large buffers (attention scores, KV caches, logits: tens to
-#: hundreds of MB a call) back to the kernel when they are freed, so every engine call
-#: mapped and faulted them in again: about a fifth of the engine's CPU time was the
-#: kernel's. tcmalloc keeps freed memory for the next call; the values computed are the
-#: same (bench/server_allocator.py).
-TCMALLOC = "libtcmalloc_minimal.so.4"
-
-
-@functools.cache
-def _installed(soname: str) -> bool:
-    """Whether the dynamic linker's cache lists ``soname`` (checked without loading it:
-    piexp's own process keeps glibc's malloc)."""
-    import ctypes.util
-
-    return ctypes.util.find_library(soname.removeprefix("lib").split(".so")[0]) == soname
-
-
-def allocator_env(tcmalloc: bool = True) -> tuple[dict[str, str], str]:
-    """The environment that makes a process allocate with :data:`TCMALLOC`
-    (``LD_PRELOAD``, in front of any preload already set) and the allocator's name; an
-    empty environment and ``"glibc malloc"`` when ``tcmalloc`` is false or the library is
-    not installed."""
-    if not tcmalloc or not _installed(TCMALLOC):
-        return {}, "glibc malloc"
-    preload = " ".join(filter(None, [TCMALLOC, os.environ.get("LD_PRELOAD")]))
-    return {"LD_PRELOAD": preload}, "tcmalloc"
 
 
 def default_compilation_cache_dir() -> Path:
@@ -137,7 +108,7 @@ class LocalServer:
     # None compiles everything again in every run.
     compilation_cache_dir: Path | None = field(default_factory=default_compilation_cache_dir)
     start_timeout_s: float = 180.0
-    # Preload tcmalloc into the server where it is installed (:data:`TCMALLOC`); False
+    # Preload tcmalloc into the server where it is installed (piexp.allocator); False
     # keeps glibc's malloc (bench/server_allocator.py measures both).
     tcmalloc: bool = True
     host: str = "127.0.0.1"

@@ -44,8 +44,9 @@ def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, t
     answers, and leaves no process after stop()."""
     import httpx
 
-    from piexp.service import local_server
-    from piexp.service.local_server import TCMALLOC, LocalServer, allocator_env
+    from piexp import allocator
+    from piexp.allocator import TCMALLOC, allocator_env
+    from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import venv_python
 
     server = LocalServer(python=venv_python(server_venv), base_model=str(tiny_model), state_dir=tmp_path)
@@ -78,8 +79,8 @@ def test_start_answer_stop_leaves_nothing(server_venv: Path, tiny_model: Path, t
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LD_PRELOAD", "libuser.so")
         assert allocator_env(True) == ({"LD_PRELOAD": f"{TCMALLOC} libuser.so"}, "tcmalloc")
-        patch.setattr(local_server, "TCMALLOC", "libpiexp-absent.so.1")
-        assert local_server.allocator_env(True) == ({}, "glibc malloc")
+        patch.setattr(allocator, "TCMALLOC", "libpiexp-absent.so.1")
+        assert allocator.allocator_env(True) == ({}, "glibc malloc")
 
 
 def test_killed_parent_takes_the_server_along(server_venv: Path, tiny_model: Path, tmp_path: Path) -> None:

@@ -1,0 +1,89 @@
+"""The learner build's fit, run in a child process that allocates with tcmalloc
+(piexp.allocator; torch frees and allocates each step's activations and gradients, tens
+to hundreds of MB): the build hands it the recipe and the token sequences in a file, the
+child fits the model, writes it and its FitReport into the build's staging folder and
+reports each step on its stdout, which the build shows as its progress."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from piexp.pretrain.data import TokenSequence
+from piexp.pretrain.recipe import LearnerRecipe
+from piexp.pretrain.training import FitReport
+
+INPUTS = "fit_inputs.pickle"
+REPORT = "fit_report.json"
+STEP = "FIT_STEP "  # a line the child prints after each step, with the step's note
+
+
+@dataclass(frozen=True)
+class FitData:
+    """The sequences of one fit (piexp.pretrain.training.fit's arguments)."""
+
+    train: Sequence[TokenSequence]
+    heldout: Sequence[TokenSequence]
+    copies: Sequence[TokenSequence]
+    heldout_answers: Sequence[TokenSequence]
+    whole_turns: Sequence[TokenSequence]
+
+
+def fit_in_child(staging: Path, recipe: LearnerRecipe, data: FitData, progress: Any) -> FitReport:
+    """Fit the recipe's model to ``data`` in a child process with the allocator, writing
+    it into ``staging`` (which must exist); advance ``progress`` at each step."""
+    from piexp.allocator import allocator_env
+
+    inputs = staging / INPUTS
+    inputs.write_bytes(pickle.dumps((recipe, data)))
+    command = [sys.executable, "-m", "piexp.pretrain.fit_process", str(staging)]
+    env = {**os.environ, **allocator_env()[0]}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.startswith(STEP):
+                progress.advance(note=line.removeprefix(STEP).strip())
+            else:
+                sys.stdout.write(line)
+    inputs.unlink(missing_ok=True)
+    if child.returncode != 0:
+        raise RuntimeError(f"the learner-local fit failed in its process (exit {child.returncode}); see above")
+    fields = json.loads((staging / REPORT).read_text(encoding="utf-8"))
+    (staging / REPORT).unlink()
+    fields["threads"] = {int(threads): steps for threads, steps in fields["threads"].items()}
+    return FitReport(**fields)
+
+
+class _StepLines:
+    """The fit's progress as lines for the parent."""
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        print(STEP + note, flush=True)
+
+
+def main(staging: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from piexp.pretrain.training import fit
+
+    recipe, data = pickle.loads((staging / INPUTS).read_bytes())
+    torch.manual_seed(recipe.seed)
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.model_config()), dtype=torch.float32)
+    report = fit(
+        model, data.train, data.heldout, recipe, _StepLines(), data.copies, data.heldout_answers, data.whole_turns
+    )
+    model.save_pretrained(staging)
+    (staging / REPORT).write_text(json.dumps(dataclasses.asdict(report)), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

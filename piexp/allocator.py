@@ -4,7 +4,7 @@ than 32 MB (its highest mmap threshold) back to the kernel at once, so a program
 frees and allocates such buffers at every step (XLA's attention scores, KV caches and
 logits; torch's activations and their gradients) faults them in again every time, and
 the kernel's share of its CPU time grows to a fifth. tcmalloc keeps freed memory for the
-next step; the values computed are the same (bench/server_allocator.py)."""
+next step; the values computed are the same (bench/allocator.py)."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ class LocalServer:
     compilation_cache_dir: Path | None = field(default_factory=default_compilation_cache_dir)
     start_timeout_s: float = 180.0
     # Preload tcmalloc into the server where it is installed (piexp.allocator); False
-    # keeps glibc's malloc (bench/server_allocator.py measures both).
+    # keeps glibc's malloc (bench/allocator.py measures both).
     tcmalloc: bool = True
     host: str = "127.0.0.1"
     port: int = 0

@@ -1,22 +1,30 @@
-"""What tcmalloc saves the local SkyRL server (`service.tcmalloc`, piexp.allocator), against
-glibc's malloc measured in the same run: the engine's own calls on `model=learner-local`,
-each way, in fresh server-venv processes with every engine patch the server applies
-(piexp/service/compat/), no HTTP:
+"""What tcmalloc (piexp.allocator) saves the processes piexp starts to compute, against
+glibc's malloc measured in the same run, each way in fresh processes:
 
-* sample: 8 prompts of 1,200 tokens (padded to 1,536), 160 new tokens each at
-  temperature 1 (an RL step's and an eval's typical batch);
-* score: the prompt log-probs of one 1,800-token sequence (the KL penalty's call, one
-  per episode);
-* train: one forward_backward of 4 sequences of 1,400-2,000 tokens, importance sampling
-  with advantages on a few spans (an RL batch; the server runs one sequence at a time).
+1. the local SkyRL server's engine (`service.tcmalloc`): its own calls on
+   `model=learner-local`, in the server venv with every engine patch the server applies
+   (piexp/service/compat/), no HTTP:
+   * sample: 8 prompts of 1,200 tokens (padded to 1,536), 160 new tokens each at
+     temperature 1 (an RL step's and an eval's typical batch);
+   * score: the prompt log-probs of one 1,800-token sequence (the KL penalty's call,
+     one per episode);
+   * train: one forward_backward of 4 sequences of 1,400-2,000 tokens, importance
+     sampling with advantages on a few spans (an RL batch; the server runs one sequence
+     at a time);
+   each the median seconds of `--repeats` calls after one that compiles (the compilation
+   cache is shared, so both ways load the same programs), with the process's user and
+   system CPU over those calls;
+2. the learner build's fit (piexp/pretrain/fit_process.py), in piexp's venv: `--steps`
+   steps of piexp.pretrain.training.fit at a late step's shapes (3 episodes of 1,140
+   tokens, 6 whole answer turns of 1,700, 16 answer windows of 80; random tokens, the
+   recipe's model), seconds a step over the whole fit and its CPU.
 
-Each: median seconds of `--repeats` calls after one that compiles (the compilation cache
-is shared, so both ways load the same programs), with the process's user and system CPU
-over those calls; the two ways alternate, `--rounds` processes each. The values are
-compared bit for bit (sampled tokens, their log-probs, prompt log-probs, losses and
-per-token log-probs): the bench fails if the allocator changed any.
+The two ways alternate, `--rounds` processes each. The values are compared bit for bit
+(sampled tokens, their log-probs, prompt log-probs, losses and per-token log-probs; the
+fit's per-step losses and held-out figures): the bench fails if the allocator changed
+any.
 
-Usage: `python bench/server_allocator.py [--repeats=3] [--rounds=2]` (builds
+Usage: `python bench/allocator.py [--repeats=3] [--rounds=2] [--steps=12]` (builds
 learner-local first if this machine has no build of its sources).
 
 Measured 2026-12-04 on the 2-core machine, nothing else running (build 9b44879a35c73a19,
@@ -61,7 +69,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SCRIPT = r"""
+ENGINE = r"""
 import hashlib, json, resource, time
 import numpy as np
 launcher._engine_patches()
@@ -129,34 +137,78 @@ for name, call in calls.items():
 print("FIGURES " + json.dumps(figures))
 """
 
+FIT = r"""
+import dataclasses, hashlib, json, random, resource, sys, time
+import torch
+from transformers import AutoModelForCausalLM, Qwen3Config
+from piexp.pretrain.build import RECIPE
+from piexp.pretrain.data import TokenSequence
+from piexp.pretrain.training import fit
+
+steps = int(sys.argv[1])
+rng = random.Random(0)
+vocab = RECIPE.model_config()["vocab_size"] - 26
+
+
+def sequences(count, length, weighted):
+    made = []
+    for i in range(count):
+        tokens = [rng.randrange(vocab) for _ in range(length + 1)]
+        weights = [float(rng.random() < weighted) for _ in range(length)]
+        made.append(TokenSequence("oracle", 1.0, i, tokens[:-1], tokens[1:], weights, "f"))
+    return made
+
+
+mix, whole, windows = sequences(12, 1140, 0.09), sequences(12, 1700, 0.01), sequences(64, 80, 0.2)
+recipe = dataclasses.replace(RECIPE, steps=steps, whole_turns_from_step=0)
+torch.manual_seed(recipe.seed)
+model = AutoModelForCausalLM.from_config(Qwen3Config(**recipe.model_config()), dtype=torch.float32)
+before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+report = fit(model, mix, mix[:2], recipe, None, windows, whole[:2], whole)
+wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+values = hashlib.sha256(json.dumps(dataclasses.asdict(report)["step_losses"] + [report.heldout_nll]).encode())
+print("FIGURES " + json.dumps({"fit step": {"walls": [wall / steps], "user": (after.ru_utime - before.ru_utime) / steps,
+                               "sys": (after.ru_stime - before.ru_stime) / steps, "values": values.hexdigest()}}))
+"""
+
 WAYS = ("glibc malloc", "tcmalloc")
 
 
-def _measure(way: str, python: Path, launcher: Path, model: Path, repeats: int, cache: Path) -> dict:
+def _figures(command: list[str], way: str, extra_env: dict[str, str]) -> dict:
+    """Run ``command`` with the allocator ``way`` and return its FIGURES line's JSON."""
+    from piexp.allocator import allocator_env
+
+    preload, allocator = allocator_env(way == "tcmalloc")
+    if allocator != way:
+        raise SystemExit(f"{way} is not installed here (apt-get install libtcmalloc-minimal4)")
+    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
+           **extra_env, **preload}  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"the {way} process failed:\n{result.stderr[-3000:]}")
+    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
+    return json.loads(line.removeprefix("FIGURES "))
+
+
+def _engine(way: str, python: Path, launcher: Path, model: Path, repeats: int) -> dict:
     import dataclasses
 
     from piexp.service.compat import launcher_preamble
-    from piexp.allocator import allocator_env
-    from piexp.service.local_server import LocalServer, compilation_cache_env
+    from piexp.service.local_server import LocalServer, compilation_cache_env, default_compilation_cache_dir
 
     defaults = {f.name: f.default for f in dataclasses.fields(LocalServer)}
     config = {
         key: defaults[key]
         for key in ("max_lora_adapters", "max_lora_rank", "train_micro_batch_size", "loss_chunk_size")
     }
-    preload, allocator = allocator_env(way == "tcmalloc")
-    if allocator != way:
-        raise SystemExit(f"{way} is not installed here (apt-get install libtcmalloc-minimal4)")
-    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
-           **compilation_cache_env(cache), **preload}  # fmt: skip
-    result = subprocess.run(
-        [str(python), "-c", launcher_preamble() + SCRIPT, str(launcher), str(model), json.dumps(config), str(repeats)],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise SystemExit(f"the {way} process failed:\n{result.stderr[-3000:]}")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
-    return json.loads(line.removeprefix("FIGURES "))
+    script = launcher_preamble() + ENGINE
+    command = [str(python), "-c", script, str(launcher), str(model), json.dumps(config), str(repeats)]
+    return _figures(command, way, compilation_cache_env(default_compilation_cache_dir()))
+
+
+def _fit(way: str, steps: int) -> dict:
+    # piexp's own venv, from this checkout (the bench's folder's parent).
+    return _figures([sys.executable, "-c", FIT, str(steps)], way, {"PYTHONPATH": str(Path(__file__).parents[1])})
 
 
 def main(argv: list[str]) -> int:
@@ -167,23 +219,22 @@ def main(argv: list[str]) -> int:
     from piexp.launch.sandbox import run_sandbox
     from piexp.pretrain.build import data_config, ensure_learner_model
     from piexp.service.compat import write_launcher
-    from piexp.service.local_server import default_compilation_cache_dir
     from piexp.service.local_venv import ensure_server_venv, venv_python
 
     options = dict(arg.removeprefix("--").split("=", 1) for arg in argv)
-    repeats, rounds = int(options.get("repeats", 3)), int(options.get("rounds", 2))
+    repeats, rounds, steps = (int(options.get(k, d)) for k, d in (("repeats", 3), ("rounds", 2), ("steps", 12)))
     console = Console()
     model = ensure_learner_model(lambda: run_sandbox(data_config().sandbox))
     python = venv_python(ensure_server_venv())
     runs: dict[str, list[dict]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory() as scratch, Progress(console=console) as progress:
         launcher = write_launcher(Path(scratch))
-        task = progress.add_task("engine processes", total=rounds * len(WAYS))
+        task = progress.add_task("processes, each way in turn", total=rounds * len(WAYS))
         for round_ in range(rounds):
             for way in WAYS if round_ % 2 == 0 else WAYS[::-1]:  # alternate which goes first
-                runs[way].append(_measure(way, python, launcher, model, repeats, default_compilation_cache_dir()))
+                runs[way].append({**_engine(way, python, launcher, model, repeats), **_fit(way, steps)})
                 progress.advance(task)
-    table = Table(title=f"learner-local engine calls: median s of {repeats} x {rounds} (CPU s per call: user / sys)")
+    table = Table(title=f"median s a call or step over {rounds} processes each way (CPU s: user / sys)")
     for column in ("call", *WAYS, "ratio", "same values"):
         table.add_column(column, justify="right" if column != "call" else "left")
     identical = True

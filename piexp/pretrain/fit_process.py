@@ -45,7 +45,10 @@ def fit_in_child(staging: Path, recipe: LearnerRecipe, data: FitData, progress: 
     inputs = staging / INPUTS
     inputs.write_bytes(pickle.dumps((recipe, data)))
     command = [sys.executable, "-m", "piexp.pretrain.fit_process", str(staging)]
-    env = {**os.environ, **allocator_env()[0]}
+    # The child imports this very piexp, wherever the parent found it.
+    package_root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, **allocator_env()[0]}
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as child:
         assert child.stdout is not None
         for line in child.stdout:

@@ -27,21 +27,27 @@ any.
 Usage: `python bench/allocator.py [--repeats=3] [--rounds=2] [--steps=12]` (builds
 learner-local first if this machine has no build of its sources).
 
-Measured 2026-12-04 on the 2-core machine, nothing else running (build 9b44879a35c73a19,
-`--repeats=3 --rounds=2`; seconds a call, CPU seconds a call as user / sys):
+Measured 2026-12-04 on the 2-core machine, nothing else running (build 3b64caffd2318abe,
+defaults: `--repeats=3 --rounds=2 --steps=12`; seconds a call or a step, CPU seconds as
+user / sys):
 
 | call | glibc malloc | tcmalloc | ratio | same values |
 | --- | --- | --- | --- | --- |
-| sample | 0.528 (0.77 / 0.17) | 0.436 (0.77 / 0.01) | 0.83x | yes |
-| score | 0.155 (0.20 / 0.08) | 0.100 (0.19 / 0.00) | 0.64x | yes |
-| train | 1.526 (2.14 / 0.73) | 1.098 (2.09 / 0.01) | 0.72x | yes |
+| sample | 0.579 (0.84 / 0.19) | 0.450 (0.81 / 0.02) | 0.78x | yes |
+| score | 0.144 (0.20 / 0.07) | 0.100 (0.19 / 0.00) | 0.69x | yes |
+| train | 1.365 (1.92 / 0.65) | 1.029 (1.95 / 0.03) | 0.75x | yes |
+| fit step | 0.415 (0.70 / 0.04) | 0.369 (0.63 / 0.02) | 0.89x | yes |
 
-The user CPU is the same both ways: what tcmalloc takes away is the kernel's part, the
-page faults of buffers glibc's malloc unmapped after each call (its mmap threshold is at
-most 32 MB; XLA's attention scores, KV caches and logits here are tens to hundreds of
-MB), and the wall time those faults held the computation up. glibc's own settings
-(`MALLOC_MMAP_MAX_=0`, a high `MALLOC_TRIM_THRESHOLD_` and `MALLOC_TOP_PAD_`) left the
-kernel's part as it was in a probe of the sample call, and jemalloc (Debian's
+(An earlier run of the engine's part alone, before the fit's row existed: 0.83x, 0.64x,
+0.72x.) The build with its fit in a tcmalloc process: 245 s (episodes 79 s, fit 165 s
+on two threads), weights byte-identical to the build before (sha256 a70b10c6...).
+
+The engine's user CPU is the same both ways: what tcmalloc takes away is the kernel's
+part, the page faults of buffers glibc's malloc unmapped after each call (its mmap
+threshold is at most 32 MB; XLA's attention scores, KV caches and logits here are tens
+to hundreds of MB), and the wall time those faults held the computation up. glibc's own
+settings (`MALLOC_MMAP_MAX_=0`, a high `MALLOC_TRIM_THRESHOLD_` and `MALLOC_TOP_PAD_`)
+left the kernel's part as it was in a probe of the sample call, and jemalloc (Debian's
 libjemalloc2, as shipped) did too; tcmalloc keeps freed memory for the next call.
 
 End to end, by hand on the same day, one run after the other (before `service.tcmalloc`

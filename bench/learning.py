@@ -24,6 +24,35 @@ log-probability gap, the control's reward beside them) and what each step's epis
 (passed; printed the answer but stated another; a malformed tool call; ran but printed
 something else; crashed; no program), and with several seeds how many held the claim.
 
+Eighteenth session (2026-12-04, the 2-core machine, nothing else running): the local
+server allocates with tcmalloc (`service.tcmalloc`, bench/allocator.py: the engine's
+calls 0.69-0.78x, their values bit for bit the same), the same recipe and weights (the
+build 9b44879a35c73a19; rebuilt afterwards, with the fit in its own process, as
+3b64caffd2318abe in 245 s: the same bytes, sha256 a70b10c6...). `python
+bench/learning.py OUT --seeds=0,1,2,3,4`:
+
+| seed | base pass@1 | after RL | diff pass@1 | control diff pass@1 | RL - control, paired | RL run s | control s |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+| 0 | 0.070 | 0.672 | +0.602 ± 0.096 | -0.047 ± 0.042 | +0.648 ± 0.094 | 321 | 195 |
+| 1 | 0.102 | 0.609 | +0.508 ± 0.101 | -0.094 ± 0.057 | +0.602 ± 0.100 | 343 | 195 |
+| 2 | 0.109 | 0.555 | +0.445 ± 0.105 | -0.047 ± 0.061 | +0.492 ± 0.101 | 330 | 210 |
+| 3 | 0.078 | 0.602 | +0.523 ± 0.112 | -0.078 ± 0.054 | +0.602 ± 0.103 | 320 | 179 |
+| 4 | 0.039 | 0.492 | +0.453 ± 0.099 | -0.023 ± 0.026 | +0.477 ± 0.096 | 273 | 178 |
+
+5 of 5, with the same RL results as the sixteenth session's and controls within 0.04
+of theirs (the engine batches whatever requests are pending, so a faster engine batches
+other ones together, and the last bits of some log-probs differ). Training reward per
+step, RL / control: seed 0 0.20 0.15 0.52 0.79 0.63 0.80 0.95 0.94 / 0.20 0.15 0.52 0.36
+0.19 0.20 0.20 0.20; seed 1 0.30 0.47 0.74 0.65 0.44 0.62 0.47 0.67 / 0.30 0.25 0.18
+0.15 0.15 0.15 0.15 0.12; seed 2 0.40 0.28 0.36 0.66 0.79 0.57 0.63 0.78 / 0.40 0.24
+0.30 0.29 0.28 0.32 0.20 0.12; seed 3 0.35 0.26 0.35 0.57 0.79 0.79 0.88 0.97 / 0.35 0.26
+0.30 0.19 0.16 0.15 0.13 0.15; seed 4 0.26 0.39 0.40 0.95 0.75 0.94 0.63 1.00 / 0.26 0.25
+0.15 0.13 0.15 0.13 0.13 0.15; entropy at most 0.038, policy-base KL at most 0.012. A
+bench run 452-540 s, peak memory 3.2-3.7 GB (tcmalloc keeps freed memory for the next
+call: 3.3-3.5 GB before). The 4-minute target is not met. The sixteenth session's runs
+took 597-664 s on another day; the same day's comparison is bench/allocator.py's one
+`experiment=learn_offline` run, 0.82x.
+
 Sixteenth session (2026-12-03, the 2-core machine, nothing else running): a KL penalty
 against the base model (`algo=learn_offline`, the default recipe with
 `kl_penalty_coef=0.1`, which experiment=learn_offline's training mode selects; RL and

@@ -179,8 +179,8 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     backend settings."""
     import dataclasses
 
-    from piexp.service.compat import launcher_preamble, write_launcher
     from piexp.allocator import allocator_env
+    from piexp.service.compat import launcher_preamble, write_launcher
     from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import venv_python
 

@@ -189,7 +189,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
         f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)", recipe.steps, unit="steps"
     ) as progress:
         data = FitData(train, heldout, copies, heldout_answers, whole_turns)
-        report = fit_in_child(staging, recipe, data, progress)
+        report, allocator = fit_in_child(staging, recipe, data, progress)
     copy_tokenizer_files(staging, tokenizer_dir)
     by_policy: dict[str, list[float]] = {}
     for policy, reward in zip(policies[:mix], rewards[:mix], strict=True):
@@ -205,6 +205,7 @@ def _build(config: RunConfig, recipe: LearnerRecipe, target: Path, sandbox_url: 
         "rollout_s": round(rolled_out - started, 1),
         "fit_s": round(time.monotonic() - rolled_out, 1),
         "threads": report.threads,
+        "fit_allocator": allocator,
         "final_step_nll": report.step_losses[-1],
         "heldout_nll": report.heldout_nll,
         "heldout_token_accuracy": report.heldout_token_accuracy,

@@ -1,8 +1,9 @@
 """The learner build's fit, run in a child process that allocates with tcmalloc
 (piexp.allocator; torch frees and allocates each step's activations and gradients, tens
 to hundreds of MB): the build hands it the recipe and the token sequences in a file, the
-child fits the model, writes it and its FitReport into the build's staging folder and
-reports each step on its stdout, which the build shows as its progress."""
+child fits the model, writes it, its FitReport and the allocator it had loaded into the
+build's staging folder and reports each step on its stdout, which the build shows as its
+progress."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ class FitData:
     whole_turns: Sequence[TokenSequence]
 
 
-def fit_in_child(staging: Path, recipe: LearnerRecipe, data: FitData, progress: Any) -> FitReport:
+def fit_in_child(staging: Path, recipe: LearnerRecipe, data: FitData, progress: Any) -> tuple[FitReport, str]:
     """Fit the recipe's model to ``data`` in a child process with the allocator, writing
-    it into ``staging`` (which must exist); advance ``progress`` at each step."""
+    it into ``staging`` (which must exist); advance ``progress`` at each step. Returns
+    the fit's report and the allocator the child had loaded."""
     from piexp.allocator import allocator_env
 
     inputs = staging / INPUTS
@@ -59,10 +61,11 @@ def fit_in_child(staging: Path, recipe: LearnerRecipe, data: FitData, progress: 
     inputs.unlink(missing_ok=True)
     if child.returncode != 0:
         raise RuntimeError(f"the learner-local fit failed in its process (exit {child.returncode}); see above")
-    fields = json.loads((staging / REPORT).read_text(encoding="utf-8"))
+    written = json.loads((staging / REPORT).read_text(encoding="utf-8"))
     (staging / REPORT).unlink()
+    fields = written["report"]
     fields["threads"] = {int(threads): steps for threads, steps in fields["threads"].items()}
-    return FitReport(**fields)
+    return FitReport(**fields), written["allocator"]
 
 
 class _StepLines:
@@ -76,6 +79,7 @@ def main(staging: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
+    from piexp.allocator import TCMALLOC
     from piexp.pretrain.training import fit
 
     recipe, data = pickle.loads((staging / INPUTS).read_bytes())
@@ -85,7 +89,9 @@ def main(staging: Path) -> None:
         model, data.train, data.heldout, recipe, _StepLines(), data.copies, data.heldout_answers, data.whole_turns
     )
     model.save_pretrained(staging)
-    (staging / REPORT).write_text(json.dumps(dataclasses.asdict(report)), encoding="utf-8")
+    allocator = "tcmalloc" if TCMALLOC in Path("/proc/self/maps").read_text() else "glibc malloc"
+    written = {"report": dataclasses.asdict(report), "allocator": allocator}
+    (staging / REPORT).write_text(json.dumps(written), encoding="utf-8")
 
 
 if __name__ == "__main__":

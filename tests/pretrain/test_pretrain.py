@@ -176,6 +176,7 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     path = build.ensure_learner_model(open_sandbox, TINY)
     marker = json.loads((path / build.MARKER).read_text())
     assert marker["digest"] == path.name and marker["episodes"] == 14
+    assert marker["fit_allocator"] == "tcmalloc"  # the fit's own process (scripts/setup.sh installs it)
     assert marker["answer_windows"] == 4 and marker["heldout_answers"] == 2  # 6 copy episodes, 2 held out
     assert 0 <= marker["heldout_answer_accuracy"] <= 1 and 0 <= marker["heldout_window_answer_accuracy"] <= 1
     assert set(marker["mean_reward_by_policy"]) <= {"oracle", "crash"}

@@ -60,8 +60,8 @@ def run_backend_script(server_venv: Path, tiny_model: Path):
     from piexp.service.local_venv import venv_python
 
     def run(script: str, launcher: Path, variant: str, patch: str) -> dict:
-        from piexp.service.compat import launcher_preamble
         from piexp.allocator import allocator_env
+        from piexp.service.compat import launcher_preamble
 
         preamble = launcher_preamble() + "if sys.argv[3] == 'patched':\n"
         preamble += "".join(f"    launcher.{name}()\n" for name in patch.split(","))

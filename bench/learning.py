@@ -28,7 +28,8 @@ Eighteenth session (2026-12-04, the 2-core machine, nothing else running): the l
 server allocates with tcmalloc (`service.tcmalloc`, bench/allocator.py: the engine's
 calls 0.69-0.78x, their values bit for bit the same), the same recipe and weights (the
 build 9b44879a35c73a19; rebuilt afterwards, with the fit in its own process, as
-3b64caffd2318abe in 245 s: the same bytes, sha256 a70b10c6...). `python
+3b64caffd2318abe in 245 s and, once the marker recorded the fit's allocator, as
+ea87251d197d73b7 in 259 s: the same bytes each time, sha256 a70b10c6...). `python
 bench/learning.py OUT --seeds=0,1,2,3,4`:
 
 | seed | base pass@1 | after RL | diff pass@1 | control diff pass@1 | RL - control, paired | RL run s | control s |

@@ -50,12 +50,14 @@ settings (`MALLOC_MMAP_MAX_=0`, a high `MALLOC_TRIM_THRESHOLD_` and `MALLOC_TOP_
 left the kernel's part as it was in a probe of the sample call, and jemalloc (Debian's
 libjemalloc2, as shipped) did too; tcmalloc keeps freed memory for the next call.
 
-End to end, by hand on the same day, one run after the other (before `service.tcmalloc`
-existed; a preload in the server's environment): `python -m piexp experiment=learn_offline
+End to end, by hand on the same day, one run after the other (the first pair before
+`service.tcmalloc` existed, with a preload in the server's environment): `python -m piexp experiment=learn_offline
 seed=0` took 356 s (user 469 s, sys 110 s of CPU) with glibc's malloc and 291 s (user
-439 s, sys 24 s) with tcmalloc, 0.82x, peak resident set 2.5 and 2.4 GB. Both gave the
+439 s, sys 24 s) with tcmalloc, 0.82x, peak resident set 2.5 and 2.4 GB; two hours later,
+with `service.tcmalloc` and the other way round, 263 s (user 393 s, sys 22 s) with
+tcmalloc and 338 s (user 442 s, sys 108 s) with glibc's malloc, 0.78x. All four gave the
 same training reward at every step and the same held-out result (pass@1 0.070 to 0.672,
-+0.602 +- 0.096). Not every figure of the two runs is equal: from step 1 the gradient
++0.602 +- 0.096). Not every figure of the first two runs is equal: from step 1 the gradient
 norms differ in the third or fourth digit and one sampled token of 4,661 differed at
 step 5. The engine's calls give the same values bit for bit (the table), but the engine
 batches whatever sample requests are pending, and in the faster run other requests

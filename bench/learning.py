@@ -51,8 +51,11 @@ step, RL / control: seed 0 0.20 0.15 0.52 0.79 0.63 0.80 0.95 0.94 / 0.20 0.15 0
 0.15 0.13 0.15 0.13 0.13 0.15; entropy at most 0.038, policy-base KL at most 0.012. A
 bench run 452-540 s, peak memory 3.2-3.7 GB (tcmalloc keeps freed memory for the next
 call: 3.3-3.5 GB before). The 4-minute target is not met. The sixteenth session's runs
-took 597-664 s on another day; the same day's comparison is bench/allocator.py's one
-`experiment=learn_offline` run, 0.82x.
+took 597-664 s on another day. The same day's comparisons are bench/allocator.py's: two
+pairs of `experiment=learn_offline` runs back to back, 0.82x and 0.78x. Single bench runs
+vary more than that over a day: seed 0 again with `--with=service.tcmalloc=false` 90
+minutes later took 482 s (RL run 296 s, control 183 s; the same results, control -0.047
+± 0.042), against 520 s with tcmalloc in the five runs above.
 
 Sixteenth session (2026-12-03, the 2-core machine, nothing else running): a KL penalty
 against the base model (`algo=learn_offline`, the default recipe with

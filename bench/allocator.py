@@ -199,16 +199,10 @@ def _figures(command: list[str], way: str, extra_env: dict[str, str]) -> dict:
 
 
 def _engine(way: str, python: Path, launcher: Path, model: Path, repeats: int) -> dict:
-    import dataclasses
-
     from piexp.service.compat import launcher_preamble
     from piexp.service.local_server import LocalServer, compilation_cache_env, default_compilation_cache_dir
 
-    defaults = {f.name: f.default for f in dataclasses.fields(LocalServer)}
-    config = {
-        key: defaults[key]
-        for key in ("max_lora_adapters", "max_lora_rank", "train_micro_batch_size", "loss_chunk_size")
-    }
+    config = LocalServer(python=python, base_model=str(model), state_dir=launcher.parent).backend_config()
     script = launcher_preamble() + ENGINE
     command = [str(python), "-c", script, str(launcher), str(model), json.dumps(config), str(repeats)]
     return _figures(command, way, compilation_cache_env(default_compilation_cache_dir()))

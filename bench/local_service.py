@@ -177,16 +177,13 @@ def _oracle_sequences(path: Path) -> int:
 def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     """FLOOR's compiled forward+backward time on ``sequences``, with the server's own
     backend settings."""
-    import dataclasses
-
     from piexp.allocator import allocator_env
     from piexp.service.compat import launcher_preamble, write_launcher
     from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import venv_python
 
-    defaults = {f.name: f.default for f in dataclasses.fields(LocalServer)}
-    config = {key: defaults[key] for key in ("max_lora_adapters", "train_micro_batch_size", "loss_chunk_size")}
-    config["max_lora_rank"] = 8
+    server = LocalServer(python=venv_python(venv), base_model=str(model), state_dir=sequences.parent)
+    config = {**server.backend_config(), "max_lora_rank": 8}
     launcher = write_launcher(sequences.parent)
     script = launcher_preamble("_cpu_training_speedups", "_skip_untrained_lora") + FLOOR
     result = subprocess.run(

@@ -16,7 +16,7 @@ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 # libseccomp compiles the sandbox's syscall filter (loaded with ctypes: no headers needed).
 ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || missing+=(libseccomp2)
-# tcmalloc is the local SkyRL server's allocator (piexp/service/local_server.py: TCMALLOC).
+# tcmalloc is the allocator of the local SkyRL server and the learner build's fit (piexp/allocator.py).
 ldconfig -p 2>/dev/null | grep -q "libtcmalloc_minimal.so.4 " || missing+=(libtcmalloc-minimal4)
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)

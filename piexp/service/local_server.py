@@ -125,16 +125,21 @@ class LocalServer:
     def log_path(self) -> Path:
         return self.state_dir / "server.log"
 
-    def command(self, launcher: Path, listen_fd: int | None = None) -> list[str]:
-        import json
-
-        backend = {
+    def backend_config(self) -> dict[str, object]:
+        """skyrl's JAX backend settings the server runs with (also what a check or bench
+        script gives the backend to measure it as the server runs it)."""
+        return {
             "max_lora_adapters": self.max_lora_adapters,
             "max_lora_rank": self.max_lora_rank,
             "train_micro_batch_size": self.train_micro_batch_size,
             "loss_chunk_size": self.loss_chunk_size,
             "gradient_checkpointing": self.gradient_checkpointing,
         }
+
+    def command(self, launcher: Path, listen_fd: int | None = None) -> list[str]:
+        import json
+
+        backend = self.backend_config()
         return [
             str(self.python), str(launcher), "api", "--host", self.host, "--port", str(self.port),
             "--base-model", self.base_model, "--backend", "jax", "--backend-config", json.dumps(backend),

@@ -109,6 +109,7 @@ class ServiceSettings(_Strict):
     connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
     start_timeout_s: PositiveFloat = Field(description="local: bound on the server's start-up")
     tcmalloc: bool = Field(description="local: the server allocates with tcmalloc where installed")
+    prefix_cache: bool = Field(description="local: the server prefills only what follows a prompt's kept prefix")
     compat_proxy: bool = Field(description="selfhosted: put piexp's SkyRL compatibility proxy in front")
 
     @model_validator(mode="after")

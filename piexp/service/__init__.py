@@ -125,6 +125,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
         max_lora_rank=max(config.model.lora_rank, 8),
         start_timeout_s=service.start_timeout_s,
         tcmalloc=service.tcmalloc,
+        prefix_cache=service.prefix_cache,
     )
     with console.status("starting the local SkyRL server"):  # a spinner on a terminal only
         server.start()

@@ -111,6 +111,9 @@ class LocalServer:
     # Preload tcmalloc into the server where it is installed (piexp.allocator); False
     # keeps glibc's malloc (bench/allocator.py measures both).
     tcmalloc: bool = True
+    # Keep the keys and values of what the engine sampled and prefill only what follows a
+    # prompt's longest kept prefix (piexp/service/compat/, item 12).
+    prefix_cache: bool = True
     host: str = "127.0.0.1"
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
@@ -170,6 +173,7 @@ class LocalServer:
             "PYTHONUNBUFFERED": "1",
             **(compilation_cache_env(self.compilation_cache_dir) if self.compilation_cache_dir else {}),
             **preload,
+            "PIEXP_PREFIX_CACHE": "1" if self.prefix_cache else "0",
         }
         env.pop("TINKER_API_KEY", None)  # the server needs no key; never hand a real one on
         started = time.monotonic()

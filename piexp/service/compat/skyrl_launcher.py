@@ -436,6 +436,321 @@ def _prompt_logprobs_per_token():
     jax_backend.JaxBackendImpl.sample = score_prompts_one_at_a_time_with_the_first_tokens_none
 
 
+def _prefix_kv_cache():
+    # Item 12: an agent's every turn sends its whole conversation again (learner-local's
+    # eval prompts: 831, 949, 1,128 tokens for turns of 56, 31, 13 sampled tokens), and
+    # skyrl prefills each from its first token. The engine now keeps the keys and values
+    # of what it sampled (prompt and sampled tokens, per adapter) and prefills only what
+    # follows the longest kept prefix of a prompt; any change to an adapter's weights
+    # (create, delete, optim_step, checkpoint and sampler-weight loads) drops them all.
+    # A kept prefix's values are those a full prefill computes, to float rounding (their
+    # keys and values come from a batch of other shapes); greedy tokens are the same
+    # (tests/service/test_compat_prefix_cache.py). Qwen3 models only; prompt log-probs
+    # (the KL penalty's scoring) always prefill in full.
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import skyrl.tx.models.qwen3 as qwen3_module
+    from skyrl.backends import jax as jax_backend
+    from skyrl.tx.utils import generator
+    from skyrl.tx.utils.models import round_up_seq_len
+
+    min_reuse = 32  # a shorter kept prefix is not worth a program of another shape
+    capacity_tokens = 1 << 18  # kept tokens in all (learner-local: 512 bytes each)
+
+    class PrefixCache:
+        def __init__(self):
+            self.entries = []  # (adapter, tokens, keys, values), most recently used last
+            self.tokens = 0
+            self.hits = self.reused = self.prefilled = 0
+
+        def clear(self):
+            self.entries, self.tokens = [], 0
+
+        def longest(self, adapter, prompt):
+            # The kept entry sharing the longest prefix with `prompt` and that length.
+            best, best_length = None, 0
+            for index, (entry_adapter, tokens, _keys, _values) in enumerate(self.entries):
+                if entry_adapter != adapter:
+                    continue
+                n = min(len(tokens), len(prompt))
+                differ = np.flatnonzero(tokens[:n] != prompt[:n])
+                length = int(differ[0]) if differ.size else n
+                if length > best_length:
+                    best, best_length = index, length
+            return best, best_length
+
+        def keep(self, adapter, tokens, keys, values):
+            # Entries whose tokens this one extends are dropped: it holds them.
+            self.entries = [
+                entry
+                for entry in self.entries
+                if not (
+                    entry[0] == adapter and len(entry[1]) <= len(tokens) and (entry[1] == tokens[: len(entry[1])]).all()
+                )
+            ]
+            self.entries.append((adapter, tokens, keys, values))
+            self.tokens = sum(len(entry[1]) for entry in self.entries)
+            while self.tokens > capacity_tokens and len(self.entries) > 1:
+                self.tokens -= len(self.entries.pop(0)[1])
+
+    cache = PrefixCache()
+
+    def dropping_kept_prefixes(method):
+        def changed_weights(self, *args, **kwargs):
+            cache.clear()
+            return method(self, *args, **kwargs)
+
+        return changed_weights
+
+    for name in (
+        "create_model",
+        "delete_model",
+        "optim_step",
+        "load_checkpoint",
+        "load_sampler_checkpoint",
+        "_insert_checkpoint_data",
+    ):
+        setattr(jax_backend.JaxBackendImpl, name, dropping_kept_prefixes(getattr(jax_backend.JaxBackendImpl, name)))
+
+    # Attention of a prefill that continues a kept prefix: each query sees the kept keys
+    # and the new ones up to its own position, given as a [batch, query, key] mask.
+    attention = qwen3_module.dot_product_attention
+
+    def attention_with_query_masks(q, k, v, attention_mask, is_causal, head_dim):
+        if attention_mask.ndim != 3:
+            return attention(q, k, v, attention_mask, is_causal, head_dim)
+        mask = attention_mask[:, None, :, :].astype(bool)
+        return jax.nn.dot_product_attention(q, k, v, scale=1.0 / head_dim**0.5, mask=mask)
+
+    qwen3_module.dot_product_attention = attention_with_query_masks
+
+    @functools.partial(jax.jit, static_argnames=("max_length", "max_new_tokens", "max_top_k", "use_top_p", "continued"))
+    def prefill_and_decode_keeping_kv(
+        model,
+        input_ids,
+        attention_mask,
+        starts,
+        kept_keys,
+        kept_values,
+        max_length,
+        max_new_tokens,
+        adapter_indices,
+        temperatures,
+        rngs,
+        stop_tokens,
+        top_k_values,
+        top_p_values,
+        max_top_k,
+        use_top_p,
+        continued,
+    ):
+        # skyrl's GeneratorMixin._prefill_and_decode (skyrl __SKYRL_VERSION__, without prompt
+        # log-probs), except that it returns the keys and values, and with `continued`
+        # the batch's rows start at `starts`: input_ids are what follows each row's kept
+        # prefix, whose keys and values are in kept_keys / kept_values.
+        batch_idx = jnp.arange(input_ids.shape[0])
+        key_index = jnp.arange(max_length)
+        decode_layers = model.get_decode_layers()
+        if continued:
+            lengths = starts + attention_mask.sum(axis=1)
+            positions = starts[:, None] + jnp.arange(input_ids.shape[1])[None, :]
+            query_mask = (key_index[None, None, :] <= positions[:, :, None]) & (
+                key_index[None, None, :] < lengths[:, None, None]
+            )
+            outputs = model(
+                input_ids,
+                attention_mask=query_mask.astype(attention_mask.dtype),
+                positions=positions,
+                kv_cache=generator.KVCache(keys=kept_keys, values=kept_values, cache_position=starts),
+                adapter_indices=adapter_indices,
+                decode_layers=decode_layers,
+            )
+            last_hidden = outputs.last_hidden_state[batch_idx, attention_mask.sum(axis=1) - 1][:, None, :]
+            kv_cache = generator.KVCache(
+                keys=outputs.kv_cache.keys,
+                values=outputs.kv_cache.values,
+                cache_position=lengths,
+                conv_states=outputs.kv_cache.conv_states,
+                recurrent_states=outputs.kv_cache.recurrent_states,
+            )
+            decode_attention_mask = (key_index[None, :] < lengths[:, None]).astype(attention_mask.dtype)
+        else:
+            lengths = attention_mask.sum(axis=1)
+            outputs = model(input_ids, attention_mask=attention_mask, adapter_indices=adapter_indices)
+            last_hidden = outputs.last_hidden_state[batch_idx, lengths - 1][:, None, :]
+            kv_cache = outputs.kv_cache.pad_to_length(max_length)
+            decode_attention_mask = jnp.pad(attention_mask, ((0, 0), (0, max_length - attention_mask.shape[1])))
+        last_logits = model.compute_logits(last_hidden, adapter_indices)[:, 0, :]
+
+        def cond_fn(s):
+            return (s.step < max_new_tokens) & ~jnp.all(s.stop_pos != -1)
+
+        def body_fn(s):
+            # skyrl's decode step, with its generator module's jax / jnp (item 7's draws).
+            step = s.step
+            split_keys = jax.vmap(jax.random.split)(s.rngs)
+            rngs, sample_keys = split_keys[:, 0], split_keys[:, 1]
+            zero_temp_mask = temperatures == 0.0
+            scaled_logits = s.logits / jnp.where(zero_temp_mask, 1.0, temperatures)[:, None]
+            if max_top_k > 0:
+                scaled_logits = generator.apply_top_k_batch(scaled_logits, top_k_values, max_top_k)
+            if use_top_p:
+                scaled_logits = generator.apply_top_p_batch(scaled_logits, top_p_values)
+            sampled = jax.vmap(lambda key, logit: generator.jax.random.categorical(key, logit, axis=-1))(
+                sample_keys, scaled_logits
+            )
+            greedy = generator.jnp.argmax(s.logits, axis=-1)
+            next_token = jnp.where(zero_temp_mask[:, None], greedy[:, None], sampled[:, None])
+            sampled_logprob = model.logits_to_logprobs(s.logits, next_token[:, 0])[:, None]
+            is_stop = jnp.any(next_token == stop_tokens, axis=1)
+            stop_pos = jnp.where((s.stop_pos == -1) & is_stop, step + 1, s.stop_pos)
+            rows = jnp.arange(s.attention_mask.shape[0])
+            next_attention_mask = s.attention_mask.at[rows, s.kv_cache.cache_position].set(1)
+            outputs = model(
+                next_token,
+                attention_mask=next_attention_mask,
+                positions=s.last_positions + 1,
+                kv_cache=s.kv_cache,
+                adapter_indices=adapter_indices,
+                decode_layers=decode_layers,
+            )
+            next_logits = model.compute_logits(outputs.last_hidden_state, adapter_indices)[:, 0, :]
+            return generator.DecodeState(
+                kv_cache=outputs.kv_cache,
+                rngs=rngs,
+                attention_mask=next_attention_mask,
+                last_positions=s.last_positions + 1,
+                logits=next_logits,
+                stop_pos=stop_pos,
+                step=step + 1,
+                generated_tokens=s.generated_tokens.at[:, step].set(next_token.squeeze(-1)),
+                generated_logprobs=s.generated_logprobs.at[:, step].set(sampled_logprob.squeeze(-1)),
+            )
+
+        batch_size = input_ids.shape[0]
+        initial_state = generator.DecodeState(
+            kv_cache=kv_cache,
+            rngs=rngs,
+            attention_mask=decode_attention_mask,
+            last_positions=(lengths - 1)[:, None],
+            logits=last_logits,
+            stop_pos=jnp.full((batch_size,), -1),
+            step=jnp.int32(0),
+            generated_tokens=jnp.zeros((batch_size, max_new_tokens), dtype=jnp.int32),
+            generated_logprobs=jnp.zeros((batch_size, max_new_tokens), dtype=jnp.float32),
+        )
+        final = jax.lax.while_loop(cond_fn, body_fn, initial_state)
+        kept = final.kv_cache
+        return final.generated_tokens, final.generated_logprobs, final.stop_pos, kept.keys, kept.values
+
+    original_generate = generator.GeneratorMixin.generate
+
+    def generate_continuing_kept_prefixes(
+        self, input_ids, attention_mask, *, sampling_params, adapter_indices=None, prompt_logprobs=False,
+        tokenizer=None,
+    ):  # fmt: skip
+        if prompt_logprobs or not isinstance(self, qwen3_module.Qwen3ForCausalLM) or jax.process_count() > 1:
+            return original_generate(
+                self, input_ids, attention_mask, sampling_params=sampling_params, adapter_indices=adapter_indices,
+                prompt_logprobs=prompt_logprobs, tokenizer=tokenizer,
+            )  # fmt: skip
+        ids, mask = np.asarray(jax.device_get(input_ids)), np.asarray(jax.device_get(attention_mask))
+        batch_size, prompt_length = ids.shape
+        adapters = (
+            np.zeros(batch_size, np.int32) if adapter_indices is None else np.asarray(jax.device_get(adapter_indices))
+        )
+        lengths = mask.sum(axis=1)
+        prompts = [ids[row, : lengths[row]] for row in range(batch_size)]
+        found = [cache.longest(int(adapters[row]), prompts[row]) for row in range(batch_size)]
+        # At least a prompt's last token is prefilled: its logits give the first draw.
+        starts = np.array(
+            [min(length, lengths[row] - 1) if length >= min_reuse else 0 for row, (_, length) in enumerate(found)],
+            np.int32,
+        )
+        max_new_tokens = max(sp.max_tokens for sp in sampling_params)
+        max_length = round_up_seq_len(prompt_length + max_new_tokens)
+        # What follows the kept prefixes, in powers of two (fewer programs to compile).
+        suffix_length = max(64, 1 << int(max(lengths - starts) - 1).bit_length())
+        continued = bool(starts.any()) and suffix_length < prompt_length
+        if continued:
+            max_length = max(max_length, round_up_seq_len(int(starts.max()) + suffix_length))
+            suffix_ids = np.zeros((batch_size, suffix_length), np.int32)
+            suffix_mask = np.zeros((batch_size, suffix_length), np.int32)
+            kept_keys = kept_values = None
+            for row in range(batch_size):
+                follow = prompts[row][starts[row] :]
+                suffix_ids[row, : len(follow)] = follow
+                suffix_mask[row, : len(follow)] = 1
+                entry = found[row][0]
+                if starts[row] == 0:
+                    continue
+                _adapter, _tokens, keys, values = cache.entries[entry]
+                if kept_keys is None:
+                    layers = len(keys)
+                    shape = (batch_size, max_length, *keys[0].shape[1:])
+                    kept_keys = [np.zeros(shape, keys[0].dtype) for _ in range(layers)]
+                    kept_values = [np.zeros(shape, values[0].dtype) for _ in range(layers)]
+                for layer in range(layers):
+                    kept_keys[layer][row, : starts[row]] = keys[layer][: starts[row]]
+                    kept_values[layer][row, : starts[row]] = values[layer][: starts[row]]
+            cache.hits += int((starts > 0).sum())
+            cache.reused += int(starts.sum())
+            cache.prefilled += int((lengths - starts).sum())
+            arrays = (suffix_ids, suffix_mask, starts, kept_keys, kept_values)
+        else:
+            cache.prefilled += int(lengths.sum())
+            arrays = (ids, mask, np.zeros(batch_size, np.int32), None, None)
+        temperatures = jnp.array([sp.temperature for sp in sampling_params])
+        top_k_values = jnp.array([sp.top_k for sp in sampling_params], dtype=jnp.int32)
+        top_p_values = jnp.array([sp.top_p for sp in sampling_params], dtype=jnp.float32)
+        rngs = jax.vmap(jax.random.PRNGKey)(jnp.array([sp.seed for sp in sampling_params]))
+        max_stop_tokens = max(len(sp.stop_tokens) if sp.stop_tokens else 0 for sp in sampling_params)
+        stop_tokens = jnp.array(
+            [(sp.stop_tokens or []) + [-1] * (max_stop_tokens - len(sp.stop_tokens or [])) for sp in sampling_params],
+            dtype=jnp.int32,
+        )
+        max_top_k = max((sp.top_k for sp in sampling_params if sp.top_k > 0), default=0)
+        use_top_p = any(sp.top_p < 1.0 for sp in sampling_params)
+        new_tokens, new_logprobs, stop_pos, keys, values = prefill_and_decode_keeping_kv(
+            self, *arrays, max_length, max_new_tokens, adapter_indices, temperatures, rngs, stop_tokens,
+            top_k_values, top_p_values, max_top_k, use_top_p, continued,
+        )  # fmt: skip
+        max_tokens = np.array([sp.max_tokens for sp in sampling_params])
+        new_tokens, new_logprobs, stop_pos, keys, values = jax.device_get(
+            (new_tokens, new_logprobs, stop_pos, keys, values)
+        )
+        has_stop = (stop_pos != -1) & (stop_pos <= max_tokens)
+        end_positions = np.where(has_stop, stop_pos, max_tokens)
+        generated_ids, stop_reasons, logprobs_out = [], [], []
+        for row in range(batch_size):
+            tokens = new_tokens[row][: end_positions[row]].tolist()
+            token_logprobs = new_logprobs[row][: end_positions[row]].tolist()
+            stop_reason = "stop" if has_stop[row] else "length"
+            if sampling_params[row].stop_strings:  # as skyrl's generate
+                assert tokenizer is not None, "tokenizer is required when stop_strings is specified"
+                assert stop_reason == "length", "stop_tokens cannot be specified when stop_strings is specified"
+                string_stop = generator.find_string_stop_position(tokens, tokenizer, sampling_params[row].stop_strings)
+                if string_stop is not None:
+                    tokens, token_logprobs, stop_reason = tokens[:string_stop], token_logprobs[:string_stop], "stop"
+            generated_ids.append(tokens)
+            stop_reasons.append(stop_reason)
+            logprobs_out.append(token_logprobs)
+            # Every sampled token was fed back, so its keys and values are in the cache.
+            kept = np.concatenate([prompts[row], np.asarray(tokens, np.int32)])
+            n = len(kept)
+            cache.keep(
+                int(adapters[row]), kept, [layer[row, :n].copy() for layer in keys],
+                [layer[row, :n].copy() for layer in values],
+            )  # fmt: skip
+        return generator.GenerateOutput(generated_ids=generated_ids, stop_reasons=stop_reasons, logprobs=logprobs_out)
+
+    generator.GeneratorMixin.generate = generate_continuing_kept_prefixes
+    return cache
+
+
 def _engine_patches():
     # Everything the engine applies before it starts, in order (also what a check or bench
     # script loads to measure the engine as it runs).
@@ -444,6 +759,8 @@ def _engine_patches():
     _skip_untrained_lora()
     _cpu_sampling_speedups()
     _prompt_logprobs_per_token()
+    if os.environ.get("PIEXP_PREFIX_CACHE", "1") == "1":
+        _prefix_kv_cache()
 
 
 def _engine():

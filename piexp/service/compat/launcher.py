@@ -1,4 +1,4 @@
-"""Writes the launcher the SkyRL server venv runs (items 1-3 and 6-8 of this package's
+"""Writes the launcher the SkyRL server venv runs (items 1-3, 6-9, 11 and 12 of this package's
 docstring): the code is ``skyrl_launcher.py`` next to this module, a real Python file
 (linted like the rest of piexp) that is read as text, given the pinned skyrl version and
 written where the server venv's interpreter can run it, under a name carrying its

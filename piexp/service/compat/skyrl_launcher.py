@@ -1,6 +1,6 @@
 """piexp's launcher for skyrl __SKYRL_VERSION__'s Tinker API server and engine, run by the server
-venv's own interpreter as ``python launcher.py api|engine [skyrl args]`` (items 1-3 and 6-9
-and 11 of piexp/service/compat/__init__.py). It must not use piexp, which that venv lacks;
+venv's own interpreter as ``python launcher.py api|engine [skyrl args]`` (items 1-3, 6-9,
+11 and 12 of piexp/service/compat/__init__.py). It must not use piexp, which that venv lacks;
 piexp/service/compat/launcher.py reads this file as text, fills in the pinned skyrl
 version and writes the copy the server runs (do not edit that copy: it is rewritten when
 it differs)."""
@@ -456,8 +456,10 @@ def _prefix_kv_cache():
     from skyrl.backends import jax as jax_backend
     from skyrl.tx.utils import generator
     from skyrl.tx.utils.models import round_up_seq_len
+    from skyrl.utils.log import logger
 
     min_reuse = 32  # a shorter kept prefix is not worth a program of another shape
+    suffix_length = 256  # the tokens a continued prefill computes (a turn's tool result and more)
     capacity_tokens = 1 << 18  # kept tokens in all (learner-local: 512 bytes each)
 
     class PrefixCache:
@@ -672,9 +674,12 @@ def _prefix_kv_cache():
         )
         max_new_tokens = max(sp.max_tokens for sp in sampling_params)
         max_length = round_up_seq_len(prompt_length + max_new_tokens)
-        # What follows the kept prefixes, in powers of two (fewer programs to compile).
-        suffix_length = max(64, 1 << int(max(lengths - starts) - 1).bit_length())
-        continued = bool(starts.any()) and suffix_length < prompt_length
+        # A continued batch is always padded to `suffix_length` new tokens and (unless
+        # it asks for fewer new tokens than that) `max_length` as a full one: each
+        # compiled program (10-25 s here) then serves every continued batch of its size
+        # and prompt length. A batch with a longer suffix (a prompt with nothing kept)
+        # prefills in full.
+        continued = bool(starts.any()) and int((lengths - starts).max()) <= suffix_length < prompt_length
         if continued:
             max_length = max(max_length, round_up_seq_len(int(starts.max()) + suffix_length))
             suffix_ids = np.zeros((batch_size, suffix_length), np.int32)
@@ -703,6 +708,10 @@ def _prefix_kv_cache():
         else:
             cache.prefilled += int(lengths.sum())
             arrays = (ids, mask, np.zeros(batch_size, np.int32), None, None)
+        logger.info(
+            f"(prefix cache) {int((starts > 0).sum())} of {batch_size} prompts continued, "
+            f"{int(starts.sum())} tokens kept, {int((lengths - starts).sum())} prefilled"
+        )
         temperatures = jnp.array([sp.temperature for sp in sampling_params])
         top_k_values = jnp.array([sp.top_k for sp in sampling_params], dtype=jnp.int32)
         top_p_values = jnp.array([sp.top_p for sp in sampling_params], dtype=jnp.float32)

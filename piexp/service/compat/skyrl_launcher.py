@@ -706,8 +706,9 @@ def _prefix_kv_cache():
             cache.prefilled += int((lengths - starts).sum())
             arrays = (suffix_ids, suffix_mask, starts, kept_keys, kept_values)
         else:
+            starts = np.zeros(batch_size, np.int32)
             cache.prefilled += int(lengths.sum())
-            arrays = (ids, mask, np.zeros(batch_size, np.int32), None, None)
+            arrays = (ids, mask, starts, None, None)
         logger.info(
             f"(prefix cache) {int((starts > 0).sum())} of {batch_size} prompts continued, "
             f"{int(starts.sum())} tokens kept, {int((lengths - starts).sum())} prefilled"

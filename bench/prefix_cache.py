@@ -17,6 +17,25 @@ between two tokens can go the other way.
 Usage: `python bench/prefix_cache.py [eval|learn] [--rounds=2] [OUT_DIR]` (builds
 learner-local first if this machine has none; the compilation cache is shared, so run it
 once to compile both ways' programs before reading its times).
+
+Measured 2026-12-04 on the 2-core machine, nothing else running (learner-local
+ea87251d197d73b7; the first run with the cache compiled its programs):
+
+| command | with the cache, s (CPU s) | without, s (CPU s) | best of 2: wall, CPU, engine sample | prompt tokens kept / prefilled | pass@1 |
+| --- | --- | --- | --- | --- | --- |
+| eval | 57.9 (83.7), 44.8 (62.0) | 52.1 (77.7), 50.7 (76.4) | 0.88x, 0.81x, 0.79x | 384,380 / 100,803 | 0.070 both ways |
+| learn | 292.0 (444.9), 261.1 (401.2) | 258.3 (408.0), 278.7 (444.6) | 1.01x, 0.98x, 0.99x | (counted wrongly then) | 0.070 -> 0.672 both ways; 239 of 256 episodes the same |
+
+Hence off by default. An eval's prompts are mostly kept (78% of its prompt tokens), but
+most of a sample call's time is decode, not prefill: a batch decodes until its longest
+turn ends (a `write` of a whole program runs to hundreds of tokens), each step reading
+the whole padded KV cache (0.5 ms a step at 8 x 768 positions, 0.95 ms at 8 x 2,048,
+2.6 ms at 8 x 3,584). In the RL loop every weight update drops what was kept, so each
+step's first turns prefill in full, and a batch that holds one of them (or a tool result
+longer than 256 tokens) prefills in full too. A first version that padded continued
+prefills to powers of two (64 to 1,024 new tokens) and widened the KV cache to fit
+compiled 9-15 new programs in each of three runs in a row (3-5 s each), and gained
+nothing measurable either.
 """
 
 from __future__ import annotations
@@ -56,7 +75,7 @@ def _episodes(run_dir: Path) -> dict[tuple[str, str, int], tuple]:
     for path in sorted(run_dir.rglob("episodes.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
-            key = (path.parent.name, record["task_id"], record.get("sample", 0))
+            key = (str(path.parent.relative_to(run_dir)), record["task_id"], record.get("sample", 0))
             episodes[key] = (record.get("shaped"), record.get("answer"), record.get("turns"))
     return episodes
 

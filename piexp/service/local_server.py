@@ -112,8 +112,8 @@ class LocalServer:
     # keeps glibc's malloc (bench/allocator.py measures both).
     tcmalloc: bool = True
     # Keep the keys and values of what the engine sampled and prefill only what follows a
-    # prompt's longest kept prefix (piexp/service/compat/, item 12).
-    prefix_cache: bool = True
+    # prompt's longest kept prefix (piexp/service/compat/, item 12; bench/prefix_cache.py).
+    prefix_cache: bool = False
     host: str = "127.0.0.1"
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)

@@ -72,17 +72,21 @@ written out by ``launcher.py``'s :func:`write_launcher`):
     holds the logits of every prompt position of its whole batch at once (a KL penalty
     scores a step's 16 episodes together: 1.1 GB for learner-local, 20 GB for tiny-local)
     (``tests/service/test_compat_sampling.py``).
-12. **Prefix KV cache** (engine only, ``_prefix_kv_cache``; ``service.prefix_cache``):
-    an agent's every turn sends its whole conversation again, and skyrl prefilled each
-    prompt from its first token (most of a sample call's time on a CPU). The engine now
-    keeps the keys and values of the sequences it sampled (prompt and sampled tokens, per
+12. **Prefix KV cache** (engine only, ``_prefix_kv_cache``; opt-in:
+    ``service.prefix_cache=true``): an agent's every turn sends its whole conversation
+    again, and skyrl prefills each prompt from its first token. With it the engine keeps
+    the keys and values of the sequences it sampled (prompt and sampled tokens, per
     adapter, up to 262,144 tokens) and prefills only what follows a prompt's longest kept
-    prefix (a turn continues its episode's previous turn; a new episode, the system
-    prompt every episode shares), with a query mask over the kept and new keys. Any
-    change to an adapter's weights drops every kept prefix; a prompt whose log-probs are
-    asked for, and a model other than Qwen3, prefill in full. Tokens and log-probs are
-    a full prefill's to float rounding, a turn with nothing kept is skyrl's to the bit
-    (``tests/service/test_compat_prefix_cache.py``).
+    prefix, up to 256 new tokens (a turn continues its episode's previous turn; a new
+    episode, the system prompt every episode shares), with a query mask over the kept and
+    new keys. Any change to an adapter's weights drops every kept prefix; a prompt whose
+    log-probs are asked for, a batch with a longer suffix, and a model other than Qwen3
+    prefill in full. Tokens and log-probs are a full prefill's to float rounding, a turn
+    with nothing kept is skyrl's to the bit (``tests/service/test_compat_prefix_cache.py``).
+    Off by default: on learner-local an eval takes about 0.9x as long, the whole loop
+    (whose first turns after each weight update have nothing kept, and whose calls are
+    mostly decode) as long as without it, and the rounding changes some sampled tokens
+    (``bench/prefix_cache.py``).
 
 Client side, in ``proxy.py`` (:class:`SampleIdProxy`, in piexp's process):
 

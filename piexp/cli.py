@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from piexp.commands import SUBCOMMANDS
-from piexp.errors import exit_on_user_error
+from piexp.errors import deliver_interrupts_quietly, exit_on_user_error
 
 
 def _subcommand(name: str) -> Callable[[list[str]], int | None]:
@@ -60,6 +60,7 @@ class _QuietOnClosedPipe:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; output cut short by its reader (`... | head`) ends quietly."""
+    deliver_interrupts_quietly()
     stdout = sys.stdout
     sys.stdout = _QuietOnClosedPipe(stdout)
     try:

@@ -702,17 +702,16 @@ def _prefix_kv_cache():
                 for layer in range(layers):
                     kept_keys[layer][row, : starts[row]] = keys[layer][: starts[row]]
                     kept_values[layer][row, : starts[row]] = values[layer][: starts[row]]
-            cache.hits += int((starts > 0).sum())
-            cache.reused += int(starts.sum())
-            cache.prefilled += int((lengths - starts).sum())
             arrays = (suffix_ids, suffix_mask, starts, kept_keys, kept_values)
         else:
             starts = np.zeros(batch_size, np.int32)
-            cache.prefilled += int(lengths.sum())
             arrays = (ids, mask, starts, None, None)
+        hits, reused, prefilled = int((starts > 0).sum()), int(starts.sum()), int((lengths - starts).sum())
+        cache.hits += hits
+        cache.reused += reused
+        cache.prefilled += prefilled
         logger.info(
-            f"(prefix cache) {int((starts > 0).sum())} of {batch_size} prompts continued, "
-            f"{int(starts.sum())} tokens kept, {int((lengths - starts).sum())} prefilled"
+            f"(prefix cache) {hits} of {batch_size} prompts continued, {reused} tokens kept, {prefilled} prefilled"
         )
         temperatures = jnp.array([sp.temperature for sp in sampling_params])
         top_k_values = jnp.array([sp.top_k for sp in sampling_params], dtype=jnp.int32)

@@ -24,6 +24,17 @@ log-probability gap, the control's reward beside them) and what each step's epis
 (passed; printed the answer but stated another; a malformed tool call; ran but printed
 something else; crashed; no program), and with several seeds how many held the claim.
 
+Twentieth session (2026-12-04, the 2-core machine, nothing else running, on a day it ran
+the same work about 1.6x faster than the eighteenth session's runs: the build, the same
+bytes again, took 165 s against 245-259 s). Seed 0 on a fresh machine (empty compilation
+cache, the server venv created in the RL run's first stage): RL run 267 s, control 109 s,
+peak memory 4,081 MB (while XLA compiled); then again with the cache filled: RL run 150 s
+(base evaluation 30 s, training 76 s, trained evaluation 41 s), control 91 s, 243 s the
+whole bench (the 4-minute target of issue 26, within 3 s), peak memory 3,133 MB. The same
+results as the eighteenth session's seed 0 (+0.602 ± 0.096; the control -0.031 ± 0.030
+and -0.047 ± 0.036 in the two runs: the engine batches whatever is pending). Where the
+engine's time goes, and two changes measured and not shipped: bench/sample_call.py.
+
 Eighteenth session (2026-12-04, the 2-core machine, nothing else running): the local
 server allocates with tcmalloc (`service.tcmalloc`, bench/allocator.py: the engine's
 calls 0.69-0.78x, their values bit for bit the same), the same recipe and weights (the

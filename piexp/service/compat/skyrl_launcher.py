@@ -14,6 +14,10 @@ import types
 
 EXPECTED_SKYRL = "__SKYRL_VERSION__"
 
+# Queries per block of item 6's causal attention, read when a program is traced: a
+# module constant so that bench/sample_call.py can measure other sizes in its own process.
+CAUSAL_QUERY_BLOCK = 512
+
 
 def _die_with_parent():
     # Item 3: no orphans, even when piexp is killed with SIGKILL.
@@ -224,10 +228,9 @@ def _cpu_training_speedups():
     from skyrl.tx.layers import attention as attention_module
 
     original_attention = attention_module.dot_product_attention
-    query_block = 512
 
     def causal_attention_in_blocks(q, k, v, attention_mask, is_causal, head_dim):
-        length = q.shape[1]
+        length, query_block = q.shape[1], CAUSAL_QUERY_BLOCK
         if jax.default_backend() != "cpu" or not is_causal or k.shape[1] != length or length <= query_block:
             return original_attention(q, k, v, attention_mask, is_causal, head_dim)
         outputs = []

@@ -36,6 +36,15 @@ longer than 256 tokens) prefills in full too. A first version that padded contin
 prefills to powers of two (64 to 1,024 new tokens) and widened the KV cache to fit
 compiled 9-15 new programs in each of three runs in a row (3-5 s each), and gained
 nothing measurable either.
+
+Twentieth session (2026-12-04, the same machine on a faster day): "most of a sample call's
+time is decode" does not hold at the loop's shapes. bench/sample_call.py measures a
+prompt's prefill at two thirds of a call of 8 rows at padded prompts of 1,024-2,048. Yet
+in an RL run the cache continued 637 of 1,095 prompts, keeping 60% of their tokens (by its
+log), and in `experiment=learn_offline` runs back to back with the compilation cache
+filled, the engine's sample calls took 69.6 s and 69.2 s with it against 62.0 s without
+(training 77.5 s and 75.6 s against 69.3 s). Why a continued prefill saves nothing is not
+yet known.
 """
 
 from __future__ import annotations

@@ -46,9 +46,13 @@ filled, the engine's sample calls took 69.6 s and 69.2 s with it against 62.0 s 
 (training 77.5 s and 75.6 s against 69.3 s). A continued call by itself does save: in
 skyrl's backend in one process (a probe, not this bench), 8 second turns of 150 new
 tokens after first turns of 1,000 and 1,500 tokens, 200 tokens sampled, took 0.23 s and
-0.31 s continued against 0.31 s and 0.455 s in full (0.75x and 0.69x). So what the loop
-loses lies in its batches (49 of its 119 batches prefilled every row in full) or around
-the calls, which is not yet known.
+0.31 s continued against 0.31 s and 0.455 s in full (0.75x and 0.69x). In the loop, pairing
+each call's `(prefix cache)` line with its timing (the second warm run with it): its 67
+calls whose every row continued took 25.0 s for 478 rows (52 ms a row), its 56 calls
+that prefilled every row 35.3 s for 459 rows (77 ms a row), its 13 scoring calls 8.9 s
+for 128; the run without it took 62.0 s for the same 1,065 rows, about 57 ms a sampled
+row. So with the cache on, every call costs more than the prefill it saves (the kept
+keys and values it returns and stores are the first suspect), not yet measured apart.
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ positions instead of 3,072 at 2,048: a step 0.81x) and sampled the same tokens h
 would save about 7% of a call at 2,048, which is not shipped: it needs the five seeds of
 bench/learning.py again. An earlier round of this bench, in a slow minute, measured the
 shipped decode steps at 0.78-1.24 ms (prefill unchanged), which is why the ways alternate.
+Alternating call by call does not remove it: a later `--rounds=1` run, in such minutes
+(the shipped step 0.34, 0.91 and 1.25 ms), gave the KV cache way 2.08x, 1.02x and 0.86x a
+decode step; read the ratios of several rounds, not one.
 
 In an RL run (`experiment=learn_offline`, the same day, one process per stage, with a
 wrapper around skyrl's generate that logged each call): 192 sample calls took 83.9 s and
@@ -70,7 +73,7 @@ import tempfile
 from pathlib import Path
 
 ENGINE = r"""
-import json, time
+import json, statistics, time
 import numpy as np
 way, model_dir, config, repeats = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
 if way == "query blocks of 128":
@@ -118,9 +121,10 @@ for longest in (900, 1400, 1900):
             for name in ways:
                 took, sampled = call(name, longest, new_tokens)
                 seconds[name, new_tokens].append(took)
-                tokens[name] = sampled
+                if new_tokens == 384:
+                    tokens[name] = sampled  # the same every repeat: the same prompts and seeds
     for name in ways:
-        prefill, whole = (sorted(seconds[name, new])[repeats // 2] for new in (1, 384))
+        prefill, whole = (statistics.median(seconds[name, new]) for new in (1, 384))
         figures[name][str(bucket(longest))] = {"prefill": prefill, "step": (whole - prefill) / 383, "tokens": tokens[name]}
 print("FIGURES " + json.dumps(figures))
 """

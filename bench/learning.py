@@ -24,6 +24,33 @@ log-probability gap, the control's reward beside them) and what each step's epis
 (passed; printed the answer but stated another; a malformed tool call; ran but printed
 something else; crashed; no program), and with several seeds how many held the claim.
 
+Twenty-first session (2026-12-04, the same machine and day as the twentieth session's
+runs below, nothing else running): causal attention in query blocks of 128 that skip a
+block in which every row is padding (piexp/service/compat/ item 6; a sample call's
+prefill 0.58-0.66x, bench/sample_call.py), the same build ea87251d197d73b7, with the
+compilation cache filled. `python bench/learning.py OUT --seeds=0,1,2,3,4`:
+
+| seed | base pass@1 | after RL | diff pass@1 | control diff pass@1 | RL - control, paired | RL run s | control s |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+| 0 | 0.070 | 0.672 | +0.602 ± 0.096 | -0.039 ± 0.033 | +0.641 ± 0.094 | 133 | 86 |
+| 1 | 0.102 | 0.609 | +0.508 ± 0.101 | -0.055 ± 0.054 | +0.562 ± 0.096 | 146 | 87 |
+| 2 | 0.109 | 0.570 | +0.461 ± 0.103 | -0.008 ± 0.056 | +0.469 ± 0.115 | 141 | 95 |
+| 3 | 0.078 | 0.602 | +0.523 ± 0.112 | -0.062 ± 0.051 | +0.586 ± 0.101 | 121 | 84 |
+| 4 | 0.039 | 0.492 | +0.453 ± 0.099 | -0.023 ± 0.026 | +0.477 ± 0.096 | 123 | 74 |
+
+RL beyond its interval with the control flat in 5 of 5 runs, with the RL results of the
+eighteenth session's five except seed 2 (+0.461 against +0.445) and controls within 0.04
+of theirs. The whole bench 197-236 s a seed (peak memory 3.1-3.3 GB), against 243 s for
+seed 0 with blocks of 512 earlier the same day; run back to back (blocks of 128 first,
+then 512 from the main checkout), seed 0 took 139 + 83 = 222 s against 150 + 99 = 249 s.
+The first run after the change, which compiled the new programs, took 189 + 85 s.
+Training reward per step, RL / control: seed 0 0.20 0.15 0.52 0.79 0.63 0.80 0.95 0.94 /
+0.20 0.15 0.52 0.36 0.19 0.19 0.20 0.20; seed 1 0.30 0.47 0.74 0.65 0.44 0.62 0.47 0.67 /
+0.30 0.25 0.18 0.15 0.15 0.15 0.15 0.28; seed 2 0.40 0.28 0.36 0.66 0.79 0.57 0.63 0.83 /
+0.40 0.43 0.27 0.45 0.31 0.54 0.19 0.21; seed 3 0.35 0.26 0.35 0.57 0.79 0.79 0.88 0.97 /
+0.35 0.15 0.30 0.15 0.16 0.15 0.15 0.15; seed 4 0.26 0.39 0.40 0.95 0.75 0.94 0.63 1.00 /
+0.26 0.25 0.15 0.13 0.15 0.13 0.13 0.15.
+
 Twentieth session (2026-12-04, the 2-core machine, nothing else running, on a day it ran
 the same work about 1.6x faster than the eighteenth session's runs: the build, the same
 bytes again, took 165 s against 245-259 s). Seed 0 on a fresh machine (empty compilation

@@ -1,29 +1,33 @@
 """Where a sample call of the local server's engine spends its time, on `model=learner-local`:
 its prefill (the prompt, padded to skyrl's length bucket) against its decode steps, at the
 padded prompt lengths an RL step of `experiment=learn_offline` sends, and what two
-changes of the engine would save, each against the engine as piexp ships it, measured in
-the same run:
+other ways of the engine cost, each against the engine as piexp ships it, measured in the
+same run:
 
 * as shipped: every engine patch the server applies (piexp/service/compat/), causal
-  attention in query blocks of 512, the KV cache padded to skyrl's bucket of the padded
-  prompt plus `max_tokens` (two significant binary digits: 2,048 + 384 -> 3,072);
-* query blocks of 128 (the launcher's `CAUSAL_QUERY_BLOCK`; prefill and training alike);
+  attention in query blocks of 128 that skip a block in which every row is padding
+  (item 6), the KV cache padded to skyrl's bucket of the padded prompt plus `max_tokens`
+  (two significant binary digits: 2,048 + 384 -> 3,072);
+* query blocks of 512 (the launcher's `CAUSAL_QUERY_BLOCK`; prefill and training alike),
+  the engine before the twenty-first session: in these batches no block of 512 is all
+  padding, so nothing is skipped;
 * a KV cache padded only to the padded prompt plus `max_tokens`, rounded up to 128
   (2,048 + 384 -> 2,432; the decode steps read less of it).
 
 The shipped way and the KV cache way alternate call by call in one process, so they see
 the same machine (on this machine a decode step can take twice as long for a minute at a
-time, whatever runs, while a prefill keeps its time); the query blocks run in processes of
-their own, alternating with those. Each process runs skyrl's backend in the server venv
-(no HTTP) with a LoRA adapter of the server's rank active, as an RL step samples: 8
-prompts of random tokens whose longest is 900, 1,400 or 1,900 tokens (padded to 1,024,
-1,536 and 2,048), temperature 1, no stop token, `max_tokens` 384 (limits.max_generation_tokens
-of experiment=learn_offline). Prefill: seconds of a call that samples 1 token; a decode
-step: (seconds of a call that samples all 384 - prefill) / 383; "a call": prefill plus
-165 steps (the mean longest turn of the batches of an RL run at 2,048, which decode until
-that one ends). Each the median of `--repeats` calls after one that compiles, then the
-median over a way's processes. "same tokens" compares the 384 sampled tokens of every row
-with the shipped way's.
+time, whatever runs); the query blocks of 512 run in processes of their own, alternating
+with those. Each process runs skyrl's backend in the server venv (no HTTP) with a LoRA
+adapter of the server's rank active, as an RL step samples: 8 prompts of random tokens
+with the lengths of a batch of 8 that an RL run sent, one per bucket (the longest 949,
+1,337 and 1,687 tokens, padded on the right to 1,024, 1,536 and 2,048; the rows are
+shorter: 829-1,687 at 2,048), temperature 1, no stop token, `max_tokens` 384
+(limits.max_generation_tokens of experiment=learn_offline). Prefill: seconds of a call
+that samples 1 token; a decode step: (seconds of a call that samples all 384 - prefill) /
+383; "a call": prefill plus 165 steps (the mean longest turn of the batches of an RL run
+at 2,048, which decode until that one ends). Each the median of `--repeats` calls after
+one that compiles, then the median over a way's processes. "same tokens" compares the
+384 sampled tokens of every row with the shipped way's.
 
 The kinds of process alternate, `--rounds` each. Usage: `python bench/sample_call.py
 [--repeats=3] [--rounds=2]` (builds learner-local first if this machine has no build of
@@ -33,34 +37,40 @@ Measured 2026-12-04 on the 2-core machine, nothing else running (build ea87251d1
 `--repeats=3 --rounds=2`; seconds, milliseconds a decode step, and each alternative's ratio to the
 shipped way):
 
-| padded prompt | prefill s | decode step ms (each process) | a call (165 steps) s | query blocks of 128: prefill, step, call, same tokens | KV cache to prompt + max_tokens: prefill, step, call, same tokens |
+| padded prompt | prefill s | decode step ms (each process) | a call (165 steps) s | query blocks of 512: prefill, step, call, same tokens | KV cache to prompt + max_tokens: prefill, step, call, same tokens |
 | --- | --- | --- | --- | --- | --- |
-| 1,024 | 0.067 | 0.345 (0.35, 0.34) | 0.124 | 1.02x, 0.98x, 1.00x, yes | 0.99x, 0.96x, 0.98x, yes |
-| 1,536 | 0.126 | 0.412 (0.41, 0.41) | 0.194 | 1.00x, 1.00x, 1.00x, yes | 1.00x, 0.96x, 0.99x, yes |
-| 2,048 | 0.204 | 0.588 (0.57, 0.61) | 0.301 | 1.00x, 0.98x, 0.99x, yes | 0.99x, 0.81x, 0.93x, yes |
+| 1,024 | 0.045 | 0.334 (0.33, 0.34) | 0.100 | 1.51x, 1.62x, 1.57x, no | 0.92x, 1.00x, 0.97x, yes |
+| 1,536 | 0.075 | 0.412 (0.41, 0.41) | 0.143 | 1.69x, 0.99x, 1.36x, yes | 1.00x, 0.97x, 0.98x, yes |
+| 2,048 | 0.117 | 0.576 (0.58, 0.57) | 0.212 | 1.71x, 1.03x, 1.40x, yes | 1.00x, 0.80x, 0.91x, yes |
 
-A prompt's prefill is two thirds of a call at every length, and it grows faster than the
-length (attention is quadratic in it). Query blocks of 128 saved 15-27% of a prefill
-measured with glibc's malloc (a probe, not this bench) and nothing with the server's
-tcmalloc (above). A KV cache of prompt + max_tokens reads less per decode step (2,432
-positions instead of 3,072 at 2,048: a step 0.81x) and sampled the same tokens here; it
-would save about 7% of a call at 2,048, which is not shipped: it needs the five seeds of
-bench/learning.py again. An earlier round of this bench, in a slow minute, measured the
-shipped decode steps at 0.78-1.24 ms (prefill unchanged), which is why the ways alternate.
-Alternating call by call does not remove it: a later `--rounds=1` run, in such minutes
-(the shipped step 0.34, 0.91 and 1.25 ms), gave the KV cache way 2.08x, 1.02x and 0.86x a
-decode step; read the ratios of several rounds, not one.
+Attention is most of a prefill (a probe that replaced it by a copy of the values: 33 of
+194 ms at 2,048 left), and the blocks of 128 with the skip make a prefill 0.58-0.66x of
+what it was (a call 0.64-0.74x); the same batches, at 2,048 and 1,536, sampled the same
+tokens, and at 1,024 other ones (float rounding: a softmax over 128 keys where it was
+512; greedy tokens, log-probs and gradients are checked in tests/service/). The 512 way's
+decode step at 1,024 (1.62x) was one slow process. In a probe (one process per way,
+prefill of the 2,048 batch above and of 8 rows of 1,540-1,900 tokens): blocks of 128
+without the skip 0.85x of 512, as the number of scores computed predicts, and with the
+skip 0.62-0.78x and 0.70-0.87x; blocks of 64 and 96 cost more than 128 (each block's
+fixed cost), and a loop over rows that skips each row's padding blocks cost 1.6x a score.
+A later run of this bench in slow minutes (the shipped step 0.77-1.34 ms in most of its
+processes) gave the 512 way 1.19-1.42x a prefill: read several rounds, and the whole
+loop below. A KV cache of prompt + max_tokens reads less per decode step (2,432
+positions instead of 3,072 at 2,048: a step 0.80x) and sampled the same tokens; it would
+save about 9% of a call at 2,048 and is not shipped.
 
-In an RL run (`experiment=learn_offline`, the same day, one process per stage, with a
-wrapper around skyrl's generate that logged each call): 192 sample calls took 83.9 s and
-128 prompt-log-prob calls (the KL penalty's) 8.9 s; the calls at a padded length of
-2,048 took 58 s of the 83.9 (84 of batch 8: 42.8 s, 0.51 s each, whose longest turn was
-165 tokens on average), although their rows held 1,346 real prompt tokens on average. The
-engine used 181 of the run's 231 CPU seconds (the piexp client 19, the API server 16),
-so a faster engine call is what makes the loop faster. Query blocks of 128 in a whole
-`bench/learning.py` run (one seed, the same day, after a run that compiled its programs):
-RL run 145 s and control 93 s against 150 s and 91 s with 512, within a run's spread,
-so they were not shipped.
+In an RL run (`experiment=learn_offline`, seed 0, one process per stage, with a wrapper
+around skyrl's generate that logged each call; both the same day): with blocks of 512,
+192 sample calls and 128 prompt-log-prob calls (the KL penalty's) took 92.8 s, the 84
+calls of batch 8 at 2,048 0.51 s each (their rows 1,346 real prompt tokens on average,
+their longest turn 165 tokens); with the shipped blocks the run's calls took 67.3 s, those
+at batch 8 and 2,048 0.26 s each. The engine used 142 of the run's 176 CPU seconds, against
+181 of 231 before (the piexp client 18, the API server 14). The run's wall time (132 s)
+fell less than the engine's: at about 1.9 cores the engine is busy some 75 s of it and
+otherwise waits for the episodes' next turns. Polling again right after a batch instead
+of skyrl's 100 ms sleep (tried: 132.9 s against 132.1 s) changed nothing, since the
+clients' next turns are not there yet. A whole
+`bench/learning.py`: bench/learning.py's docstring.
 """
 
 from __future__ import annotations
@@ -76,8 +86,8 @@ ENGINE = r"""
 import json, statistics, time
 import numpy as np
 way, model_dir, config, repeats = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
-if way == "query blocks of 128":
-    launcher.CAUSAL_QUERY_BLOCK = 128
+if way == "query blocks of 512":
+    launcher.CAUSAL_QUERY_BLOCK = 512
 launcher._engine_patches()
 import jax.numpy as jnp
 import skyrl.tx.utils.models as models
@@ -89,14 +99,18 @@ bucket = models.round_up_seq_len  # the prompt's padding, and the shipped KV cac
 kv_lengths = {"as shipped": bucket, "KV cache to prompt + max_tokens": lambda length: -(-length // 128) * 128}
 ways = list(kv_lengths) if way == "as shipped" else [way]  # the KV ways alternate call by call
 vocab = json.load(open(model_dir + "/config.json"))["vocab_size"]
+# Prompt lengths of batches of 8 an RL run of experiment=learn_offline sent, one per length
+# bucket (its server log; rows are padded on the right to the bucket of the longest).
+BATCHES = ([829, 829, 831, 831, 831, 831, 831, 949], [947, 949, 1128, 1128, 1286, 1303, 1337, 1337],
+           [829, 829, 1126, 1128, 1559, 1631, 1631, 1687])
 backend = JaxBackendImpl(model_dir, JaxBackendConfig(**config), 0)
 backend.create_model("m", types.LoraConfig(rank=config["max_lora_rank"], alpha=32.0, seed=0))
 adapter = backend.models["m"].adapter_index
 
 
-def call(kv_way, longest, new_tokens):
+def call(kv_way, lengths, new_tokens):
     models.round_up_seq_len = kv_lengths.get(kv_way, bucket)
-    lengths = [longest - 120 * (row % 4) for row in range(8)]
+    longest = max(lengths)
     padded, rng = bucket(longest), np.random.default_rng(longest)  # the same prompts every way
     ids = np.zeros((8, padded), np.int32)
     mask = np.zeros((8, padded), np.int32)
@@ -111,15 +125,16 @@ def call(kv_way, longest, new_tokens):
 
 
 figures = {name: {} for name in ways}
-for longest in (900, 1400, 1900):
+for lengths in BATCHES:
+    longest = max(lengths)
     seconds = {(name, new): [] for name in ways for new in (1, 384)}
     tokens = {}
     for new_tokens in (1, 384):
         for name in ways:
-            call(name, longest, new_tokens)  # compiles
+            call(name, lengths, new_tokens)  # compiles
         for _ in range(repeats):
             for name in ways:
-                took, sampled = call(name, longest, new_tokens)
+                took, sampled = call(name, lengths, new_tokens)
                 seconds[name, new_tokens].append(took)
                 if new_tokens == 384:
                     tokens[name] = sampled  # the same every repeat: the same prompts and seeds
@@ -129,8 +144,8 @@ for longest in (900, 1400, 1900):
 print("FIGURES " + json.dumps(figures))
 """
 
-WAYS = ("as shipped", "query blocks of 128", "KV cache to prompt + max_tokens")
-PROCESSES = ("as shipped", "query blocks of 128")  # the first also runs the KV cache way, call by call
+WAYS = ("as shipped", "query blocks of 512", "KV cache to prompt + max_tokens")
+PROCESSES = ("as shipped", "query blocks of 512")  # the first also runs the KV cache way, call by call
 TYPICAL_STEPS = 165
 
 

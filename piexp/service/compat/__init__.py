@@ -30,9 +30,12 @@ written out by ``launcher.py``'s :func:`write_launcher`):
    ``jax.lax.ragged_dot`` in the LoRA layers, and the masked half of causal attention.
    The launcher (a) marks the positions a ``forward_backward`` does not need and skips
    log-prob chunks without any, (b) computes LoRA with plain matmuls, (c) computes
-   causal attention in query blocks that see only the keys up to their end. Log-probs
+   causal attention in query blocks of 128 that see only the keys up to their end, and
+   skips a block in which every row is padding (a prompt or sequence padded up to its
+   length bucket; a sample call's prefill is mostly this attention). Log-probs
    at loss positions, losses and gradients are unchanged
-   (``tests/service/test_compat_speedups.py``); figures in ``bench/local_service.py``.
+   (``tests/service/test_compat_speedups.py``); figures in ``bench/local_service.py``
+   and ``bench/sample_call.py``.
 7. **CPU sampling speed** (engine only, ``_cpu_sampling_speedups``): a decode step was
    almost all ``jax.random.categorical`` (a threefry Gumbel draw per vocabulary entry,
    then an argmax that XLA's CPU backend runs as an unvectorized variadic reduce), and

@@ -15,8 +15,9 @@ import types
 EXPECTED_SKYRL = "__SKYRL_VERSION__"
 
 # Queries per block of item 6's causal attention, read when a program is traced: a
-# module constant so that bench/sample_call.py can measure other sizes in its own process.
-CAUSAL_QUERY_BLOCK = 512
+# module constant so that bench/sample_call.py can measure other sizes in its own process
+# (128: bench/sample_call.py's figures).
+CAUSAL_QUERY_BLOCK = 128
 
 
 def _die_with_parent():
@@ -222,8 +223,11 @@ def _cpu_training_speedups():
 
     # Causal attention on CPU: skyrl falls back to jax.nn.dot_product_attention over the
     # full [T, T] score matrix, masking the upper half after computing it; at T = 6,144
-    # that is the largest cost left in a step. Query blocks that only see the keys up to
-    # their own end compute half of it (same values, to float rounding).
+    # that is the largest cost left in a step, and a sample call's prefill is mostly
+    # attention. Query blocks that only see the keys up to their own end compute about
+    # half of it, and a block in which no row has a real query (right padding up to the
+    # length bucket) is skipped: its outputs, at padding positions only, are zeros, and
+    # no real position reads them (same values, to float rounding).
     import skyrl.tx.models.qwen3 as qwen3_module
     from skyrl.tx.layers import attention as attention_module
 
@@ -236,13 +240,21 @@ def _cpu_training_speedups():
         outputs = []
         for start in range(0, length, query_block):
             end = min(start + query_block, length)
-            causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]
-            mask = attention_mask[:, None, None, :end].astype(bool) & causal[None, None]
-            outputs.append(
-                jax.nn.dot_product_attention(
+
+            def attend(operands, start=start, end=end):
+                q, k, v, attention_mask = operands
+                causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]
+                mask = attention_mask[:, None, None, :end].astype(bool) & causal[None, None]
+                return jax.nn.dot_product_attention(
                     q[:, start:end], k[:, :end], v[:, :end], scale=1.0 / head_dim**0.5, mask=mask
                 )
-            )
+
+            def padding_only(operands, start=start, end=end):
+                q = operands[0]
+                return jnp.zeros((q.shape[0], end - start, *q.shape[2:]), q.dtype)
+
+            has_query = jnp.any(attention_mask[:, start:end] != 0)
+            outputs.append(jax.lax.cond(has_query, attend, padding_only, (q, k, v, attention_mask)))
         return jnp.concatenate(outputs, axis=1)
 
     qwen3_module.dot_product_attention = causal_attention_in_blocks

@@ -4,7 +4,9 @@ and one without them give the same log-probs at every position with a loss, the 
 loss and the same gradient (norm, after an optimizer step), for supervised
 (cross_entropy, weights on a few spans) and RL (importance_sampling, advantages on a few
 spans) batches of two sequences of different lengths (so padding, skipped chunks and
-several attention blocks are all exercised)."""
+several attention blocks are all exercised); and the blocked causal attention gives
+skyrl's values at every real position, skips a block that holds only padding, and
+samples skyrl's greedy tokens."""
 
 from __future__ import annotations
 
@@ -66,3 +68,60 @@ def test_speedups_leave_logprobs_losses_and_gradients_unchanged(run_backend_scri
         for ours, theirs in zip(patched[loss]["logprobs"], plain[loss]["logprobs"], strict=True):
             assert len(ours) == len(theirs) > 0
             assert ours == pytest.approx(theirs, abs=1e-3), loss
+
+
+ATTENTION = r"""
+import json
+import jax, jax.numpy as jnp, numpy as np
+import skyrl.tx.models.qwen3 as qwen3_module
+from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
+from skyrl.tinker import types
+from skyrl.tx.layers.attention import dot_product_attention as skyrls
+
+out = {}
+# Rows of 130, 300 and 520 real tokens, padded on the right to 768: with blocks of 128,
+# block 640-767 holds no real query in any row (skipped when patched).
+lengths, padded = (130, 300, 520), 768
+rng = np.random.default_rng(0)
+mask = np.zeros((3, padded), np.int32)
+for row, n in enumerate(lengths):
+    mask[row, :n] = 1
+q, k, v = (jnp.asarray(rng.normal(size=(3, padded, heads, 16)).astype(np.float32)) for heads in (4, 2, 2))
+ours = np.asarray(qwen3_module.dot_product_attention(q, k, v, jnp.asarray(mask), True, 16))
+theirs = np.asarray(skyrls(q, k, v, jnp.asarray(mask), True, 16))
+real = mask.astype(bool)
+out["real_max_diff"] = float(np.abs(ours[real] - theirs[real]).max())
+out["tail_block_zero"] = bool((ours[:, 640:] == 0).all())
+out["tail_block_theirs_zero"] = bool((theirs[:, 640:] == 0).all())
+# Greedy sampling of the same three prompts through skyrl's generator (prefill and decode).
+backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=2, max_lora_rank=8), 0)
+prompts = [[int(t) for t in rng.integers(0, 150000, n)] for n in lengths]
+batch = types.PreparedSampleBatch(
+    all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=p)]) for p in prompts],
+    all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=8, seed=i) for i in range(3)],
+    all_model_ids=[""] * 3, all_checkpoint_ids=[""] * 3, all_checkpoint_paths=[""] * 3,
+    all_session_ids=[None] * 3, needs_prompt_logprobs=False,
+    request_batch_slices=[(f"r{i}", "", i, i + 1, False, 0) for i in range(3)])
+result = backend.sample(batch)
+out["greedy"] = [[result[f"r{i}"].sequences[0].tokens, result[f"r{i}"].sequences[0].logprobs] for i in range(3)]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_blocked_attention_skips_padding_only_blocks_and_keeps_real_positions(run_backend_script, tmp_path: Path):
+    """Slow (about a minute: prefill and decode compile in skyrl's JAX backend, with and
+    without item 6). The causal attention in query blocks gives skyrl's outputs at every
+    real position of a batch of rows of different lengths, and a block in which every row
+    is padding is skipped (its outputs zeros, where skyrl's are not); greedy sampling of
+    those rows picks the same tokens with the same log-probs."""
+    from piexp.service.compat import write_launcher
+
+    launcher = write_launcher(tmp_path)
+    plain = run_backend_script(ATTENTION, launcher, "plain", "_cpu_training_speedups")
+    patched = run_backend_script(ATTENTION, launcher, "patched", "_cpu_training_speedups")
+    assert plain["real_max_diff"] == 0.0  # skyrl's against itself
+    assert patched["real_max_diff"] < 1e-5
+    assert patched["tail_block_zero"] and not plain["tail_block_theirs_zero"]
+    for ours, theirs in zip(patched["greedy"], plain["greedy"], strict=True):
+        assert ours[0] == theirs[0] and len(ours[0]) == 8
+        assert ours[1] == pytest.approx(theirs[1], abs=1e-4)

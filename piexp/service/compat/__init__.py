@@ -33,7 +33,7 @@ written out by ``launcher.py``'s :func:`write_launcher`):
    causal attention in query blocks of 128 that see only the keys up to their end, and
    skips a block in which every row is padding (a prompt or sequence padded up to its
    length bucket; a sample call's prefill is mostly this attention). Log-probs
-   at loss positions, losses and gradients are unchanged
+   at loss positions, losses, gradients and greedy tokens are unchanged
    (``tests/service/test_compat_speedups.py``); figures in ``bench/local_service.py``
    and ``bench/sample_call.py``.
 7. **CPU sampling speed** (engine only, ``_cpu_sampling_speedups``): a decode step was

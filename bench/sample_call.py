@@ -43,34 +43,36 @@ shipped way):
 | 1,536 | 0.075 | 0.412 (0.41, 0.41) | 0.143 | 1.69x, 0.99x, 1.36x, yes | 1.00x, 0.97x, 0.98x, yes |
 | 2,048 | 0.117 | 0.576 (0.58, 0.57) | 0.212 | 1.71x, 1.03x, 1.40x, yes | 1.00x, 0.80x, 0.91x, yes |
 
-Attention is most of a prefill (a probe that replaced it by a copy of the values: 33 of
-194 ms at 2,048 left), and the blocks of 128 with the skip make a prefill 0.58-0.66x of
-what it was (a call 0.64-0.74x); the same batches, at 2,048 and 1,536, sampled the same
-tokens, and at 1,024 other ones (float rounding: a softmax over 128 keys where it was
-512; greedy tokens, log-probs and gradients are checked in tests/service/). The 512 way's
-decode step at 1,024 (1.62x) was one slow process. In a probe (one process per way,
-prefill of the 2,048 batch above and of 8 rows of 1,540-1,900 tokens): blocks of 128
-without the skip 0.85x of 512, as the number of scores computed predicts, and with the
-skip 0.62-0.78x and 0.70-0.87x; blocks of 64 and 96 cost more than 128 (each block's
-fixed cost), and a loop over rows that skips each row's padding blocks cost 1.6x a score.
-A later run of this bench in slow minutes (the shipped step 0.77-1.34 ms in most of its
-processes) gave the 512 way 1.19-1.42x a prefill: read several rounds, and the whole
-loop below. A KV cache of prompt + max_tokens reads less per decode step (2,432
-positions instead of 3,072 at 2,048: a step 0.80x) and sampled the same tokens; it would
-save about 9% of a call at 2,048 and is not shipped.
+Attention is most of a prefill (a probe that replaced it by a copy of the values, on 8
+rows of 1,540-1,900 tokens: 33 of 194 ms left), and the blocks of 128 with the skip make a
+prefill 0.58-0.66x of what it was (a call 0.64-0.74x); the same batches, at 2,048 and
+1,536, sampled the same tokens, and at 1,024 other ones (float rounding: a softmax over
+128 keys where it was 512; greedy tokens, log-probs and gradients are checked in
+tests/service/). The 512 way's decode step at 1,024 (1.62x) was one slow process. In a
+probe (one process per way, prefill of the 2,048 batch above and of 8 rows of 1,540-1,900
+tokens): blocks of 128 without the skip 0.85x of 512, as the number of scores computed
+predicts, and with the skip 0.62-0.78x and 0.70-0.87x; blocks of 64 and 96 cost more than
+128 (each block's fixed cost), and a loop over rows that skips each row's padding blocks
+cost 1.6x a score. A later run of this bench in slow minutes (the shipped step 0.77-1.34
+ms in most of its processes) gave the 512 way 1.19-1.42x a prefill: read several rounds,
+and the whole loop below. A KV cache of prompt + max_tokens reads less per decode step
+(2,432 positions instead of 3,072 at 2,048: a step 0.80x) and sampled the same tokens; it
+would save about 9% of a call at 2,048 and is not shipped.
 
 In an RL run (`experiment=learn_offline`, seed 0, one process per stage, with a wrapper
-around skyrl's generate that logged each call; both the same day): with blocks of 512,
-192 sample calls and 128 prompt-log-prob calls (the KL penalty's) took 92.8 s, the 84
-calls of batch 8 at 2,048 0.51 s each (their rows 1,346 real prompt tokens on average,
-their longest turn 165 tokens); with the shipped blocks the run's calls took 67.3 s, those
-at batch 8 and 2,048 0.26 s each. The engine used 142 of the run's 176 CPU seconds, against
+around skyrl's generate that logged each call; both the same day): with blocks of 512, 192
+sample calls and 128 prompt-log-prob calls (the KL penalty's) took 92.8 s, the 84 calls of
+batch 8 at 2,048 0.51 s each (their rows 1,346 real prompt tokens on average, their
+longest turn 165 tokens); with the shipped blocks the run's calls took 67.3 s, those at
+batch 8 and 2,048 0.26 s each. The engine used 142 of the run's 176 CPU seconds, against
 181 of 231 before (the piexp client 18, the API server 14). The run's wall time (132 s)
 fell less than the engine's: at about 1.9 cores the engine is busy some 75 s of it and
-otherwise waits for the episodes' next turns. Polling again right after a batch instead
-of skyrl's 100 ms sleep (tried: 132.9 s against 132.1 s) changed nothing, since the
-clients' next turns are not there yet. A whole
-`bench/learning.py`: bench/learning.py's docstring.
+otherwise waits for the episodes' next turns. Two changes to that wait, each one run
+against the shipped one, were worse or no better: the engine polling again at once after a
+batch instead of skyrl's 100 ms sleep (132.9 s against 132.1 s; the clients' next turns
+are not there yet), and the engine and the API server polling every 20 ms instead of 100
+and 50 ms (140.8 s against 131.8 s: the polls' CPU, engine 166 s against 144 s, cost more
+than the waits they saved). A whole `bench/learning.py`: bench/learning.py's docstring.
 """
 
 from __future__ import annotations

@@ -53,6 +53,20 @@ that prefilled every row 35.3 s for 459 rows (77 ms a row), its 13 scoring calls
 for 128; the run without it took 62.0 s for the same 1,065 rows, about 57 ms a sampled
 row. So with the cache on, every call costs more than the prefill it saves (the kept
 keys and values it returns and stores are the first suspect), not yet measured apart.
+
+Twenty-first session (the same day, from the twentieth session's server logs): in the warm
+train stage with the cache, 9 sample calls that carry a `(prefix cache)` line took over 1
+s, 15.1 s in all (2 of them logged as skyrl's first call at a length, `JIT compiling for
+sample`; the others, of batch sizes and continued or full shapes, most likely the first
+call of one of the cache's own programs in that process, not checked call by call), and 4
+scoring batches (run one sequence at a time) 4.7 s, as 6 such batches took 6.8 s without
+the cache. Without all those calls the rest took 49.8 s against 55.2 s without the cache
+(0.90x): the calls themselves save, and the cache's extra programs, which each stage's
+fresh server process traces and loads again, take it back. A probe in one process: the
+first call of one of the cache's programs 0.4-0.8 s with the compilation cache filled and
+1.8-2.5 s when it compiles. Since then the engine's causal attention skips blocks of
+padding (compat item 6, bench/sample_call.py), which makes a full prefill cheaper and the
+cache's saving smaller; the figures above are from before that change.
 """
 
 from __future__ import annotations

@@ -91,8 +91,8 @@ ours = np.asarray(qwen3_module.dot_product_attention(q, k, v, jnp.asarray(mask),
 theirs = np.asarray(skyrls(q, k, v, jnp.asarray(mask), True, 16))
 real = mask.astype(bool)
 out["real_max_diff"] = float(np.abs(ours[real] - theirs[real]).max())
+# Unpatched, the module's attention is skyrl's own: its padding outputs are not zeros.
 out["tail_block_zero"] = bool((ours[:, 640:] == 0).all())
-out["tail_block_theirs_zero"] = bool((theirs[:, 640:] == 0).all())
 # Greedy sampling of the same three prompts through skyrl's generator (prefill and decode).
 backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=2, max_lora_rank=8), 0)
 prompts = [[int(t) for t in rng.integers(0, 150000, n)] for n in lengths]
@@ -109,7 +109,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_blocked_attention_skips_padding_only_blocks_and_keeps_real_positions(run_backend_script, tmp_path: Path):
-    """Slow (about a minute: prefill and decode compile in skyrl's JAX backend, with and
+    """Slow (about 20 s: prefill and decode compile in skyrl's JAX backend, with and
     without item 6). The causal attention in query blocks gives skyrl's outputs at every
     real position of a batch of rows of different lengths, and a block in which every row
     is padding is skipped (its outputs zeros, where skyrl's are not); greedy sampling of
@@ -121,7 +121,7 @@ def test_blocked_attention_skips_padding_only_blocks_and_keeps_real_positions(ru
     patched = run_backend_script(ATTENTION, launcher, "patched", "_cpu_training_speedups")
     assert plain["real_max_diff"] == 0.0  # skyrl's against itself
     assert patched["real_max_diff"] < 1e-5
-    assert patched["tail_block_zero"] and not plain["tail_block_theirs_zero"]
+    assert patched["tail_block_zero"] and not plain["tail_block_zero"]
     for ours, theirs in zip(patched["greedy"], plain["greedy"], strict=True):
         assert ours[0] == theirs[0] and len(ours[0]) == 8
         assert ours[1] == pytest.approx(theirs[1], abs=1e-4)

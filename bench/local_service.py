@@ -32,8 +32,10 @@ load average at about 5 (every time here is inflated by that, perhaps 2x):
 The floor runs skyrl's backend with piexp's speed-ups, so it measures what the server
 adds (nothing measurable: ratio 0.91), not what the model math could cost at best. Stale
 since item 8 (the untrained-LoRA skip, in the server and the floor alike; measured apart
-in bench/untrained_lora.py) and since tcmalloc (the server and the floor alike; measured
-apart in bench/allocator.py): these figures were not measured again. Where
+in bench/untrained_lora.py), since tcmalloc (the server and the floor alike; measured
+apart in bench/allocator.py) and since item 6's query blocks of 128 that skip blocks of
+padding (2026-12-04; measured apart in bench/sample_call.py): these figures were not
+measured again. Where
 the time of a step goes now (profiled on one 6,144-token sequence): causal attention
 (quadratic; a 2-layer model with 4 heads of 16 dims spends it in exp over the score
 matrix), then the vocabulary-wide log-softmax at the loss positions. In the table the warm start's

@@ -9,9 +9,10 @@ from __future__ import annotations
 import io
 import logging
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -109,6 +110,77 @@ def _to_job_log(*objects: Any, **kwargs: Any) -> None:
             log.write(buffer.getvalue())
     except OSError:
         pass  # a log that cannot be written never stops the run
+
+
+class _OutlivesItsReader:
+    """A standard stream (stdout or stderr) that a run outlives: once its reader has gone
+    (`... | head`, a pager closed), writing to it no longer fails. Its file descriptor then
+    leads to /dev/null (for every writer in the process and the children it starts later),
+    the run goes on with its console quiet, and why is said once, on the other stream
+    while that one is open, and in the run's job.log. Without this, rich's console ends
+    the process with exit 1 at the first line it cannot write, and the run is lost."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self._stream = stream
+        self.name = name
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._went()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._went()
+
+    def _went(self) -> None:
+        self.gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass  # a stream without a descriptor: its writes are dropped here all the same
+        note = (
+            f"piexp: {self.name} was closed by its reader at {time.strftime('%H:%M:%S')} (a pipe into head or a "
+            "pager): the run goes on with its console quiet and writes everything into its folder"
+            + (f" (this log: {_job_log})" if _job_log is not None else "")
+            + "."
+        )
+        for other in _surviving.values():
+            if other is not self and not other.gone:
+                other.write(note + "\n")
+                other.flush()
+        _to_job_log(note)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+# The process's stdout and stderr once `outlive_closed_streams` has wrapped them.
+_surviving: dict[str, _OutlivesItsReader] = {}
+
+
+def outlive_closed_streams() -> None:
+    """From now on a closed stdout or stderr never stops this process (see
+    `_OutlivesItsReader`): for a run, a sweep job or any command that does work. Log
+    handlers already writing to either stream write through the wrapper too. Idempotent."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, _OutlivesItsReader) or stream is None:
+            continue
+        wrapped = _surviving[name] = _OutlivesItsReader(stream, name)
+        setattr(sys, name, wrapped)
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is stream:
+                handler.setStream(wrapped)  # type: ignore[arg-type]
 
 
 def say(*objects: Any, **kwargs: Any) -> None:

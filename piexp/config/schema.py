@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from piexp.config.algo import AlgoSettings
+from piexp.config.base import NonNegativeFloat
+from piexp.config.base import StrictSettings as _Strict
 from piexp.config.capabilities import refuse_unsupported_algo
 from piexp.config.defaults import default_settings
 from piexp.languages import LANGUAGES
 
-NonNegativeFloat = Annotated[float, Field(ge=0)]
 OFFLINE_POLICIES = ("oracle", "guess", "crash", "wrong", "edit")
 EVAL_POLICIES = (*OFFLINE_POLICIES, "model")
 # The scripted policy that states a number without using a tool was called `null`, which
@@ -21,10 +22,6 @@ RENAMED_POLICY_HINT = (
     "the scripted policy that answers without tools is now called `guess` (policy=guess); "
     "`null` is refused because Hydra reads it as no value, which selects the model policy"
 )
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LanguageSettings(_Strict):

@@ -34,7 +34,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from piexp.pretrain.recipe import LearnerRecipe

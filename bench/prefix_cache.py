@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 from record import RecordingConsole, record
-from rich.console import Console
 from rich.table import Table
 
 COMMANDS = {

@@ -69,7 +69,6 @@ def main(argv: list[str]) -> int:
     import random
 
     import torch
-    from rich.console import Console
     from rich.table import Table
     from transformers import AutoModelForCausalLM, Qwen3Config
 

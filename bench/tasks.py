@@ -15,7 +15,6 @@ import gc
 import time
 
 from record import RecordingConsole, record
-from rich.console import Console
 from rich.table import Table
 
 from piexp.tasks import FAMILIES, Task, build_tasks, check_split_overlap

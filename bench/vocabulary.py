@@ -107,7 +107,9 @@ def main() -> None:
     cells = []
     for size, vocab, tokens, ratio, share, seconds, speed in rows:
         name = "Qwen3's 151,643" if size is None else f"{size:,}"
-        cells.append([name, f"{vocab:,}", f"{tokens:.0f}", f"{ratio:.2f}x", f"{share:.0%}", f"{seconds:.2f}", f"{speed:.2f}x"])
+        cells.append(
+            [name, f"{vocab:,}", f"{tokens:.0f}", f"{ratio:.2f}x", f"{share:.0%}", f"{seconds:.2f}", f"{speed:.2f}x"]
+        )
         print("| " + " | ".join(cells[-1]) + " |")
     from record import record
 

@@ -122,13 +122,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the page differs from what would be written")
     args = parser.parse_args(argv)
     text = render()
+    shown = PAGE.relative_to(REPO) if PAGE.is_relative_to(REPO) else PAGE
     if args.check:
         if PAGE.read_text(encoding="utf-8") != text:
-            print(f"{PAGE.relative_to(REPO)} is not what bench/report.py writes: run python bench/report.py")
+            print(f"{shown} is not what bench/report.py writes: run python bench/report.py")
             return 1
         return 0
     PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(REPO)}")
+    print(f"wrote {shown}")
     return 0
 
 

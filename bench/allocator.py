@@ -27,44 +27,14 @@ any.
 Usage: `python bench/allocator.py [--repeats=3] [--rounds=2] [--steps=12]` (builds
 learner-local first if this machine has no build of its sources).
 
-Measured 2026-12-04 on the 2-core machine, nothing else running (build 3b64caffd2318abe,
-defaults: `--repeats=3 --rounds=2 --steps=12`; seconds a call or a step, CPU seconds as
-user / sys):
-
-| call | glibc malloc | tcmalloc | ratio | same values |
-| --- | --- | --- | --- | --- |
-| sample | 0.579 (0.84 / 0.19) | 0.450 (0.81 / 0.02) | 0.78x | yes |
-| score | 0.144 (0.20 / 0.07) | 0.100 (0.19 / 0.00) | 0.69x | yes |
-| train | 1.365 (1.92 / 0.65) | 1.029 (1.95 / 0.03) | 0.75x | yes |
-| fit step | 0.415 (0.70 / 0.04) | 0.369 (0.63 / 0.02) | 0.89x | yes |
-
-(An earlier run of the engine's part alone, before the fit's row existed: 0.83x, 0.64x,
-0.72x.) The build with its fit in a tcmalloc process: 245 s (episodes 79 s, fit 165 s
-on two threads), weights byte-identical to the build before (sha256 a70b10c6...).
-
-The engine's user CPU is the same both ways: what tcmalloc takes away is the kernel's
-part, the page faults of buffers glibc's malloc unmapped after each call (its mmap
-threshold is at most 32 MB; XLA's attention scores, KV caches and logits here are tens
-to hundreds of MB), and the wall time those faults held the computation up. glibc's own
-settings (`MALLOC_MMAP_MAX_=0`, a high `MALLOC_TRIM_THRESHOLD_` and `MALLOC_TOP_PAD_`)
-left the kernel's part as it was in a probe of the sample call, and jemalloc (Debian's
-libjemalloc2, as shipped) did too; tcmalloc keeps freed memory for the next call.
-
-End to end, by hand on the same day, one run after the other (the first pair before
-`service.tcmalloc` existed, with a preload in the server's environment): `python -m piexp experiment=learn_offline
-seed=0` took 356 s (user 469 s, sys 110 s of CPU) with glibc's malloc and 291 s (user
-439 s, sys 24 s) with tcmalloc, 0.82x, peak resident set 2.5 and 2.4 GB; two hours later,
-with `service.tcmalloc` and the other way round, 263 s (user 393 s, sys 22 s) with
-tcmalloc and 338 s (user 442 s, sys 108 s) with glibc's malloc, 0.78x. All four gave the
-same training reward at every step and the same held-out result (pass@1 0.070 to 0.672,
-+0.602 +- 0.096). Not every figure of the first two runs is equal: from step 1 the gradient
-norms differ in the third or fourth digit and one sampled token of 4,661 differed at
-step 5. The engine's calls give the same values bit for bit (the table), but the engine
-batches whatever sample requests are pending, and in the faster run other requests
-arrived together (its log's batch sizes differ from the first step on), and a
-computation of other shapes (batch size, padded length) can round differently in its
-last bits. That comes from the server's timing, in which any two runs can differ, not
-from the allocator's values.
+How to read it: the ratio is tcmalloc's seconds over glibc's; "same values" must say yes.
+Where the saving comes from shows in the CPU columns: the user CPU is about the same both
+ways, and tcmalloc takes away the kernel's part, the page faults of buffers glibc's
+malloc unmaps after each call (its mmap threshold is at most 32 MB; XLA's attention
+scores, KV caches and logits are tens to hundreds of MB). End-to-end runs with and
+without it can differ in the last bits of some figures: the engine batches whatever
+requests are pending, so a faster engine batches others together, a matter of the
+server's timing, not of the allocator's values.
 """
 
 from __future__ import annotations
@@ -254,6 +224,9 @@ def main(argv: list[str]) -> int:
     console.print(table)
     if not identical:
         console.print("[red]the allocator changed a computed value[/red]")
+    from record import record
+
+    record(__file__, [table], [] if identical else ["the allocator changed a computed value"])
     return 0 if identical else 1
 
 

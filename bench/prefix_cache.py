@@ -18,55 +18,11 @@ Usage: `python bench/prefix_cache.py [eval|learn] [--rounds=2] [OUT_DIR]` (build
 learner-local first if this machine has none; the compilation cache is shared, so run it
 once to compile both ways' programs before reading its times).
 
-Measured 2026-12-04 on the 2-core machine, nothing else running (learner-local
-ea87251d197d73b7; the first run with the cache compiled its programs):
-
-| command | with the cache, s (CPU s) | without, s (CPU s) | best of 2: wall, CPU, engine sample | prompt tokens kept / prefilled | pass@1 |
-| --- | --- | --- | --- | --- | --- |
-| eval | 57.9 (83.7), 44.8 (62.0) | 52.1 (77.7), 50.7 (76.4) | 0.88x, 0.81x, 0.79x | 384,380 / 100,803 | 0.070 both ways |
-| learn | 292.0 (444.9), 261.1 (401.2) | 258.3 (408.0), 278.7 (444.6) | 1.01x, 0.98x, 0.99x | (counted wrongly then) | 0.070 -> 0.672 both ways; 239 of 256 episodes the same |
-
-Hence off by default. An eval's prompts are mostly kept (78% of its prompt tokens), but
-most of a sample call's time is decode, not prefill: a batch decodes until its longest
-turn ends (a `write` of a whole program runs to hundreds of tokens), each step reading
-the whole padded KV cache (0.5 ms a step at 8 x 768 positions, 0.95 ms at 8 x 2,048,
-2.6 ms at 8 x 3,584). In the RL loop every weight update drops what was kept, so each
-step's first turns prefill in full, and a batch that holds one of them (or a tool result
-longer than 256 tokens) prefills in full too. A first version that padded continued
-prefills to powers of two (64 to 1,024 new tokens) and widened the KV cache to fit
-compiled 9-15 new programs in each of three runs in a row (3-5 s each), and gained
-nothing measurable either.
-
-Twentieth session (2026-12-04, the same machine on a faster day): "most of a sample call's
-time is decode" does not hold at the loop's shapes. bench/sample_call.py measures a
-prompt's prefill at two thirds of a call of 8 rows at padded prompts of 1,024-2,048. Yet
-in an RL run the cache continued 637 of 1,095 prompts, keeping 60% of their tokens (by its
-log), and in `experiment=learn_offline` runs back to back with the compilation cache
-filled, the engine's sample calls took 69.6 s and 69.2 s with it against 62.0 s without
-(training 77.5 s and 75.6 s against 69.3 s). A continued call by itself does save: in
-skyrl's backend in one process (a probe, not this bench), 8 second turns of 150 new
-tokens after first turns of 1,000 and 1,500 tokens, 200 tokens sampled, took 0.23 s and
-0.31 s continued against 0.31 s and 0.455 s in full (0.75x and 0.69x). In the loop, pairing
-each call's `(prefix cache)` line with its timing (the second warm run with it): its 67
-calls whose every row continued took 25.0 s for 478 rows (52 ms a row), its 56 calls
-that prefilled every row 35.3 s for 459 rows (77 ms a row), its 13 scoring calls 8.9 s
-for 128; the run without it took 62.0 s for the same 1,065 rows, about 57 ms a sampled
-row. So with the cache on, every call costs more than the prefill it saves (the kept
-keys and values it returns and stores are the first suspect), not yet measured apart.
-
-Twenty-first session (the same day, from the twentieth session's server logs): in the warm
-train stage with the cache, 9 sample calls that carry a `(prefix cache)` line took over 1
-s, 15.1 s in all (2 of them logged as skyrl's first call at a length, `JIT compiling for
-sample`; the others, of batch sizes and continued or full shapes, most likely the first
-call of one of the cache's own programs in that process, not checked call by call), and 4
-scoring batches (run one sequence at a time) 4.7 s, as 6 such batches took 6.8 s without
-the cache. Without all those calls the rest took 49.8 s against 55.2 s without the cache
-(0.90x): the calls themselves save, and the cache's extra programs, which each stage's
-fresh server process traces and loads again, take it back. A probe in one process: the
-first call of one of the cache's programs 0.4-0.8 s with the compilation cache filled and
-1.8-2.5 s when it compiles. Since then the engine's causal attention skips blocks of
-padding (compat item 6, bench/sample_call.py), which makes a full prefill cheaper and the
-cache's saving smaller; the figures above are from before that change.
+How to read it: the ratios are the best of `--rounds` runs with the cache over the best
+without; below 1.00x it saves. In the RL loop every weight update drops what was kept, so
+each step's first turns prefill in full, and a batch that holds one of them (or a tool
+result longer than 256 tokens) prefills in full too; each stage's fresh server process
+also traces and loads the cache's own programs again. The cache is off by default.
 """
 
 from __future__ import annotations
@@ -80,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
+from record import RecordingConsole, record
 from rich.table import Table
 
 COMMANDS = {
@@ -140,7 +96,7 @@ def run(args: list[str], run_dir: Path, cached: bool) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    console = Console()
+    console = RecordingConsole()
     what = next((a for a in argv if a in COMMANDS), "eval")
     rounds = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--rounds=")), 2)
     out_arg = next((a for a in argv if not a.startswith("--") and a not in COMMANDS), None)
@@ -179,6 +135,7 @@ def main(argv: list[str]) -> int:
         f"same episodes (shaped reward, answer, turns): {same} of {len(full_episodes)}; "
         f"pass@1 {runs[True][0]['pass_at_1']} with the cache, {runs[False][0]['pass_at_1']} without"
     )
+    record(__file__, console.tables, console.lines)
     return 0
 
 

@@ -2,8 +2,8 @@
 drift from it: every config group, option and key (the typed schema's types and
 descriptions, conf/'s options, their opening comments and values), every command's
 usage (its own argument parser's `--help`), the package's layers (pyproject.toml's
-import contract), the sandbox's wire format and the benchmarks' figures (bench/*.py
-docstrings).
+import contract) and the sandbox's wire format. (docs/benchmarks.md is written by
+bench/report.py from the benches' records and committed.)
 
 MkDocs runs this file as a hook (`hooks:` in mkdocs.yml): `on_files` adds the
 reference pages to the build in memory, and `on_page_markdown` fills the generated part
@@ -508,22 +508,6 @@ def commands_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- benchmarks
-
-
-BENCH_MARKER = "<!-- piexp-bench-docstrings -->"
-
-
-def bench_docstrings() -> str:
-    """Each bench/*.py docstring under a heading of its own, as written."""
-    sections = []
-    for path in sorted((REPO / "bench").glob("*.py")):
-        docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
-        if docstring:
-            sections.append(f"### `bench/{path.name}`\n\n{docstring}")
-    return "\n\n".join(sections)
-
-
 # ---------------------------------------------------------------- the package's layers
 
 LAYERS_MARKER = "<!-- piexp-layers -->"
@@ -637,7 +621,7 @@ def _module_summary(module: str) -> str:
 
 PAGES = {CONFIG_PAGE: config_page, COMMANDS_PAGE: commands_page}
 # Hand-written pages with a generated part: marker -> what replaces it.
-MARKERS = {LAYERS_MARKER: layers_table, PROTOCOL_MARKER: protocol_tables, BENCH_MARKER: bench_docstrings}
+MARKERS = {LAYERS_MARKER: layers_table, PROTOCOL_MARKER: protocol_tables}
 
 
 # ---------------------------------------------------------------- the MkDocs hook

@@ -59,7 +59,7 @@ def test_offline_eval_run_folder_is_complete_and_secret_free(tmp_path: Path) -> 
             content = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
             assert CANARY.encode() not in content, f"secret leaked into {path}"
     assert CANARY not in result.stdout + result.stderr
-    # Issue 15, observation 8: job.log holds what the console showed (plain text), and
+    # job.log holds what the console showed (plain text), and
     # without a terminal the progress is a plain line, not escape codes.
     log = (run_dir / "job.log").read_text()
     for shown in ("eval oracle: 8/8 episodes (100%)", "pass@1 (oracle", "results.md, results.png"):
@@ -79,7 +79,7 @@ def test_progress_without_a_terminal_is_a_plain_line_with_what_is_left(monkeypat
     assert lines[1].endswith("(arith x python)") and lines[-1].startswith("eval model: 2/4 episodes (50%)")
 
 
-# Issue 15, observation 1: a finished folder was corrupted by a rerun with another config.
+# A rerun with another config must not corrupt a finished folder.
 
 SMALL = ["mode=eval", "tasks.train_per_family=1", "tasks.eval_per_family=1", "mode.preflight=false", "lang=python"]
 

@@ -1,4 +1,4 @@
-"""Issue 28, item 3: binary-gated group filtering (`algo.binary_gate`). A group whose
+"""Binary-gated group filtering (`algo.binary_gate`). A group whose
 episodes all failed is dropped even though their shaped rewards differ (which the
 cookbook's own shaped-total filter keeps); a group of mixed outcomes keeps its rewards;
 the per-step counts come back from binary_gate.jsonl; the option is a preset away, turns

@@ -1,4 +1,4 @@
-"""Issue 28, item 3: the online controls during training. Each training step's row of
+"""The online controls during training. Each training step's row of
 metrics.jsonl (written by the cookbook's own logger) records the informative-group
 fraction, the groups the binary gate dropped, the pool sizes and each adapted family's
 level; difficulty pools move groups as their pass rates change and a resumed run rebuilds

@@ -1,4 +1,4 @@
-"""Issue 28, item 2: `python -m piexp calibrate` through mode=eval's own code on a real
+"""`python -m piexp calibrate` through mode=eval's own code on a real
 sandbox. The oracle passes every level, `wrong` none (no level in band, said so); a
 test-fixture policy whose skill falls with difficulty puts exactly its middle level in the
 band, and the preset it writes composes into a training run; a rerun resumes without

@@ -1,4 +1,4 @@
-"""Parallel, resumable, observable sweeps, and their summary (issue 6, items 2-4).
+"""Parallel, resumable, observable sweeps, and their summary.
 
 One reward sweep (3 jobs, joblib, in parallel) is run with job 1 failing after its run
 and before its completed marker, then run again: only job 1 may run the second time."""
@@ -99,7 +99,7 @@ def test_summary_of_train_runs_uses_metrics_jsonl(tmp_path: Path) -> None:
     (run / "metrics.jsonl").write_text("\n".join(__import__("json").dumps(x) for x in lines) + "\n{cut")
     (run / "summary.md").write_text("reward rose\n")  # the run's own verdict
     written = summarize(run)
-    # Issue 15, observation 7: summarize never overwrites a run's own summary.md.
+    # summarize never overwrites a run's own summary.md.
     assert (run / "summary.md").read_text() == "reward rose\n"
     with written["csv"].open() as handle:
         (row,) = list(csv.DictReader(handle))
@@ -166,9 +166,9 @@ def test_a_training_run_that_evaluated_nothing_has_no_pass_rate(tmp_path: Path) 
 
 
 def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart(tmp_path: Path) -> None:
-    """Issue 15, observations 6 and 7: in `-m seed=0,1 reward=binary,shaped mode=eval` the
-    binary rows showed the shaped reward; seeds were not averaged; failed jobs hid among
-    incomplete ones; a job of an earlier, larger sweep was included."""
+    """In `-m seed=0,1 reward=binary,shaped mode=eval` the binary rows show the binary
+    reward, seeds are averaged, failed jobs are listed apart from incomplete ones, and a
+    job of an earlier, larger sweep in the same folder is left out."""
     import json
 
     from piexp.commands.summarize import summarize
@@ -213,7 +213,7 @@ def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart
 
 
 def test_a_bar_plot_of_many_runs_turns_horizontal_with_every_label(tmp_path: Path) -> None:
-    """Issue 15, observation 7: labels stay readable for many runs (one row each)."""
+    """Labels stay readable for many runs (one row each)."""
     import json
 
     from PIL import Image

@@ -1,4 +1,4 @@
-"""Issue 27: families and task files that live outside piexp. A family written in a
+"""Families and task files that live outside piexp. A family written in a
 temporary folder (on PYTHONPATH, selected with --config-dir), one declared by an installed
 distribution's `piexp.families` entry point, and a JSON Lines task file each pass
 mode=check and the oracle's evaluation through the real CLI, sandbox and run folder;

@@ -124,10 +124,11 @@ def main(argv: Sequence[str]) -> int:
             f"No {SOURCE_WORDS[args.source]} of {run} match the filters: nothing to replay"
             + ("." if chosen else f" (replay plays the {args.source} episodes by default; --source chooses others).")
         )
+    where = [f"rows {', '.join(map(str, numbers))} of `piexp show RUN --source {args.source}`"] if numbers else []
+    where += [] if chosen else ["those its mode played; --source chooses others"]
     say(
-        f"replaying {len(transcripts)} {SOURCE_WORDS[args.source]} of {run} "
-        + (f"(rows {', '.join(map(str, numbers))} of `piexp show RUN --source {args.source}`)" if numbers else "")
-        + ("" if chosen else "; --source chooses others")
+        f"replaying {len(transcripts)} {SOURCE_WORDS[args.source]} of {run}"
+        + (f" ({'; '.join(where)})" if where else "")
     )
     return _replay(run, config, [t for t in transcripts if t is not None], args)
 

@@ -7,11 +7,15 @@ named (a parse, a tool result, the stop reason, the reward or a reward metric).
 What is compared of a tool result is what the reward reads, so that output that depends
 on wall time or randomness does not count as a change: for `bash`, the status, return
 code, `output_correct` and the last non-empty stdout line; for the other tools, the whole
-result."""
+result. An assistant message's text is compared in Unicode NFC: replay tokenizes the
+recorded text again, and the tokenizer normalizes it to NFC, so a sampled turn whose text
+was not NFC (a CJK compatibility ideograph, a letter followed by its combining accent:
+common in an untrained model's output) comes back normalized, the same text."""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -123,10 +127,24 @@ def _compared_message(message: dict[str, Any]) -> dict[str, Any]:
         return {"role": "tool", "result": compared_result(message.get("result", message.get("text")))}
     return {
         "role": role,
-        "text": text_before_calls(message),
-        "tool_calls": [(c.get("name"), c.get("arguments")) for c in message.get("tool_calls") or []],
-        "unparsed": [u.get("raw_text") for u in message.get("unparsed_tool_calls") or []],
+        "text": _nfc(text_before_calls(message)),
+        "tool_calls": [
+            (
+                c.get("name"),
+                _nfc(
+                    c.get("arguments")
+                    if isinstance(c.get("arguments"), str)
+                    else json.dumps(c.get("arguments"), sort_keys=True)
+                ),
+            )
+            for c in message.get("tool_calls") or []
+        ],
+        "unparsed": [_nfc(str(u.get("raw_text"))) for u in message.get("unparsed_tool_calls") or []],
     }
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
 
 
 @dataclass

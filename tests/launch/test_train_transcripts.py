@@ -48,10 +48,29 @@ class CutAtTheTokenLimit(TokenCompleter):
         return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[0.0] * len(tokens), stop_reason="length")
 
 
-def _train_folder(run: Path, sandbox_url: str, iterations: range, *, cut: bool = False) -> None:
+class StartsWithAnUnnormalizedCharacter(TokenCompleter):
+    """Test fixture standing in for a model whose turns begin with the UTF-8 bytes of a CJK
+    compatibility ideograph (U+F9E4), as byte-level tokens: their text is not in NFC, and
+    tokenizing it again gives the normalized ideograph (U+7406) instead."""
+
+    def __init__(self, inner: TokenCompleter, renderer) -> None:
+        self.inner = inner
+        self.prefix = renderer.tokenizer.convert_tokens_to_ids(["ï", "§", "¤"])  # bytes EF A7 A4, byte-level BPE
+        assert renderer.tokenizer.decode(self.prefix) == "\uf9e4"
+
+    async def __call__(self, model_input, stop, *, max_tokens=None):
+        sampled = await self.inner(model_input, stop, max_tokens=max_tokens)
+        tokens = [*self.prefix, *sampled.tokens]
+        return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[0.0] * len(tokens), stop_reason=sampled.stop_reason)
+
+
+def _train_folder(
+    run: Path, sandbox_url: str, iterations: range, *, cut: bool = False, unnormalized: bool = False
+) -> None:
     """What a training run leaves of its episodes: its .hydra record, manifest and the
     transcripts of `iterations` batches played through the cookbook's group rollout (with
-    `cut`, every episode's first turn is cut at the token limit)."""
+    `cut`, every episode's first turn is cut at the token limit; with `unnormalized`, every
+    turn's text begins with a character that is not in NFC)."""
     config = load(OVERRIDES)
     (run / ".hydra").mkdir(parents=True, exist_ok=True)
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
@@ -63,6 +82,8 @@ def _train_folder(run: Path, sandbox_url: str, iterations: range, *, cut: bool =
     policy = make_policy("wrong", renderer, [*splits.train, *splits.eval])
     if cut:
         policy = CutAtTheTokenLimit(policy)
+    if unnormalized:
+        policy = StartsWithAnUnnormalizedCharacter(policy, renderer)
 
     async def play() -> None:
         try:
@@ -146,3 +167,16 @@ def test_a_turn_cut_at_the_token_limit_replays_identically(sandbox_url, tmp_path
     assert (report["episodes"], report["identical"]) == (4, 4), report["outcomes"][0]["difference"]
     assert rescore([str(run), "--out", str(tmp_path / "rescore")]) == 0
     assert json.loads((tmp_path / "rescore" / "rescore.json").read_text())["reproduced"] == 4
+
+
+def test_a_turn_whose_text_is_not_in_nfc_replays_identically(sandbox_url, tmp_path):
+    """Replay tokenizes the recorded text again and the tokenizer normalizes it to NFC: an
+    untrained model's turns (often not NFC) were reported as a "parse" difference whose
+    two texts looked the same."""
+    run = tmp_path / "train"
+    _train_folder(run, sandbox_url, range(1), unnormalized=True)
+    transcripts = list(read_transcripts(run / TRAIN_TRANSCRIPTS))
+    assert all(t["conversation"][0]["text"].startswith("\uf9e4") for t in transcripts)
+    assert replay([str(run), "--out", str(tmp_path / "replay")]) == 0
+    report = json.loads((tmp_path / "replay" / "replay.json").read_text())
+    assert (report["episodes"], report["identical"]) == (4, 4), report["outcomes"][0]["difference"]

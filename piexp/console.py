@@ -183,6 +183,11 @@ def outlive_closed_streams() -> None:
                 handler.setStream(wrapped)  # type: ignore[arg-type]
 
 
+def to_job_log(*objects: Any, **kwargs: Any) -> None:
+    """Write into the run's job.log only (what the console shows shorter)."""
+    _to_job_log(*objects, **kwargs)
+
+
 def say(*objects: Any, **kwargs: Any) -> None:
     """Print to the console and into the run's job.log (a table labelled with its sweep job)."""
     objects = tuple(_labelled(item) if isinstance(item, Table) else item for item in objects)

@@ -120,17 +120,16 @@ def main(argv: Sequence[str]) -> int:
             )
         for number in parse_levels(name, family.difficulty.count, levels_text or "all"):
             params = family.level_params(number)
-            config = load(
-                [
-                    *[arg for arg in overrides if not arg.startswith("family") or arg.startswith(f"family.{name}.")],
-                    f"family=[{name}]",
-                    *[f"family.{name}.{key}={value}" for key, value in params.items()],
-                    "mode=eval",
-                    "mode.preflight=false",
-                    f"tasks.eval_per_family={tasks}",
-                ]
+            level_overrides = (
+                *[arg for arg in overrides if not arg.startswith("family") or arg.startswith(f"family.{name}.")],
+                f"family=[{name}]",
+                *[f"family.{name}.{key}={value}" for key, value in params.items()],
+                "mode=eval",
+                "mode.preflight=false",
+                f"tasks.eval_per_family={tasks}",
             )
-            levels.append(Level(name, number, params, config, level_folder(out, name, number)))
+            config = load(list(level_overrides))
+            levels.append(Level(name, number, params, config, level_folder(out, name, number), level_overrides))
     episodes = sum(level.episodes() for level in levels)
     grid = (
         f"{len(base.families)} famil{'y' if len(base.families) == 1 else 'ies'}, {len(levels)} levels in all, "

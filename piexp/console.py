@@ -10,6 +10,7 @@ import io
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional, TextIO
@@ -201,20 +202,36 @@ def _duration(seconds: float) -> str:
 
 
 class ProgressReport:
-    """Progress of `total` items called `label`: a transient rich bar on a terminal;
-    otherwise (and always in job.log) `label: done/total (pct), elapsed, ~left left`
-    every PLAIN_PROGRESS_EVERY_S seconds and once at the end."""
+    """Progress of `total` items called `label`: a transient rich bar on a terminal (with
+    `live`); otherwise (and always in job.log) `label: done/total (pct), elapsed, ~left
+    left` every PLAIN_PROGRESS_EVERY_S seconds, whether or not an item finished meanwhile
+    (a log that says nothing for minutes reads as a hung run), and once at the end."""
 
-    def __init__(self, label: str, total: int, unit: str = "episodes") -> None:
+    def __init__(self, label: str, total: int, unit: str = "episodes", *, live: bool = True) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.done = 0
         self.note = ""
+        self.live = live
         self._start = self._last_line = time.monotonic()
         self._bar: Optional[Progress] = None
         self._task: Optional[TaskID] = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._clock: Optional[threading.Thread] = None
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(1.0):
+            with self._lock:
+                due = time.monotonic() - self._last_line >= PLAIN_PROGRESS_EVERY_S
+                if due:
+                    self._last_line = time.monotonic()
+            if due:
+                self._line()
 
     def __enter__(self) -> "ProgressReport":
-        if console.is_terminal:
+        self._clock = threading.Thread(target=self._tick, name=f"progress {self.label}", daemon=True)
+        self._clock.start()
+        if self.live and console.is_terminal:
             self._bar = Progress(
                 TextColumn(self.label),
                 BarColumn(),
@@ -231,13 +248,18 @@ class ProgressReport:
         return self
 
     def advance(self, n: int = 1, note: str = "") -> None:
-        self.done += n
-        self.note = note
+        self.reach(self.done + n, note)
+
+    def reach(self, done: int, note: str = "") -> None:
+        """`done` items finished in all (a resumed run starts past zero)."""
+        n, self.done, self.note = done - self.done, done, note
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, advance=n, note=note)
-        now = time.monotonic()
-        if now - self._last_line >= PLAIN_PROGRESS_EVERY_S:
-            self._last_line = now
+        with self._lock:
+            due = time.monotonic() - self._last_line >= PLAIN_PROGRESS_EVERY_S
+            if due:
+                self._last_line = time.monotonic()
+        if due:
             self._line()
 
     def line(self) -> str:
@@ -258,6 +280,9 @@ class ProgressReport:
         _to_job_log(text)
 
     def __exit__(self, *exc: Any) -> None:
+        self._stopped.set()
+        if self._clock is not None:
+            self._clock.join()
         if self._bar is not None:
             self._bar.__exit__(*exc)
         self._line()

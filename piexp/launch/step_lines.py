@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from piexp.console import say, to_job_log
+from piexp.console import ProgressReport, say, to_job_log
 from piexp.run_records import EVAL_EPISODES_KEY, TRAIN_KEYS, finite_number, read_metrics
 from piexp.stats import share_ci95
 
@@ -48,9 +48,10 @@ class StepLines(logging.Filter):
     cookbook has just written to metrics.jsonl (it writes the row before the table); the
     table's text goes into job.log only."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, progress: ProgressReport | None = None) -> None:
         super().__init__()
         self.run_dir = Path(run_dir)
+        self.progress = progress
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
@@ -61,11 +62,14 @@ class StepLines(logging.Filter):
         step = int(match.group(1))
         rows = [row for row in read_metrics(self.run_dir) if row.get("step") == step]
         say(step_line(rows[-1]) if rows else f"step {step} (metrics.jsonl has no row for it yet)")
+        if self.progress is not None:
+            self.progress.reach(step + 1, note=f"step {step} done")
         return False
 
 
-def show_steps_as_lines(run_dir: Path) -> StepLines:
-    """Install `StepLines` for a run; remove it with `logging.getLogger(COOKBOOK_TABLE_LOGGER).removeFilter`."""
-    lines = StepLines(run_dir)
+def show_steps_as_lines(run_dir: Path, progress: ProgressReport | None = None) -> StepLines:
+    """Install `StepLines` for a run (moving `progress` on at each step); remove it with
+    `logging.getLogger(COOKBOOK_TABLE_LOGGER).removeFilter`."""
+    lines = StepLines(run_dir, progress)
     logging.getLogger(COOKBOOK_TABLE_LOGGER).addFilter(lines)
     return lines

@@ -111,7 +111,7 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     import logging
     import warnings
 
-    from piexp.console import say
+    from piexp.console import ProgressReport, say
     from piexp.launch.step_lines import COOKBOOK_TABLE_LOGGER, show_steps_as_lines
 
     from tinker_cookbook.rl import train as rl_train
@@ -135,12 +135,14 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
             start_from = await warm_start(config, run_dir, sandbox_url) if config.warm_start.sft_steps else None
             train_config = cookbook_config(config, run_dir, sandbox_url, start_from)
             write_rl_record(run_dir, train_config)
-            lines = show_steps_as_lines(run_dir)
-            try:
-                with extra_step_metrics(lambda step: control_metrics(run_dir, step)):
-                    await rl_train.main(train_config)
-            finally:
-                logging.getLogger(COOKBOOK_TABLE_LOGGER).removeFilter(lines)
+            # A line at least every PLAIN_PROGRESS_EVERY_S seconds, and one a step.
+            with ProgressReport("training", config.mode.max_steps, unit="steps", live=False) as progress:
+                lines = show_steps_as_lines(run_dir, progress)
+                try:
+                    with extra_step_metrics(lambda step: control_metrics(run_dir, step)):
+                        await rl_train.main(train_config)
+                finally:
+                    logging.getLogger(COOKBOOK_TABLE_LOGGER).removeFilter(lines)
             write_summary(run_dir)
             from piexp.transcripts.viewer import write_run_viewer
 

@@ -1,0 +1,71 @@
+"""The one guard for third-party code on the local server's path: every SkyRL name
+piexp's server-side code patches or calls (piexp/service/compat/pins.py) is checked in
+the real server venv, with skyrl's modules imported as the server imports them, and an
+upgrade that moved a name or changed an upstream function piexp copied is refused in
+one paragraph naming it, before a server starts. Slow: each check is a fresh server-venv
+interpreter importing skyrl's JAX backend (5 s alone, 18 s on a busy 2-core machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from piexp.pinned_hooks import mismatch_paragraph
+from piexp.service.compat.pins import SKYRL, TINKER_SDK, skyrl_problems
+from piexp.service.local_venv import venv_python
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_skyrl_hook_fits_the_pinned_release(server_venv: Path) -> None:
+    assert skyrl_problems(venv_python(server_venv)) == []
+
+
+def test_a_patched_attribute_moved_by_an_upgrade_is_named(server_venv: Path) -> None:
+    """The engine command skyrl's API server builds (launching.py item 2) gone, as a
+    release that renamed it would leave it."""
+    problems = skyrl_problems(
+        venv_python(server_venv), before="import skyrl.tinker.api as api\ndel api._build_uv_run_cmd_engine"
+    )
+    assert problems == [
+        "skyrl.tinker.api._build_uv_run_cmd_engine is missing (moved or renamed), "
+        "used by piexp/service/compat/skyrl_server/launching.py item 2"
+    ]
+    paragraph = mismatch_paragraph(SKYRL, problems)
+    assert "\n" not in paragraph and paragraph.startswith("piexp cannot run on the installed skyrl: ")
+    assert "listed in piexp/service/compat/pins.py" in paragraph
+    assert "python -m piexp.service.local_venv --force" in paragraph
+
+
+def test_a_changed_upstream_source_of_a_copied_function_is_named(server_venv: Path) -> None:
+    """speedups.py item 1 rewrites skyrl's chunked log-probs: a release whose function
+    differs (same name and parameters, other code) is refused by the hash of its source."""
+    changed = (
+        "from skyrl.tx.utils.logits_processor import LogitsProcessorMixin\n"
+        "def _compute_chunked_logprobs(self, hidden_states, target_ids, chunk_size, adapter_indices):\n"
+        "    return None  # another release's code\n"
+        "LogitsProcessorMixin._compute_chunked_logprobs = _compute_chunked_logprobs\n"
+    )
+    # -c code has no source file to read back: the new function is written to a module.
+    before = (
+        "import os, sys, tempfile\n"
+        "folder = tempfile.mkdtemp()\n"
+        f"open(os.path.join(folder, 'another_release.py'), 'w').write({changed!r})\n"
+        "sys.path.insert(0, folder)\n"
+        "import another_release\n"
+    )
+    (problem,) = skyrl_problems(venv_python(server_venv), before=before)
+    assert problem.startswith(
+        "the source of skyrl.tx.utils.logits_processor.LogitsProcessorMixin._compute_chunked_logprobs changed "
+        "since piexp copied it (sha256 "
+    )
+    assert problem.endswith("piexp's copy was made from e6949c47ee31f3a5), used by "
+                            "piexp/service/compat/skyrl_server/speedups.py item 1")  # fmt: skip
+
+
+def test_the_sdk_pin_is_checked_in_piexps_own_environment() -> None:
+    from piexp.pinned_hooks import pin_problems
+
+    assert pin_problems(TINKER_SDK) == []
+    assert pin_problems(TINKER_SDK, installed="0.39.0") == ["tinker 0.39.0 is installed, expected 0.38.0"]

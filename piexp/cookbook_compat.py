@@ -36,14 +36,14 @@ from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.types import Env
 from tinker_cookbook.utils import ml_log
 
-from piexp.errors import UserError
+from piexp.errors import ThirdPartyMismatchError
 from piexp.pinned_hooks import Hook, Pin, mismatch_paragraph, pin_problems
 
 #: The tinker-cookbook release every hook below was written against.
 TINKER_COOKBOOK_VERSION = "0.5.8"
 
 
-class CookbookCompatError(UserError):
+class CookbookCompatError(ThirdPartyMismatchError):
     """The installed tinker-cookbook is not the release piexp's hooks fit."""
 
 

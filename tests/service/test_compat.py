@@ -59,7 +59,7 @@ def test_launcher_is_written_once_complete_and_without_piexp(tmp_path) -> None:
         compile(written, name, "exec")
         assert "__SKYRL_VERSION__" not in written, name  # every placeholder filled in
         assert not re.search(r"^\s*(import|from) piexp[.\s]", written, re.MULTILINE), name
-    assert f'EXPECTED_SKYRL = "{SKYRL_VERSION}"' in files["piexp_skyrl_server/launching.py"]
+    assert f"skyrl {SKYRL_VERSION}'s Tinker API server" in files["launcher.py"]
     (path.parent / "piexp_skyrl_server" / "fixes.py").write_text("damaged")
     assert write_launcher(tmp_path) == path
     assert (path.parent / "piexp_skyrl_server" / "fixes.py").read_text() == files["piexp_skyrl_server/fixes.py"]
@@ -177,7 +177,7 @@ def test_proxy_turns_create_via_load_into_create_then_load(proxied) -> None:
     assert echo == {"echo": {"model_id": "model_new"}}
 
 
-# --------------------------------------------------------------------------- item 10: seeds
+# ------------------------------------------------------------------- proxy.py item 3: seeds
 
 
 def _sample_request(prompt: list[int], seed: int | None = None) -> bytes:

@@ -1,10 +1,11 @@
 """The local server's losses are Tinker's sums over a datum's tokens (piexp/service/compat/
-skyrl_server/fixes.py, item 1): in skyrl's own JAX backend, on the tiny model, two RL datums over the same
-tokens whose advantages cancel (+1 and -1 on the same span) but whose lengths differ (the
-second carries more observation after the span) give no gradient at all, as
-`-(ratio * advantages).sum()` does; skyrl 0.4.0 alone weighs each datum by one over its
-length, so the pair pushes the span one way. A datum alone trains, and the per-token
-losses and log-probs a client receives are the same with and without the item."""
+skyrl_server/fixes.py, item 1): in skyrl's own JAX backend, on the tiny model, two RL
+datums over the same tokens whose advantages cancel (+1 and -1 on the same span) but
+whose lengths differ (the second carries more observation after the span) give no
+gradient at all, as `-(ratio * advantages).sum()` does; skyrl 0.4.0 alone weighs each
+datum by one over its length, so the pair pushes the span one way. A datum alone trains,
+and the per-token losses and log-probs a client receives are the same with and without
+the item."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The sampling speed-ups of the local server (piexp/service/compat/skyrl_server/speedups.py,
-items 4-6) sample from the same distribution and pick the same tokens, and its prompt
-log-probs (fixes.py, item 2) are one per prompt token, aligned with them, a batch scored one sequence at a time: in
+"""The sampling speed-ups of the local server
+(piexp/service/compat/skyrl_server/speedups.py, items 4-6) sample from the same
+distribution and pick the same tokens, and its prompt log-probs (fixes.py, item 2) are
+one per prompt token, aligned with them, a batch scored one sequence at a time: in
 skyrl's own JAX backend, on the tiny model, greedy decoding of a batch of 3 prompts of
 different lengths (padded to a batch of 4 when patched) gives the same tokens and
 log-probs with and without them; the two-level categorical draw matches softmax

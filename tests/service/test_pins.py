@@ -69,3 +69,26 @@ def test_the_sdk_pin_is_checked_in_piexps_own_environment() -> None:
 
     assert pin_problems(TINKER_SDK) == []
     assert pin_problems(TINKER_SDK, installed="0.39.0") == ["tinker 0.39.0 is installed, expected 0.38.0"]
+
+
+def test_the_local_path_checks_skyrl_once_per_venv_and_pin_list(
+    server_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """service=local's start-up check (open_service) passes on the installed server venv
+    and remembers the pass, so the next run's start does not import skyrl again; a
+    changed pin list is checked afresh."""
+    import dataclasses
+    import time
+
+    from piexp.service.compat import pins
+
+    monkeypatch.setenv("PIEXP_CACHE_DIR", str(tmp_path))
+    pins.check_service_pins(proxy=True, server_python=venv_python(server_venv))
+    (passed,) = (tmp_path / "pin-checks").iterdir()
+    started = time.perf_counter()
+    pins.check_service_pins(proxy=True, server_python=venv_python(server_venv))
+    assert time.perf_counter() - started < 2.0
+    monkeypatch.setattr(pins, "SKYRL", dataclasses.replace(pins.SKYRL, version="0.4.1"))
+    with pytest.raises(pins.ThirdPartyMismatchError, match=r"skyrl 0\.4\.0 is installed, expected 0\.4\.1"):
+        pins.check_service_pins(proxy=True, server_python=venv_python(server_venv))
+    assert [path.name for path in (tmp_path / "pin-checks").iterdir()] == [passed.name]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from piexp.errors import UserError
+from piexp.errors import ThirdPartyMismatchError
 from piexp.pinned_hooks import Hook, Pin, mismatch_paragraph, pin_problems, pin_to_json
 from piexp.service.compat.versions import SKYRL_VERSION, TINKER_SDK_VERSION
 
@@ -97,10 +97,6 @@ SKYRL = Pin(
              used_by=f"{SERVER}/speedups.py item 6, fixes.py item 2"),
     ),
 )  # fmt: skip
-
-
-class ThirdPartyMismatchError(UserError):
-    """An installed third-party package does not fit the hooks piexp's patches rely on."""
 
 
 def _raise_for(pin: Pin, problems: list[str]) -> None:

@@ -30,8 +30,6 @@ import signal
 import sys
 import types
 
-EXPECTED_SKYRL = "__SKYRL_VERSION__"
-
 
 def die_with_parent():
     # PR_SET_PDEATHSIG = 1: SIGKILL this process when its parent dies.
@@ -42,11 +40,8 @@ def die_with_parent():
 
 
 def import_without_torch():
-    from importlib.metadata import version
-
-    got = version("skyrl")
-    if got != EXPECTED_SKYRL:
-        sys.exit(f"piexp launcher: skyrl {got} installed, this launcher is for {EXPECTED_SKYRL}")
+    # The installed skyrl's release and every name used here were checked before the
+    # server started (piexp/service/compat/pins.py).
     import transformers.utils.import_utils as import_utils
 
     if import_utils.is_torch_available():

@@ -59,6 +59,8 @@ HOOKS: tuple[Hook, ...] = (
          used_by="piexp/cookbook_compat.py item 3"),
     Hook("tinker_cookbook.utils.ml_log", "setup_logging",
          parameters=("log_dir", "wandb_project", "wandb_name", "config"), used_by="piexp/cookbook_compat.py item 4"),
+    Hook("tinker_cookbook.utils.ml_log", "Logger.log_metrics", parameters=("self", "metrics", "step"),
+         used_by="piexp/cookbook_compat.py item 4 (StepMetricsLogger)"),
 )  # fmt: skip
 
 

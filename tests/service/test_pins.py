@@ -92,3 +92,58 @@ def test_the_local_path_checks_skyrl_once_per_venv_and_pin_list(
     with pytest.raises(pins.ThirdPartyMismatchError, match=r"skyrl 0\.4\.0 is installed, expected 0\.4\.1"):
         pins.check_service_pins(proxy=True, server_python=venv_python(server_venv))
     assert [path.name for path in (tmp_path / "pin-checks").iterdir()] == [passed.name]
+
+
+OPEN_SERVICE = r"""
+import http.server, sys, threading
+from pathlib import Path
+from tinker.lib.internal_client_holder import InternalClientHolder
+del InternalClientHolder.close  # as a tinker release that renamed it would leave it
+
+class Answers(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+url = f"http://127.0.0.1:{server.server_address[1]}"
+from piexp.config.compose import load
+from piexp.errors import exit_on_user_error
+from piexp.service import open_service
+
+key = "service.base_url" if sys.argv[1] == "tinker" else "service.url"
+config = load([f"service={sys.argv[1]}", f"{key}={url}"])
+
+def run():
+    with open_service(config, Path(sys.argv[2])):
+        print("STARTED")
+
+raise SystemExit(exit_on_user_error(run))
+"""
+
+
+@pytest.mark.parametrize("service", ["tinker", "selfhosted"])
+def test_the_tinker_and_selfhosted_paths_refuse_a_moved_sdk_hook_at_start(service: str, tmp_path: Path) -> None:
+    """open_service checks the pins on the Tinker and self-hosted paths too (here the
+    tinker SDK method the loop calls, deleted in a real SDK in a fresh interpreter):
+    one paragraph naming it, exit 2, nothing started. About 15 s: the interpreter
+    imports piexp's config and the SDK."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_SERVICE, service, str(tmp_path)], capture_output=True, text=True, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root), "TINKER_API_KEY": "tml-test-key-not-used"}, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "STARTED" not in done.stdout and "Traceback" not in done.stderr
+    message = " ".join(done.stderr.split())
+    assert "tinker.lib.internal_client_holder.InternalClientHolder.close is missing (moved or renamed)" in message
+    assert "used by piexp/launch/loop.py (_end_client_sessions)" in message

@@ -127,3 +127,50 @@ def test_blocked_attention_skips_padding_only_blocks_and_keeps_real_positions(ru
     for ours, theirs in zip(patched["greedy"], plain["greedy"], strict=True):
         assert ours[0] == theirs[0] and len(ours[0]) == 8
         assert ours[1] == pytest.approx(theirs[1], abs=1e-4)
+
+
+FLAGS = r"""
+import json
+from skyrl.backends import jax as jax_backend
+from skyrl.tx.layers.lora import LoRALinear
+import skyrl.tx.models.qwen3 as qwen3_module
+from skyrl.tx.utils import generator
+original = {"lora": LoRALinear.apply_lora, "attention": qwen3_module.dot_product_attention,
+            "jax": generator.jax, "create": jax_backend.JaxBackendImpl._create_loss_and_grad_fn}
+launcher.engine_patches()
+print("RESULT " + json.dumps({
+    "lora_matmuls": LoRALinear.apply_lora.__name__ == "apply_lora_with_matmuls",
+    "blocked_attention": qwen3_module.dot_product_attention is not original["attention"],
+    "sampling_draws": generator.jax is not original["jax"],
+    "fixes": jax_backend.JaxBackendImpl._create_loss_and_grad_fn is not original["create"],
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("lora_matmuls", {"lora_matmuls": True, "blocked_attention": False, "sampling_draws": False}),
+        ("none", {"lora_matmuls": False, "blocked_attention": False, "sampling_draws": False}),
+        ("all", {"lora_matmuls": False, "blocked_attention": True, "sampling_draws": True}),
+    ],
+)
+def test_each_speedup_is_its_own_flag_and_the_fixes_always_apply(server_venv: Path, setting: str, expected: dict):
+    """PIEXP_SKYRL_SPEEDUPS names the speed-ups the engine applies (all by default), so a
+    bench can measure one against the rest; the correctness fixes apply whatever it says.
+    ("all": untrained_lora wraps lora_matmuls' function, so the name seen is the wrapper's.)
+    About 8 s each: the server venv imports skyrl's JAX backend."""
+    from piexp.service.compat import run_server_script
+    from piexp.service.local_venv import venv_python
+
+    applied = run_server_script(FLAGS, python=venv_python(server_venv), env={"PIEXP_SKYRL_SPEEDUPS": setting})
+    assert applied == {**expected, "fixes": True}
+
+
+def test_an_unknown_speedup_flag_is_refused_by_name() -> None:
+    from piexp.service.compat.skyrl_server import speedups
+
+    assert speedups.enabled(None) == speedups.enabled("all") == list(speedups.SPEEDUPS)
+    assert speedups.enabled("lora_matmuls, untrained_lora") == ["lora_matmuls", "untrained_lora"]
+    with pytest.raises(SystemExit, match="unknown speed-up lora_matmul "):
+        speedups.enabled("lora_matmul")

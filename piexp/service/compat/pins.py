@@ -146,7 +146,16 @@ def _check_skyrl(python: Path) -> None:
     passed = piexp_cache_dir() / "pin-checks" / f"skyrl-{key}"
     if passed.is_file():
         return
-    _raise_for(SKYRL, skyrl_problems(python))
+    from piexp.service.compat.launcher import ServerScriptError
+
+    try:
+        problems = skyrl_problems(python)
+    except ServerScriptError as error:  # the server's own imports failed before the check
+        last = str(error).strip().splitlines()[-1]
+        problems = [
+            f"skyrl's modules cannot be imported as the server imports them ({last}), used by {SERVER}/launching.py"
+        ]
+    _raise_for(SKYRL, problems)
     passed.parent.mkdir(parents=True, exist_ok=True)
     passed.write_text(pin_to_json(SKYRL), encoding="utf-8")
 

@@ -159,7 +159,7 @@ def test_each_speedup_is_its_own_flag_and_the_fixes_always_apply(server_venv: Pa
     """PIEXP_SKYRL_SPEEDUPS names the speed-ups the engine applies (all by default), so a
     bench can measure one against the rest; the correctness fixes apply whatever it says.
     ("all": untrained_lora wraps lora_matmuls' function, so the name seen is the wrapper's.)
-    About 8 s each: the server venv imports skyrl's JAX backend."""
+    About 3 s each (8 s on a busy 2-core machine): the server venv imports skyrl's JAX backend."""
     from piexp.service.compat import run_server_script
     from piexp.service.local_venv import venv_python
 

@@ -77,6 +77,24 @@ def test_the_removed_prefix_cache_is_refused_with_why_and_false_still_accepted()
     assert "prefix cache was removed because it measured no gain" in " ".join(str(info.value).split())
 
 
+def test_an_unknown_speedup_flag_is_refused_by_name() -> None:
+    """PIEXP_SKYRL_SPEEDUPS: unset or `all` is every speed-up, names pick some, a typo stops the engine naming it."""
+    from piexp.service.compat.skyrl_server import speedups
+
+    assert speedups.enabled(None) == speedups.enabled("all") == list(speedups.SPEEDUPS)
+    assert speedups.enabled("lora_matmuls, untrained_lora") == ["lora_matmuls", "untrained_lora"]
+    with pytest.raises(SystemExit, match="unknown speed-up lora_matmul "):
+        speedups.enabled("lora_matmul")
+
+
+def test_the_sdk_pin_is_checked_in_piexps_own_environment() -> None:
+    from piexp.pinned_hooks import pin_problems
+    from piexp.service.compat.pins import TINKER_SDK
+
+    assert pin_problems(TINKER_SDK) == []
+    assert pin_problems(TINKER_SDK, installed="0.39.0") == ["tinker 0.39.0 is installed, expected 0.38.0"]
+
+
 def test_placeholder_key_is_restored(monkeypatch) -> None:
     monkeypatch.setenv("TINKER_API_KEY", "tml-real-user-key")
     import os

@@ -50,7 +50,7 @@ from pathlib import Path
 ENGINE = r"""
 import hashlib, json, resource, time
 import numpy as np
-launcher._engine_patches()
+launcher.engine_patches()
 import jax.numpy as jnp
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
@@ -152,35 +152,41 @@ print("FIGURES " + json.dumps({"fit step": {"walls": [wall / steps], "user": (af
 WAYS = ("glibc malloc", "tcmalloc")
 
 
-def _figures(command: list[str], way: str, extra_env: dict[str, str]) -> dict:
-    """Run ``command`` with the allocator ``way`` and return its FIGURES line's JSON."""
+def _allocator(way: str) -> dict[str, str]:
+    """The environment that makes a process allocate with ``way``."""
     from piexp.allocator import allocator_env
 
     preload, allocator = allocator_env(way == "tcmalloc")
     if allocator != way:
         raise SystemExit(f"{way} is not installed here (apt-get install libtcmalloc-minimal4)")
-    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
-           **extra_env, **preload}  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"the {way} process failed:\n{result.stderr[-3000:]}")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
-    return json.loads(line.removeprefix("FIGURES "))
+    return preload
 
 
 def _engine(way: str, python: Path, launcher: Path, model: Path, repeats: int) -> dict:
-    from piexp.service.compat import launcher_preamble
+    from piexp.service.compat import ServerScriptError, run_server_script
     from piexp.service.local_server import LocalServer, compilation_cache_env, default_compilation_cache_dir
 
     config = LocalServer(python=python, base_model=str(model), state_dir=launcher.parent).backend_config()
-    script = launcher_preamble() + ENGINE
-    command = [str(python), "-c", script, str(launcher), str(model), json.dumps(config), str(repeats)]
-    return _figures(command, way, compilation_cache_env(default_compilation_cache_dir()))
+    try:
+        return run_server_script(
+            ENGINE, [model, json.dumps(config), repeats], tag="FIGURES", python=python, launcher=launcher,
+            env={**compilation_cache_env(default_compilation_cache_dir()), **_allocator(way)},
+        )  # fmt: skip
+    except ServerScriptError as error:
+        raise SystemExit(f"the {way} process failed: {error}") from None
 
 
 def _fit(way: str, steps: int) -> dict:
     # piexp's own venv, from this checkout (the bench's folder's parent).
-    return _figures([sys.executable, "-c", FIT, str(steps)], way, {"PYTHONPATH": str(Path(__file__).parents[1])})
+    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
+           "PYTHONPATH": str(Path(__file__).parents[1]), **_allocator(way)}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", FIT, str(steps)], capture_output=True, text=True, env=env, check=False
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"the {way} process failed:\n{result.stderr[-3000:]}")
+    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
+    return json.loads(line.removeprefix("FIGURES "))
 
 
 def main(argv: list[str]) -> int:

@@ -136,20 +136,18 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     """FLOOR's compiled forward+backward time on ``sequences``, with the server's own
     backend settings."""
     from piexp.allocator import allocator_env
-    from piexp.service.compat import launcher_preamble, write_launcher
+    from piexp.service.compat import run_server_script
     from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import venv_python
 
     server = LocalServer(python=venv_python(venv), base_model=str(model), state_dir=sequences.parent)
     config = {**server.backend_config(), "max_lora_rank": 8}
-    launcher = write_launcher(sequences.parent)
-    script = launcher_preamble("_cpu_training_speedups", "_skip_untrained_lora") + FLOOR
-    result = subprocess.run(
-        [str(venv_python(venv)), "-c", script, str(launcher), str(model), json.dumps(config), str(sequences)],
-        capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu", **allocator_env()[0]},
+    figures = run_server_script(
+        FLOOR, [model, json.dumps(config), sequences], tag="FLOOR", python=venv_python(venv),
+        patches=("needed_logprobs", "lora_matmuls", "blocked_attention", "untrained_lora"),
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **allocator_env()[0]},
     )  # fmt: skip
-    line = next(line for line in result.stdout.splitlines() if line.startswith("FLOOR "))
-    return float(json.loads(line.removeprefix("FLOOR "))[-1])
+    return float(figures[-1])
 
 
 def main() -> int:

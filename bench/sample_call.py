@@ -40,9 +40,7 @@ was 512); greedy tokens, log-probs and gradients are checked in tests/service/.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -51,8 +49,8 @@ import json, statistics, time
 import numpy as np
 way, model_dir, config, repeats = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
 if way == "query blocks of 512":
-    launcher.CAUSAL_QUERY_BLOCK = 512
-launcher._engine_patches()
+    launcher.speedups.CAUSAL_QUERY_BLOCK = 512
+launcher.engine_patches()
 import jax.numpy as jnp
 import skyrl.tx.utils.models as models
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
@@ -115,20 +113,18 @@ TYPICAL_STEPS = 165
 
 def _figures(kind: str, python: Path, launcher: Path, model: Path, repeats: int) -> dict:
     from piexp.allocator import allocator_env
-    from piexp.service.compat import launcher_preamble
+    from piexp.service.compat import ServerScriptError, run_server_script
     from piexp.service.local_server import LocalServer, compilation_cache_env, default_compilation_cache_dir
 
     config = LocalServer(python=python, base_model=str(model), state_dir=launcher.parent).backend_config()
     preload, _ = allocator_env(True)  # the server's allocator
-    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
-           **compilation_cache_env(default_compilation_cache_dir()), **preload}  # fmt: skip
-    command = [str(python), "-c", launcher_preamble() + ENGINE, str(launcher), kind, str(model), json.dumps(config),
-               str(repeats)]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"the process of {kind!r} failed:\n{result.stderr[-3000:]}")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
-    return json.loads(line.removeprefix("FIGURES "))
+    try:
+        return run_server_script(
+            ENGINE, [kind, model, json.dumps(config), repeats], tag="FIGURES", python=python, launcher=launcher,
+            env={**compilation_cache_env(default_compilation_cache_dir()), **preload},
+        )  # fmt: skip
+    except ServerScriptError as error:
+        raise SystemExit(f"the process of {kind!r} failed: {error}") from None
 
 
 def main(argv: list[str]) -> int:

@@ -18,9 +18,7 @@ skip the rank of the trained layers is nearly free on a CPU, so compare the two 
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +34,7 @@ STEP = r"""
 import json, time
 import numpy as np
 if sys.argv[4] == "skip":
-    launcher._skip_untrained_lora()
+    launcher.apply("untrained_lora")
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
 rank = int(sys.argv[3])
@@ -68,17 +66,15 @@ print("RESULT " + json.dumps(seconds))
 
 
 def step_seconds(python: Path, launcher: Path, model: Path, rank: int, variant: str) -> list[float]:
-    from piexp.service.compat import launcher_preamble
+    from piexp.service.compat import ServerScriptError, run_server_script
 
-    result = subprocess.run(
-        [str(python), "-c", launcher_preamble("_cpu_training_speedups") + STEP, str(launcher), str(model), str(rank), variant],
-        capture_output=True, text=True, timeout=900, check=False,
-        env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise SystemExit(f"rank {rank} {variant} failed:\n{result.stderr[-3000:]}")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    try:
+        return run_server_script(
+            STEP, [model, rank, variant], patches=("needed_logprobs", "lora_matmuls", "blocked_attention"),
+            python=python, launcher=launcher, timeout_s=900,
+        )  # fmt: skip
+    except ServerScriptError as error:
+        raise SystemExit(f"rank {rank} {variant} failed: {error}") from None
 
 
 def main() -> int:

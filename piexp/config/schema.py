@@ -106,8 +106,21 @@ class ServiceSettings(_Strict):
     connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
     start_timeout_s: PositiveFloat = Field(description="local: bound on the server's start-up")
     tcmalloc: bool = Field(description="local: the server allocates with tcmalloc where installed")
-    prefix_cache: bool = Field(description="local: the server prefills only what follows a prompt's kept prefix")
+    prefix_cache: bool = Field(description="removed (only false is accepted): the local server's prefix cache")
     compat_proxy: bool = Field(description="selfhosted: put piexp's SkyRL compatibility proxy in front")
+
+    @field_validator("prefix_cache")
+    @classmethod
+    def _prefix_cache_removed(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "service.prefix_cache=true is no longer available: the local server's prefix cache was "
+                "removed because it measured no gain (about 1.0x the wall time of an "
+                "experiment=learn_offline run, about 0.9x of an eval alone, and sampled tokens that "
+                "differed from a full prefill's in their last bits). Drop the override or set "
+                "service.prefix_cache=false; the server now always prefills every prompt in full."
+            )
+        return value
 
     @model_validator(mode="after")
     def _url_fits_service(self) -> ServiceSettings:

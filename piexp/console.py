@@ -181,7 +181,7 @@ def outlive_closed_streams() -> None:
         setattr(sys, name, wrapped)
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and handler.stream is stream:
-                handler.setStream(wrapped)  # type: ignore[arg-type]
+                handler.setStream(wrapped)
 
 
 def to_job_log(*objects: Any, **kwargs: Any) -> None:

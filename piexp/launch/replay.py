@@ -18,7 +18,7 @@ import json
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tinker_cookbook import renderers
 from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWithLogprobs
@@ -98,7 +98,9 @@ class ReplayPolicy(TokenCompleter):
         if self.turn >= len(self.messages):
             raise ReplayExhaustedError(f"today's env asked for turn {self.turn + 1}; the recording has {self.turn}")
         tokens = render_assistant_tokens(self.renderer, self.messages[self.turn], stop)
-        stop_reason = "length" if self.turn < len(self.cut) and self.cut[self.turn] else "stop"
+        stop_reason: Literal["length", "stop"] = (
+            "length" if self.turn < len(self.cut) and self.cut[self.turn] else "stop"
+        )
         if stop_reason == "length":
             # The cut turn never ended: without its end-of-turn token it parses (in the
             # recording's transcript) to what the recorded cut tokens parsed to.

@@ -136,6 +136,7 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
             train_config = cookbook_config(config, run_dir, sandbox_url, start_from)
             write_rl_record(run_dir, train_config)
             # A line at least every PLAIN_PROGRESS_EVERY_S seconds, and one a step.
+            assert isinstance(config.mode, TrainMode)
             with ProgressReport("training", config.mode.max_steps, unit="steps", live=False) as progress:
                 lines = show_steps_as_lines(run_dir, progress)
                 try:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from piexp.errors import UserError
 from piexp.files import exclusive_lock
-from piexp.service.compat import SKYRL_VERSION
+from piexp.service.compat.versions import SKYRL_VERSION
 
 __all__ = [
     "PYTHON_CANDIDATES",

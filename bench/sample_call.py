@@ -6,9 +6,9 @@ same run:
 
 * as shipped: every engine patch the server applies (piexp/service/compat/), causal
   attention in query blocks of 128 that skip a block in which every row is padding
-  (item 6), the KV cache padded to skyrl's bucket of the padded prompt plus `max_tokens`
+  (piexp/service/compat/skyrl_server/speedups.py item 3), the KV cache padded to skyrl's bucket of the padded prompt plus `max_tokens`
   (two significant binary digits: 2,048 + 384 -> 3,072);
-* query blocks of 512 (the launcher's `CAUSAL_QUERY_BLOCK`; prefill and training alike):
+* query blocks of 512 (`speedups.CAUSAL_QUERY_BLOCK`; prefill and training alike):
   in these batches no block of 512 is all padding, so nothing is skipped;
 * a KV cache padded only to the padded prompt plus `max_tokens`, rounded up to 128
   (2,048 + 384 -> 2,432; the decode steps read less of it).

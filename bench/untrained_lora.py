@@ -1,7 +1,8 @@
-"""What skipping the LoRA of layers no adapter trains (piexp/service/compat/ item 8,
-`_skip_untrained_lora`) saves on the local server: seconds per training step
+"""What skipping the LoRA of layers no adapter trains (the `untrained_lora` speed-up,
+piexp/service/compat/skyrl_server/speedups.py item 4) saves on the local server: seconds per training step
 (forward_backward + optim_step, importance_sampling) of skyrl's JAX backend in one
-server-venv process, with piexp's other CPU speed-ups (item 6) in both variants and the
+server-venv process, with piexp's speed-ups needed_logprobs, lora_matmuls and
+blocked_attention (items 1-3) in both variants and the
 skip in one, at LoRA ranks 16 and 64, on one fixed batch: 4 sequences of 1,500 random
 tokens, the last 500 of each with an advantage (an RL batch's shape: a long
 observation, then the sampled turn). Each variant runs in its own process; the first
@@ -28,8 +29,8 @@ from rich.table import Table
 
 RANKS = (16, 64)
 
-#: Run in the server venv after the launcher's preamble with item 6 applied: argv
-#: launcher, model, rank, variant ("plain" or "skip": item 8 too).
+#: Run in the server venv after the launcher's preamble with speed-ups 1-3 applied: argv
+#: launcher, model, rank, variant ("plain" or "skip": the untrained_lora speed-up too).
 STEP = r"""
 import json, time
 import numpy as np

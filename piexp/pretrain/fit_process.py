@@ -43,10 +43,13 @@ class FitData:
 def data_digest(data: FitData) -> str:
     """SHA-256 over everything of ``data`` the fit reads, in order: each part's sequences
     with their tokens, targets, weights, policy, family, episode and reward (the
-    batches are drawn by family and policy). Cheap beside what it hashes: 0.20 s for
-    2,200 sequences of 1,000 tokens (at d3fab02, 2026-12-04, the 2-core AMD EPYC
-    development machine under other work), where rolling out the recipe's 2,200
-    episodes took 79-81 s and a whole build about 250 s (docs/benchmarks.md)."""
+    batches are drawn by family and policy). Cheap beside what it hashes: for the
+    recipe's 2,200 episodes (3.7M tokens over the five parts) 0.59 s, 1.4 s with the
+    tokenizer's and the fit's digests, where rolling those episodes out took 558 s on
+    the same run (at f55c19e, 2026-12-04, the 2-core AMD EPYC development machine under
+    a load average of 14) and, with the machine to itself, 79-81 s of a whole build's
+    250 s (docs/benchmarks.md).
+    """
     digest = hashlib.sha256()
     for part in dataclasses.fields(data):
         sequences = getattr(data, part.name)

@@ -4,7 +4,9 @@ embedded sandbox, fit the model, write it with the offline Qwen3 tokenizer and a
 recording the recipe, the digests, the timings and the held-out fit; concurrent runs
 wait on a lock instead of building twice. Older builds are removed once a new one is
 complete. Each rollout records, in the models folder's `.inputs/`, the content key its
-sources gave, so the next run of the same sources knows its model without rolling out."""
+sources gave, so the next run of the same sources knows its model without rolling out;
+a model named before it is built (`learner_model_dir`, for the run-folder guard) leaves
+its episodes there for the build."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pickle
 import random
 import shutil
 import time
@@ -83,10 +86,6 @@ def _remembered_key(memo: Path) -> str | None:
     return key if isinstance(key, str) else None
 
 
-#: Episodes `learner_model_dir` rolled out for a model not built yet, by its folder.
-_UNFITTED: dict[Path, _Episodes] = {}
-
-
 def known_learner_model_dir(recipe: LearnerRecipe = RECIPE) -> Path | None:
     """The model folder for `recipe` when this machine has rolled out these sources'
     episodes before (built or not), else None; rolls nothing out."""
@@ -105,9 +104,31 @@ def learner_model_dir(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RECIP
     with open_sandbox() as sandbox_url:
         episodes = _scripted_episodes(config, recipe, sandbox_url)
     target = _models_root(recipe) / _remember(config, recipe, episodes)
-    if read_marker(target) is None:  # kept for this process's build of it, which would roll them out again
-        _UNFITTED[target] = episodes
+    if read_marker(target) is None:  # kept for its build (in this process or a job's), which would roll them out again
+        _write_atomically(_unfitted_path(recipe, config), pickle.dumps(episodes))
     return target
+
+
+def _unfitted_path(recipe: LearnerRecipe, config: RunConfig) -> Path:
+    """Where `learner_model_dir` leaves the episodes of a model it named but did not build
+    (about 55 MB for learner-local), for the build to take instead of rolling them out."""
+    return _memo_path(recipe, config).with_suffix(".episodes.pickle")
+
+
+def _take_unfitted(recipe: LearnerRecipe, config: RunConfig) -> _Episodes | None:
+    path = _unfitted_path(recipe, config)
+    try:
+        episodes = pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+        return None
+    return episodes if isinstance(episodes, _Episodes) else None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = path.with_name(f".{path.name}.{os.getpid()}")
+    written.write_bytes(data)
+    written.replace(path)
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:
@@ -168,11 +189,13 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
     root = _models_root(recipe)
     with exclusive_lock(root / ".build.lock"):  # another run building the same model: wait for it
         known = known_learner_model_dir(recipe)
+        unfitted = _take_unfitted(recipe, config) if known is not None and read_marker(known) is None else None
         if known is not None and read_marker(known) is not None:
             target = known
-        elif known is not None and known in _UNFITTED:
+        elif known is not None and unfitted is not None:  # named before, by `learner_model_dir`
             target = known
-            _fit(recipe, target, _UNFITTED.pop(known))
+            _fit(recipe, target, unfitted)
+            _unfitted_path(recipe, config).unlink(missing_ok=True)
         else:
             with open_sandbox() as sandbox_url:
                 episodes = _scripted_episodes(config, recipe, sandbox_url)
@@ -271,11 +294,7 @@ def _remember(config: RunConfig, recipe: LearnerRecipe, episodes: _Episodes) -> 
     """Record the content key of this rollout under its sources' inputs digest, and
     return it."""
     digests = _digests(recipe, episodes)
-    memo = _memo_path(recipe, config)
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    written = memo.with_name(f".{memo.name}.{os.getpid()}")
-    written.write_text(json.dumps(digests, indent=2), encoding="utf-8")
-    written.replace(memo)
+    _write_atomically(_memo_path(recipe, config), json.dumps(digests, indent=2).encode())
     return digests["content_key"]
 
 

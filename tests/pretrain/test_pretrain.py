@@ -200,7 +200,8 @@ def test_answer_turn_of_a_merged_episode_is_its_last_action_in_context() -> None
 def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build is made once per content key and found again without episodes; sources
     edited without changing a token roll the episodes out again but fit nothing; a model
-    named before it is built is built from the episodes that named it. Four small builds
+    named before it is built is built from the episodes that named it (left on disk for
+    the build, which may be another process's). Four small builds
     and two rollouts: 95 s on the 2-core development machine under other work."""
     from piexp.launch.sandbox import run_sandbox
 
@@ -256,8 +257,10 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     other_recipe = dataclasses.replace(TINY, seed=1)
     named = build.learner_model_dir(open_sandbox, other_recipe)
     assert build.read_marker(named) is None and opened == [1, 1, 1]
+    assert build._unfitted_path(other_recipe, build.data_config(other_recipe)).is_file()  # for a job's build
     other = build.ensure_learner_model(open_sandbox, other_recipe)
     assert other == named and opened == [1, 1, 1]
+    assert not build._unfitted_path(other_recipe, build.data_config(other_recipe)).exists()
     assert other != path and not path.exists()
     # A variant that withholds csv_agg's oracle program: its episodes come from `wrong`,
     # and it keeps its own builds (learner-local's stays).

@@ -195,7 +195,6 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
         elif known is not None and unfitted is not None:  # named before, by `learner_model_dir`
             target = known
             _fit(recipe, target, unfitted)
-            _unfitted_path(recipe, config).unlink(missing_ok=True)
         else:
             with open_sandbox() as sandbox_url:
                 episodes = _scripted_episodes(config, recipe, sandbox_url)
@@ -205,6 +204,10 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
     for stale in target.parent.iterdir():
         if stale.is_dir() and stale != target and not stale.name.startswith("."):
             shutil.rmtree(stale, ignore_errors=True)
+    # Episodes left for a build that is done, or for models of other sources (named by a
+    # run-folder guard, never built): about 55 MB each.
+    for left in (root / INPUTS_MEMO).glob("*.episodes.pickle"):
+        left.unlink(missing_ok=True)
     return target
 
 

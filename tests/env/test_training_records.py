@@ -29,6 +29,8 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.parametrize("run", list(RUNS))
 def test_the_chain_gives_the_same_batches_rewards_and_records_as_before(played: dict[str, Any], run: str) -> None:
+    """The three runs are played once for the module: 20-38 s on the 2-core development
+    machine under other work (2026-12-04); each comparison then takes no time."""
     before, now = json.loads(FIXTURE.read_text())[run], played[run]
     for part in ("first", "resumed"):  # what the cookbook got: batches, rewards, step metrics
         assert now[part] == before[part], part

@@ -260,7 +260,7 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert build._unfitted_path(other_recipe, build.data_config(other_recipe)).is_file()  # for a job's build
     other = build.ensure_learner_model(open_sandbox, other_recipe)
     assert other == named and opened == [1, 1, 1]
-    assert not build._unfitted_path(other_recipe, build.data_config(other_recipe)).exists()
+    assert not list((other.parent / build.INPUTS_MEMO).glob("*.episodes.pickle"))  # taken, then removed
     assert other != path and not path.exists()
     # A variant that withholds csv_agg's oracle program: its episodes come from `wrong`,
     # and it keeps its own builds (learner-local's stays).

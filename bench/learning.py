@@ -93,9 +93,10 @@ def run_piexp(args: list[str], run_dir: Path, log: Path) -> tuple[float, float]:
 
 def build_model() -> tuple[Path, dict, float, bool]:
     from piexp.launch.sandbox import run_sandbox
-    from piexp.pretrain.build import data_config, ensure_learner_model, learner_model_dir, read_marker
+    from piexp.pretrain.build import data_config, ensure_learner_model, known_learner_model_dir, read_marker
 
-    cached = read_marker(learner_model_dir()) is not None
+    known = known_learner_model_dir()
+    cached = known is not None and read_marker(known) is not None
     started = time.perf_counter()
     sandbox = data_config().sandbox
     path = ensure_learner_model(lambda: run_sandbox(sandbox))

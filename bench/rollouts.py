@@ -57,7 +57,8 @@ from piexp.env.episode import get_run_renderer  # noqa: E402
 from piexp.env.splits import build_splits  # noqa: E402
 from piexp.env.task_sampler import TrainingControls  # noqa: E402
 from piexp.launch import train_transcripts as train_transcripts_module  # noqa: E402
-from piexp.launch.train_transcripts import RecordingDataset, RecordingDatasetBuilder, TrainRecorder  # noqa: E402
+from piexp.env.training_pipeline import TrainingDataset  # noqa: E402
+from piexp.launch.train_transcripts import RecordingDatasetBuilder, TrainRecorder, TranscriptRecord  # noqa: E402
 from piexp.policies import make_policy  # noqa: E402
 from piexp.policies import rollout as rollout_module  # noqa: E402
 from piexp.policies.rollout import run_episode  # noqa: E402
@@ -258,8 +259,8 @@ def _episode_units(jobs, policy, settings, writer=None) -> list:  # type: ignore
 def _group_units(builders, policy) -> list:  # type: ignore[no-untyped-def,type-arg]
     """The training path: one unit per env group builder of a train batch, rolled out
     and graded by the cookbook (`do_group_rollout`, which awaits the builder's
-    `compute_group_rewards`: with the `RecordingDataset` wrapping, that writes the
-    group's transcripts)."""
+    `compute_group_rewards`: with the transcript stage, that writes the group's
+    transcripts)."""
 
     def unit(builder):  # type: ignore[no-untyped-def]
         async def run() -> int:
@@ -326,7 +327,7 @@ async def _eval_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path
 async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
     """The training path: the train dataset as the RL loop gets it (`RecordingDatasetBuilder`,
     as train.py builds it), one batch per pass; `record` passes take the batch from the
-    `RecordingDataset`, the others from the dataset it wraps."""
+    training chain, the others from the same chain without its transcript stage."""
     passes = 4 * args.repeat
     families = args.families.split(",")
     # One batch per pass, of at least --episodes episodes, each family in each language
@@ -357,19 +358,22 @@ async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Pat
     recording, _evaluation = await RecordingDatasetBuilder(
         config_json=config.model_dump_json(), sandbox_url=sandbox_url, run_dir=str(run_dir)
     )()
-    assert isinstance(recording, RecordingDataset)
+    assert isinstance(recording, TrainingDataset)
+    unrecorded = TrainingDataset(
+        recording.sampling, [s for s in recording.stages if not isinstance(s, TranscriptRecord)], sandbox_url
+    )
     settings = episode_settings(config, sandbox_url)
     renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
     policy = TimedPolicy(make_policy("oracle", renderer, build_splits(config).train))
     results = []
     try:
-        await _timed_pass(2, _group_units(recording.inner.get_batch(0), policy), False)  # warm-up
+        await _timed_pass(2, _group_units(unrecorded.get_batch(0), policy), False)  # warm-up
         index = 0
         for _ in range(args.repeat):
             for concurrency in (1, 8):
                 for record in (False, True):
                     index = 1 if args.reuse_tasks else index + 1
-                    dataset = recording if record else recording.inner
+                    dataset = recording if record else unrecorded
                     row = await _timed_pass(concurrency, _group_units(dataset.get_batch(index), policy), record)
                     row["path"] = "train"
                     row["tasks"] = "reused" if args.reuse_tasks and index == 1 and results else "new"

@@ -5,6 +5,8 @@ controls' metrics piexp adds to each step, `controls/...`)."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +17,11 @@ from piexp.files import read_jsonl
 # Suffix of a folder moved aside by --replace (summaries skip such folders).
 REPLACED_MARK = ".replaced-"
 # The per-step metrics log tinker-cookbook writes into a train run's folder.
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = RunFiles.METRICS
 # An eval run's finished episodes, one record a line (`piexp.launch.episodes.EpisodeLog`).
-EPISODES_FILE = "episodes.jsonl"
+EPISODES_FILE = RunFiles.EPISODES
 # A check run's (or preflight's) whole report (`piexp.launch.check`).
-CHECK_FILE = "check.json"
+CHECK_FILE = RunFiles.CHECK
 # metrics.jsonl keys per key metric of a train run (first present wins): `pass@1` is the
 # share of the periodic eval's episodes on the eval split that passed (one sample per
 # task: `passed`, which every episode reports once, piexp.env.reward.PASSED_METRIC; never

@@ -7,6 +7,8 @@ by setting (their overrides but the seed)."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -85,16 +87,16 @@ def sweep_states(root: Path) -> dict[str, str]:
 
 
 def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummary:
-    config = _read_yaml(folder / ".hydra" / "config.yaml") or {}
+    config = _read_yaml(folder / RunFiles.CONFIG) or {}
     mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
-    overrides = _read_yaml(folder / ".hydra" / "overrides.yaml") or []
+    overrides = _read_yaml(folder / RunFiles.OVERRIDES) or []
     name = str(folder.relative_to(root)) if folder != root else folder.resolve().name
     state = states.get(str(folder.resolve()))
     if state is None:
         state = "complete" if read_marker(folder) is not None else "incomplete"
     job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state)
 
-    results = _read_json(folder / "results.json")
+    results = _read_json(folder / RunFiles.RESULTS)
     if isinstance(results, dict) and isinstance(results.get("overall"), dict):
         for metric, key in eval_keys(config).items():
             value = finite_number(results["overall"].get(key))

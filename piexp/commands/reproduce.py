@@ -23,6 +23,8 @@ to a single run (a job of a preset sweep would otherwise relaunch the whole swee
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import argparse
 import json
 from collections.abc import Sequence
@@ -50,7 +52,7 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "manifest.json"
+    path = run_dir / RunFiles.MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -11,6 +11,8 @@ RUN)."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import argparse
 import json
 from collections.abc import Sequence
@@ -57,7 +59,7 @@ def _transcripts(run: Path, source: str) -> list[dict]:
 
 def _digests(run: Path) -> dict[str, list[str]]:
     try:
-        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json.loads((run / RunFiles.MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise UserError(f"{run} has no readable manifest.json: its tasks cannot be verified.") from None
     return dict(manifest.get("task_digests") or {})

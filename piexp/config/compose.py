@@ -8,6 +8,8 @@ the composed tree); `compose` and `group_options` are also reached from here.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import itertools
 import types
 import typing
@@ -146,7 +148,7 @@ def planned_jobs(overrides: Sequence[str], *, multirun: bool) -> list[tuple[list
 
 
 def saved_run_config(run_dir: Path) -> DictConfig:
-    path = run_dir / ".hydra" / "config.yaml"
+    path = run_dir / RunFiles.CONFIG
     if not path.is_file():
         raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
     return OmegaConf.load(path)  # type: ignore[return-value]
@@ -154,7 +156,7 @@ def saved_run_config(run_dir: Path) -> DictConfig:
 
 def saved_run_overrides(run_dir: Path) -> list[str]:
     """The command-line overrides a run folder recorded (`.hydra/overrides.yaml`)."""
-    path = run_dir / ".hydra" / "overrides.yaml"
+    path = run_dir / RunFiles.OVERRIDES
     if not path.is_file():
         raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
     try:

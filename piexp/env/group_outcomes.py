@@ -11,6 +11,8 @@ what the uninterrupted run had."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 import threading
 from dataclasses import asdict, dataclass
@@ -25,7 +27,7 @@ from piexp.files import atomic_write_text, read_jsonl
 __all__ = ["OUTCOMES_FILE", "GroupOutcome", "OutcomeLog", "OutcomeRecord", "binary_outcome", "workspace_group"]
 
 # A training run's graded groups, one JSON line each, in its run folder.
-OUTCOMES_FILE = "group_outcomes.jsonl"
+OUTCOMES_FILE = RunFiles.GROUP_OUTCOMES
 # The reward metric (piexp.env.reward) that is an episode's binary outcome.
 OUTCOME_METRIC = "functional_correct"
 

@@ -9,6 +9,8 @@ instead of an exit that would take the other parallel jobs down with it."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import os
 import sys
 from pathlib import Path
@@ -44,7 +46,7 @@ def run_job(cfg: DictConfig) -> float | None:
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)
-        attach_job_log(run_dir / "job.log")  # what the console shows, as plain text, in the run folder
+        attach_job_log(run_dir / RunFiles.JOB_LOG)  # what the console shows, as plain text, in the run folder
         set_job_label(f"job {job.num}" if job.multirun else None)
         return run_tracked(config, run_dir, job, run_mode)
     except UserError as error:

@@ -16,6 +16,8 @@ that instead). `summary.md` reports whether reward changed beyond noise (`write_
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 import time
 from pathlib import Path
@@ -35,8 +37,8 @@ from piexp.run_records import (
 )
 from piexp.stats import difference_ci95, share_ci95
 
-WARM_START_FILE = "warm_start.json"
-SUMMARY_FILE = "summary.md"
+WARM_START_FILE = RunFiles.WARM_START
+SUMMARY_FILE = RunFiles.SUMMARY
 
 
 def _sft_datums(trajectories: list[Any]) -> list[Any]:

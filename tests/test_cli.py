@@ -94,6 +94,13 @@ BAD = [
     (["sumarize", "outputs"], "Unknown subcommand 'sumarize'. Did you mean summarize?"),
     (["mode=eval", "policy=oracle", "algo=grpo"], "training option (mode=train) that mode=eval would ignore"),
     (["mode=check", "policy=wrong"], "policy would be ignored by mode=check"),
+    # An option of another mode names the mode that takes it, not "no such option".
+    (
+        ["mode=eval", "policy=oracle", "family=arith", "mode.max_steps=3"],
+        "mode.max_steps is a mode=train option; this command line runs mode=eval, which does not take it. "
+        "Add mode=train",
+    ),
+    (["mode=check", "mode.preflight=false"], "mode.preflight is a mode=eval or mode=train option"),
     # Issue 30, rough edge 6: a mistyped policy gets a suggestion; a mistyped tasks option
     # was handed to Hydra, which failed with a LexerNoViableAltException.
     (["mode=eval", "policy=orcale"], "unknown policy 'orcale'. Did you mean oracle?"),

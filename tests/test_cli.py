@@ -135,6 +135,8 @@ def test_plain_piexp_without_a_key_names_the_offline_default(tmp_path: Path) -> 
     assert result.returncode == 3, result.stderr
     text = " ".join(result.stderr.split())
     assert "python -m piexp experiment=offline" in text and "Traceback" not in text
+    # Beside the scripted policies, the offline way to train.
+    assert "python -m piexp service=local model=tiny-local" in text
     assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
     assert list(tmp_path.iterdir()) == []
 

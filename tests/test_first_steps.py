@@ -54,3 +54,16 @@ def test_show_html_into_a_missing_folder_makes_it(oracle_run: Path, tmp_path: Pa
     expected = tmp_path / (given + "viewer.html" if given.endswith("/") else given)
     assert done.stdout.strip() == f"wrote {Path(given) / 'viewer.html' if given.endswith('/') else given}"
     assert expected.is_file() and "<html" in expected.read_text(encoding="utf-8")[:2000].lower()
+
+
+def test_calibrate_writes_into_hydra_run_dir(tmp_path: Path) -> None:
+    """`calibrate ... hydra.run.dir=DIR` ignored DIR and wrote calibration/POLICY into the
+    working directory; DIR is its folder now, as `--out DIR` is (about 30 s on two busy cores)."""
+    done = piexp(
+        tmp_path, "calibrate", "family=arith", "lang=python", "policy=oracle", "levels=1", "n=2", "k=1",
+        "hydra.run.dir=cal",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cal"]
+    assert (tmp_path / "cal" / "calibration.json").is_file()
+    assert (tmp_path / "cal" / "levels" / "arith" / "level-1" / "episodes.jsonl").is_file()

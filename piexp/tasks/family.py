@@ -2,8 +2,8 @@
 user's own code. A family is a `Family` object (a module attribute the YAML's `_target_`
 names): a name, a one-line summary, a frozen dataclass of integer difficulty params (each
 field with a default and a `# one-line meaning` comment) with inclusive `limits` for every
-field, a deterministic `generate(rng, params) -> (instruction, files, answer, used)` that
-draws only from `rng`, and reference programs kept as real source files named
+field, a deterministic `generate(rng, params) -> (instruction, files, answer[, used])` that
+draws only from `rng` (`used`, the per-task choices it made, is optional), and reference programs kept as real source files named
 `<name>.<ext>` in `references_dir` (by default `refs/` beside the generator's module).
 Limits are not cosmetic: they keep every answer within +/-2^53 (exact in every language)
 and workspaces prompt-sized, so values outside them are refused. Whatever a generator
@@ -33,12 +33,20 @@ from piexp.tasks.difficulty import Difficulty
 # The built-in families' reference programs (each family's default `refs/` folder).
 REFS_DIR = Path(__file__).resolve().parent / "families" / "refs"
 
-# generate(rng, params) -> (instruction, files, answer, params_used)
-Generator = Callable[[random.Random, Any], tuple[str, dict[str, str], int, dict[str, Any]]]
+# generate(rng, params) -> (instruction, files, answer) or (instruction, files, answer, params_used)
+Generator = Callable[
+    [random.Random, Any], tuple[str, dict[str, str], int] | tuple[str, dict[str, str], int, dict[str, Any]]
+]
 
 
 class FamilyDefinitionError(UserError):
     """A family object that breaks the protocol (params without bounds, a bad default)."""
+
+
+class GeneratorError(UserError):
+    """A family's generator that failed on a valid setting (raised, returned the wrong
+    shape, a non-integer answer or one outside +/-2^53): a bug in its code, not a setting
+    to change. Its message starts "generator error"."""
 
 
 @dataclass(frozen=True)
@@ -176,33 +184,40 @@ class Family:
 
     def task(self, split: str, index: int, seed: int, params: Any) -> Task:
         rng, stream = derive_rng(seed, split, self.name, index)
-        where = f"family {self.name!r} ({self.source_file}), task {index} of the {split} split (seed {seed})"
+        where = (
+            f"generator error in family {self.name!r} ({self.source_file}), task {index} of the {split} split "
+            f"(seed {seed})"
+        )
         try:
             produced = self.generate(rng, params)
         except UserError:
             raise
         except Exception as error:  # the user's generator: any exception is a bug to report
-            raise UserError(
+            raise GeneratorError(
                 f"{where}: the generator raised {type(error).__name__}: {error}. Fix generate() in "
                 f"{self.source_file}, then preview with `python -m piexp tasks --config-dir DIR family={self.name}`."
             ) from None
-        if not (isinstance(produced, tuple) and len(produced) == 4):
-            raise UserError(f"{where}: generate() must return (instruction, files, answer, params_used).")
-        instruction, files, answer, used = produced
+        if not (isinstance(produced, tuple) and len(produced) in (3, 4)):
+            raise GeneratorError(
+                f"{where}: generate() must return (instruction, files, answer), or (instruction, files, answer, "
+                f"params_used) with the per-task choices it made; it returned {_shape(produced)}."
+            )
+        # The per-task choices are optional: a generator with none returns three values.
+        instruction, files, answer, used = produced if len(produced) == 4 else (*produced, {})
         if isinstance(answer, bool) or not isinstance(answer, int):
-            raise UserError(
+            raise GeneratorError(
                 f"{where}: the answer {answer!r} is a {type(answer).__name__}, not an integer; "
                 "generate() must return a Python int."
             )
         if not -MAX_SAFE_INTEGER < answer < MAX_SAFE_INTEGER:
-            raise UserError(
+            raise GeneratorError(
                 f"{where}: the answer {answer} lies outside +/-2^53, which JavaScript cannot hold exactly; "
                 "lower the family's limits so every answer stays within it."
             )
         if not isinstance(instruction, str) or not isinstance(files, Mapping) or not isinstance(used, Mapping):
-            raise UserError(f"{where}: instruction must be a str, files and params_used dicts.")
+            raise GeneratorError(f"{where}: instruction must be a str, files and params_used dicts.")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-            raise UserError(f"{where}: files must map file names (str) to contents (str).")
+            raise GeneratorError(f"{where}: files must map file names (str) to contents (str).")
         return Task(
             task_id=f"{split}-{self.name}-{seed}-{index:05d}",
             family=self.name,
@@ -227,6 +242,13 @@ class Family:
             "references": hashlib.sha256(canonical_json(references).encode()).hexdigest(),
             "params": hashlib.sha256(canonical_json(dataclasses.asdict(params)).encode()).hexdigest(),
         }
+
+
+def _shape(value: Any) -> str:
+    """What a generator returned, for its error: a tuple's length, or the type."""
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} value{'s' if len(value) != 1 else ''}"
+    return f"a {type(value).__name__}"
 
 
 @cache

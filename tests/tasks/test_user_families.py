@@ -478,3 +478,46 @@ def test_parquet_file_and_datasets_folder_are_task_files_too(tmp_path: Path) -> 
     datasets.Dataset.from_list([{**row, "answer": str(row["answer"])} for row in flat]).save_to_disk(str(bad))
     with pytest.raises(UserError, match=r"bad_dataset row 1 \(id t0\): answer must be a JSON integer"):
         load_task_file("t", str(bad), 30)
+
+
+def test_a_generator_returning_three_values_previews_and_checks(tmp_path: Path) -> None:
+    """`generate` may return (instruction, files, answer) without the per-task choices:
+    the fourth value is optional (a three-value generator was refused as malformed)."""
+    root = tmp_path / "mine"
+    package = write_family(root, "three")
+    module = root / package / "three.py"
+    module.write_text(module.read_text().replace(", answer, {}\n", ", answer\n"))
+    assert "return instruction, {" in module.read_text() and ", answer, {}" not in module.read_text()
+    conf = str(root / "conf")
+    preview = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=three", "n=1", pythonpath=root)
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert "numbers.txt" in preview.stdout and "answer" in preview.stdout.lower()
+    run = tmp_path / "check"
+    result = run_piexp(
+        tmp_path, "--config-dir", conf, "family=three", "lang=python", "mode=check", *SMALL, f"hydra.run.dir={run}",
+        pythonpath=root,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(run / "check.json")["passed"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "needle"),
+    [("1 // 0", "the generator raised ZeroDivisionError"), ("0.5", "is a float, not an integer")],
+    ids=["raises", "float_answer"],
+)
+def test_params_help_of_a_broken_generator_fails_saying_generator_error(
+    tmp_path: Path, answer: str, needle: str
+) -> None:
+    """`tasks --params` printed a broken generator's failure as "(not a valid setting: ...)"
+    under each example and exited 0, as if the setting were at fault; it is the generator's
+    bug, so the command fails (exit 2) naming it."""
+    root = tmp_path / "mine"
+    write_family(root, "broken", answer=answer)
+    result = run_piexp(
+        tmp_path, "tasks", "--config-dir", str(root / "conf"), "family=broken", "--params", pythonpath=root
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    text = said(result)
+    assert text.startswith("piexp: generator error in family 'broken' (") and needle in text, text
+    assert "not a valid setting" not in result.stdout + result.stderr and "Traceback" not in result.stderr

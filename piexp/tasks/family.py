@@ -234,6 +234,16 @@ class Family:
         """Where the family's code comes from (module, file, package and version)."""
         return {"kind": "generator", **code_origin(self.generate, self.source_file)}
 
+    def file_digests(self) -> dict[str, dict[str, str]]:
+        """A digest of every file the family runs, each under a key that names what it is:
+        `module NAME` for the generator's module and every module of the user's package it
+        imports (helpers, the package's `__init__.py`), `LANGUAGE reference` for each
+        reference program. `reproduce` compares them to name the one file that changed."""
+        module = getattr(self.generate, "__module__", None) or ""
+        files = {f"module {name}": path for name, path in imported_package_modules(module, self.source_file).items()}
+        files.update({f"{name} reference": self.reference_file(name) for name in self.reference_languages()})
+        return {key: {"file": str(path), "sha256": file_digest(path)} for key, path in files.items()}
+
     def digest(self, params: Any) -> dict[str, str]:
         """Digests of the family's code, its reference programs and the params used."""
         references = {name: file_digest(self.reference_file(name)) for name in self.reference_languages()}
@@ -278,6 +288,66 @@ def code_origin(obj: Any, source_file: Path) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             version = None
     return {"module": module, "file": str(source_file), "package": distribution, "version": version}
+
+
+def imported_package_modules(module: str, source_file: Path) -> dict[str, Path]:
+    """`module` (defined in `source_file`) and, transitively, every module of its own
+    top-level package that it imports, with the packages' `__init__.py` files that run on
+    the way: the code a family's tasks depend on beyond the file that defines it. Found
+    from the sources' import statements (what another process importing the family runs),
+    not from what this process happens to have imported. piexp's own modules are piexp's
+    version, recorded apart; they are not followed."""
+    import ast
+    import importlib.util
+
+    top = module.split(".")[0]
+    if not module or top == "piexp" or not source_file.is_file():
+        return {module or source_file.stem: source_file}
+
+    def in_package(name: str) -> bool:
+        return name == top or name.startswith(f"{top}.")
+
+    def file_of(name: str) -> Path | None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # an attribute imported from a module, or a broken one
+            return None
+        origin = spec.origin if spec is not None else None
+        return Path(origin).resolve() if origin and origin.endswith(".py") else None
+
+    found: dict[str, Path] = {module: source_file}
+    pending = [module]
+    while pending:
+        name = pending.pop()
+        path = found[name]
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        candidates = [".".join(name.split(".")[:depth]) for depth in range(1, name.count(".") + 1)]
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                candidates += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base_parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*base_parts, *([node.module] if node.module else [])])
+                else:
+                    base = node.module or ""
+                candidates += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        for candidate in candidates:
+            # Importing a.b.c runs a/__init__.py and a/b/__init__.py too.
+            parts = candidate.split(".")
+            for depth in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:depth])
+                if prefix in found or not in_package(prefix):
+                    continue
+                located = file_of(prefix)
+                if located is not None:
+                    found[prefix] = located
+                    pending.append(prefix)
+    return dict(sorted(found.items()))
 
 
 @cache

@@ -521,3 +521,49 @@ def test_params_help_of_a_broken_generator_fails_saying_generator_error(
     text = said(result)
     assert text.startswith("piexp: generator error in family 'broken' (") and needle in text, text
     assert "not a valid setting" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+
+
+def test_reproduce_names_the_reference_or_the_package_module_that_changed(tmp_path: Path) -> None:
+    """`reproduce` said only that a family's "references" changed (not whether the Python or
+    the JavaScript one), and digested only the file defining the family, so an edit to a
+    helper module of the same package went unnoticed. Every module of the user's package
+    the family imports, and each reference, has a digest of its own in the manifest."""
+    root = tmp_path / "mine"
+    package = write_family(root, "helped", extra_module="\nfrom .helpers import OFFSET  # noqa: E402\n")
+    helper = root / package / "helpers.py"
+    helper.write_text("OFFSET = 0\n")
+    (root / package / "unused.py").write_text("NOT_IMPORTED = 1\n")
+    run = tmp_path / "eval"
+    result = run_piexp(
+        tmp_path, "--config-dir", str(root / "conf"), "family=helped", "lang=python,javascript", "mode=eval",
+        "policy=oracle", *SMALL[:2], f"hydra.run.dir={run}", pythonpath=root,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    files = read_json(run / "manifest.json")["family_origins"]["helped"]["files"]
+    assert set(files) == {
+        f"module {package}",
+        f"module {package}.helped",
+        f"module {package}.helpers",
+        "python reference",
+        "javascript reference",
+    }, files
+    assert files[f"module {package}.helpers"]["file"] == str(helper.resolve())
+
+    def reproduce() -> str:
+        done = run_piexp(tmp_path, "reproduce", str(run), "--check-only", pythonpath=root)
+        assert done.returncode == 2, done.stdout + done.stderr
+        return said(done)
+
+    assert run_piexp(tmp_path, "reproduce", str(run), "--check-only", pythonpath=root).returncode == 0
+    reference = root / package / "refs" / "helped.js"
+    original = reference.read_text()
+    reference.write_text(original + "// an edit\n")
+    text = reproduce()
+    assert f"Family 'helped' changed since the run in {run}: its javascript reference ({reference.resolve()})" in text
+    assert "python reference" not in text
+    reference.write_text(original)
+    helper.write_text("OFFSET = 0  # an edit\n")
+    assert f"its code ({helper.resolve()}) has digest" in reproduce()
+    helper.write_text("OFFSET = 0\n")
+    (root / package / "unused.py").write_text("NOT_IMPORTED = 2\n")  # not imported: not the family's code
+    assert run_piexp(tmp_path, "reproduce", str(run), "--check-only", pythonpath=root).returncode == 0

@@ -567,3 +567,38 @@ def test_reproduce_names_the_reference_or_the_package_module_that_changed(tmp_pa
     helper.write_text("OFFSET = 0\n")
     (root / package / "unused.py").write_text("NOT_IMPORTED = 2\n")  # not imported: not the family's code
     assert run_piexp(tmp_path, "reproduce", str(run), "--check-only", pythonpath=root).returncode == 0
+
+
+@pytest.mark.parametrize("clash", ["builtin_params", "builtin_name", "two_of_mine"])
+def test_a_name_defined_twice_is_refused_even_unselected_with_the_fix_that_fits(tmp_path: Path, clash: str) -> None:
+    """A clash was refused only when its family was selected, so a run of another family
+    went ahead with a search path on which a name meant two things; and the only advice
+    was a rename, wrong for a YAML that gives a built-in other parameters (that takes
+    `family.NAME.KEY=` overrides)."""
+    root = tmp_path / "mine"
+    package = write_family(root, "evens")
+    search = ["--config-dir", str(root / "conf")]
+    if clash == "builtin_params":
+        yaml_file = root / "conf" / "family" / "arith.yaml"
+        yaml_file.write_text(
+            "# @package family\narith:\n  _target_: piexp.tasks.families.arith.FAMILY\n  n_expressions: 20\n"
+        )
+        needles = [f"{yaml_file} targets piexp's own arith", f"Delete {yaml_file}", "family.arith.KEY=VALUE"]
+    elif clash == "builtin_name":
+        yaml_file = root / "conf" / "family" / "arith.yaml"
+        yaml_file.write_text(f"# @package family\narith:\n  _target_: {package}.evens.FAMILY\n")
+        needles = ["arith is one of piexp's own families: give yours a name of its own", "family.arith.KEY=VALUE"]
+    else:
+        other = tmp_path / "other"
+        write_family(other, "twin")
+        write_family(root, "twin")
+        search += [f"hydra.searchpath=['file://{other / 'conf'}']"]
+        needles = ["'twin' is defined twice", str(other / "conf"), "Rename one"]
+    run = tmp_path / "run"
+    result = run_piexp(
+        tmp_path, *search, "family=evens", "lang=python", "mode=check", *SMALL, f"hydra.run.dir={run}",
+        pythonpath=root,
+    )  # fmt: skip
+    assert_refused(result, run, *needles)
+    if clash == "builtin_params":
+        assert "Rename" not in said(result) and "name of its own" not in said(result)

@@ -179,7 +179,35 @@ def validate(cfg: DictConfig) -> RunConfig:
 
 
 def load(overrides: Sequence[str]) -> RunConfig:
-    return validate(compose(overrides))
+    from piexp.tasks.family import ParamValueError
+
+    try:
+        return validate(compose(overrides))
+    except ParamValueError as error:
+        where = _param_origin(error.family, error.param, error.value, overrides)
+        raise UserError(error.located(where) if where else str(error)) from None
+
+
+def _param_origin(family: str, param: str, value: Any, overrides: Sequence[str]) -> str:
+    """Where a family parameter's value was set, when not on the command line (which the
+    user has in front of them): the family's YAML file (piexp's or the user's, found on
+    the search path), or a preset; empty when on the command line or not found."""
+    from piexp.config.search_path import family_definitions
+
+    key = f"family.{family}.{param}"
+    if any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides):
+        return ""
+    for path, _target in family_definitions(user_search_path(with_search_path(overrides))).get(family, []):
+        try:
+            entry = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get(family) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+            continue
+        if isinstance(entry, dict) and entry.get(param) == value:
+            return f"set in {path}"
+    presets = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == "experiment"]
+    if presets:
+        return f"set by experiment={presets[-1]}"
+    return ""
 
 
 def sweep_combinations(overrides: Sequence[str]) -> Iterator[list[str]]:

@@ -43,6 +43,19 @@ class FamilyDefinitionError(UserError):
     """A family object that breaks the protocol (params without bounds, a bad default)."""
 
 
+class ParamValueError(UserError):
+    """A family parameter's value that is not an integer within its limits; says which
+    family and parameter, so the config layer can name where the value was set."""
+
+    def __init__(self, family: str, param: str, value: Any, problem: str) -> None:
+        super().__init__(f"family {family!r}: {param}={value!r} {problem}")
+        self.family, self.param, self.value, self.problem = family, param, value, problem
+
+    def located(self, where: str) -> str:
+        """The message with where the value was set (`set in conf/family/NAME.yaml`)."""
+        return f"family {self.family!r}: {self.param}={self.value!r}, {where}, {self.problem}"
+
+
 class GeneratorError(UserError):
     """A family's generator that failed on a valid setting (raised, returned the wrong
     shape, a non-integer answer or one outside +/-2^53): a bug in its code, not a setting
@@ -147,11 +160,14 @@ class Family:
             value = getattr(params, name)
             low, high = self.limits[name]
             if isinstance(value, bool) or not isinstance(value, int):
-                raise UserError(f"family {self.name!r}: {name} must be an integer, got {value!r}")
+                raise ParamValueError(self.name, name, value, "is not an integer; the parameter must be one")
             if not low <= value <= high:
-                raise UserError(
-                    f"family {self.name!r}: {name}={value} is outside [{low}, {high}] "
-                    "(the limits keep answers exact in every language and workspaces prompt-sized)"
+                raise ParamValueError(
+                    self.name,
+                    name,
+                    value,
+                    f"is outside [{low}, {high}] (the limits keep answers exact in every language and "
+                    "workspaces prompt-sized)",
                 )
         check = getattr(params, "check", None)
         if check is not None:

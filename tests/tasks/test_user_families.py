@@ -602,3 +602,25 @@ def test_a_name_defined_twice_is_refused_even_unselected_with_the_fix_that_fits(
     assert_refused(result, run, *needles)
     if clash == "builtin_params":
         assert "Rename" not in said(result) and "name of its own" not in said(result)
+
+
+def test_a_value_out_of_range_names_the_yaml_file_it_came_from(tmp_path: Path) -> None:
+    """A family's YAML with a value outside the family's limits was refused as "n_numbers=500
+    is outside [1, 100]", which the command line does not show: it names the file now."""
+    root = tmp_path / "mine"
+    write_family(root, "ranged")
+    yaml_file = root / "conf" / "family" / "ranged.yaml"
+    yaml_file.write_text(yaml_file.read_text().replace("n_numbers: 12", "n_numbers: 500"))
+    conf = str(root / "conf")
+    run = tmp_path / "run"
+    result = run_piexp(
+        tmp_path, "--config-dir", conf, "family=ranged", "mode=check", f"hydra.run.dir={run}", pythonpath=root
+    )
+    assert_refused(result, run, f"family 'ranged': n_numbers=500, set in {yaml_file}, is outside [1, 100]")
+    preview = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=ranged", pythonpath=root)
+    assert preview.returncode == 2 and f"set in {yaml_file}" in said(preview)
+    # Set on the command line, the value is the one the user typed: no file to name.
+    fixed = run_piexp(
+        tmp_path, "tasks", "--config-dir", conf, "family=ranged", "family.ranged.n_numbers=300", pythonpath=root
+    )
+    assert fixed.returncode == 2 and "n_numbers=300 is outside [1, 100]" in said(fixed)

@@ -624,3 +624,31 @@ def test_a_value_out_of_range_names_the_yaml_file_it_came_from(tmp_path: Path) -
         tmp_path, "tasks", "--config-dir", conf, "family=ranged", "family.ranged.n_numbers=300", pythonpath=root
     )
     assert fixed.returncode == 2 and "n_numbers=300 is outside [1, 100]" in said(fixed)
+
+
+def test_a_task_file_without_references_previews_and_a_model_evaluates_it_by_the_hint(tmp_path: Path) -> None:
+    """A task file without `references` could not even be previewed, and a model eval of it
+    was refused with "drop python from lang/eval_lang", which leaves no language at all.
+    The preview plays no reference; the refusal names the setting that lets a model run
+    on it, and that command runs: `service=local model=tiny-local`, the offline model
+    (about 60 s on two busy cores: the local server starts)."""
+    lines = [json.dumps({k: v for k, v in json.loads(line).items() if k != "references"}) for line in good_task_lines()]
+    write_task_file(tmp_path, "bare", lines)
+    conf = str(tmp_path / "conf")
+    preview = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=bare", "n=1")
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert "numbers.txt" in preview.stdout
+    params = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=bare", "--params")
+    assert params.returncode == 0, params.stderr[-3000:]
+    command = [
+        "--config-dir", conf, "family=bare", "lang=python", "mode=eval", "policy=model", "service=local",
+        "model=tiny-local", "tasks.eval_per_family=1", "tasks.train_per_family=1", "limits.max_turns=1",
+        "limits.max_generation_tokens=16",
+    ]  # fmt: skip
+    run = tmp_path / "eval"
+    refused = run_piexp(tmp_path, *command, f"hydra.run.dir={run}")
+    assert_refused(refused, run, "family bare has no reference program in any language", "add mode.preflight=false")
+    assert "drop python" not in said(refused)
+    result = run_piexp(tmp_path, *command, "mode.preflight=false", f"hydra.run.dir={run}", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(run / "results.json")["overall"]["episodes"] == 1

@@ -160,9 +160,13 @@ def _format_validation_error(error: ValidationError) -> str:
     return "Invalid configuration: " + "; ".join(problems) + "."
 
 
-def validate(cfg: DictConfig) -> RunConfig:
-    """Turn a composed config into a `RunConfig`, or raise one clear `UserError`."""
+def validate(cfg: DictConfig, search_path: Sequence[str] | None = None) -> RunConfig:
+    """Turn a composed config into a `RunConfig`, or raise one clear `UserError`.
+    `search_path`: the config search path it was composed on (None: the running Hydra
+    job's), where task files given relative to their YAML are found."""
     from omegaconf.errors import MissingMandatoryValue
+
+    from piexp.config.search_path import anchor_task_file_paths, running_search_path
 
     plain = {key: value for key, value in cfg.items() if key != "hydra"}
     try:
@@ -170,6 +174,9 @@ def validate(cfg: DictConfig) -> RunConfig:
     except MissingMandatoryValue as error:
         key = getattr(error, "full_key", None) or str(error)
         raise UserError(f"Invalid configuration: {key} must be set (it has no default).") from None
+    if isinstance(data, dict) and isinstance(data.get("family"), dict):
+        entries = running_search_path() if search_path is None else search_path
+        data["family"] = anchor_task_file_paths(data["family"], entries)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as error:
@@ -182,7 +189,7 @@ def load(overrides: Sequence[str]) -> RunConfig:
     from piexp.tasks.family import ParamValueError
 
     try:
-        return validate(compose(overrides))
+        return validate(compose(overrides), user_search_path(with_search_path(overrides)))
     except ParamValueError as error:
         where = _param_origin(error.family, error.param, error.value, overrides)
         raise UserError(error.located(where) if where else str(error)) from None
@@ -305,7 +312,11 @@ def validate_saved(saved_cfg: DictConfig, run_dir: Path, overrides: Sequence[str
     if isinstance(saved, dict) and isinstance(recomposed, dict):
         saved = _with_missing_fields(saved, recomposed, RunConfig)
         saved["family"] = _with_family_targets(saved.get("family"), recomposed.get("family"))
-    return validate(OmegaConf.create(saved))
+    try:
+        used = saved_run_overrides(run_dir) if overrides is None else list(overrides)
+    except UserError:
+        used = []
+    return validate(OmegaConf.create(saved), user_search_path(with_search_path(used)))
 
 
 def _with_family_targets(saved: Any, recomposed: Any) -> Any:

@@ -16,6 +16,7 @@ import importlib.util
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -206,6 +207,35 @@ def refuse_family_clashes(selected: Sequence[str], overrides: Sequence[str]) -> 
             f"{both}. Rename one (its YAML file, its entry and its Family(name=...)) or take one folder off the "
             "search path: which one a run gets must not depend on search order."
         )
+
+
+def anchor_task_file_paths(family: dict[str, Any], entries: Sequence[str]) -> dict[str, Any]:
+    """`family` (the composed config's entries) with each task file's relative `path`
+    taken from the folder of the YAML file that gives it, where that file exists: a task
+    file beside its YAML (or in the config package an installed distribution ships) is
+    found from any folder. A path set on the command line, or one the YAML's folder does
+    not hold, stays relative to the folder piexp runs in, as before; `pkg://` paths are
+    the task file's own to resolve."""
+    anchored = dict(family)
+    definitions: dict[str, list[tuple[Path, str | None]]] | None = None
+    for name, entry in family.items():
+        if not isinstance(entry, dict) or not str(entry.get("_target_") or "").endswith("TaskFileFamily"):
+            continue
+        path = entry.get("path")
+        if not isinstance(path, str) or not path or "://" in path or Path(path).expanduser().is_absolute():
+            continue
+        if definitions is None:
+            definitions = family_definitions(entries)
+        for yaml_file, _target in definitions.get(name, []):
+            try:
+                given = ((yaml.safe_load(yaml_file.read_text(encoding="utf-8")) or {}).get(name) or {}).get("path")
+            except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+                continue
+            beside = (yaml_file.parent / path).resolve()
+            if given == path and beside.exists():
+                anchored[name] = {**entry, "path": str(beside)}
+                break
+    return anchored
 
 
 def running_search_path() -> list[str]:

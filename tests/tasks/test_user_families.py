@@ -652,3 +652,81 @@ def test_a_task_file_without_references_previews_and_a_model_evaluates_it_by_the
     result = run_piexp(tmp_path, *command, "mode.preflight=false", f"hydra.run.dir={run}", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert read_json(run / "results.json")["overall"]["episodes"] == 1
+
+
+def test_a_task_files_path_is_taken_from_its_yaml_folder(tmp_path: Path) -> None:
+    """A relative `path` in a task file's YAML was taken from the folder piexp runs in, so
+    the family worked only from one folder; beside its YAML, it is found from any (about
+    35 s on two busy cores)."""
+    root = tmp_path / "mine"
+    root.mkdir()
+    write_task_file(root, "beside", good_task_lines())
+    yaml_file = root / "conf" / "family" / "beside.yaml"
+    (root / "beside.jsonl").rename(root / "conf" / "family" / "beside.jsonl")
+    yaml_file.write_text(yaml_file.read_text().replace(f"path: {root / 'beside.jsonl'}", "path: beside.jsonl"))
+    assert "path: beside.jsonl\n" in yaml_file.read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "check"
+    result = run_piexp(
+        elsewhere, "--config-dir", str(root / "conf"), "family=beside", "mode=check", *SMALL, f"hydra.run.dir={run}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    origin = read_json(run / "manifest.json")["family_origins"]["beside"]
+    assert origin["path"] == str(root / "conf" / "family" / "beside.jsonl")
+    assert run_piexp(elsewhere, "reproduce", str(run), "--check-only").returncode == 0
+
+
+def test_an_installed_package_ships_its_task_files(tmp_path: Path) -> None:
+    """A distribution installed by pip (into a site folder, offline) ships task files as
+    package data: one named `pkg://PACKAGE/FILE`, one relative to its YAML in the package's
+    config folder; both check from a folder that holds neither (about 40 s)."""
+    package = f"shipped_{uuid.uuid4().hex[:8]}"
+    source = tmp_path / "project" / package
+    (source / "conf" / "family").mkdir(parents=True)
+    (source / "data").mkdir()
+    (source / "__init__.py").write_text("")
+    (source / "conf" / "__init__.py").write_text("")
+    (source / "data" / "sums.jsonl").write_text("\n".join(good_task_lines()) + "\n")
+    (source / "conf" / "family" / "more.jsonl").write_text("\n".join(good_task_lines(10)[2:]) + "\n")
+    target = "piexp.tasks.task_file.TaskFileFamily"
+    (source / "conf" / "family" / f"{package}_a.yaml").write_text(
+        f"# @package family\n{package}_a:\n  _target_: {target}\n  path: pkg://{package}/data/sums.jsonl\n"
+    )
+    (source / "conf" / "family" / f"{package}_b.yaml").write_text(
+        f"# @package family\n{package}_b:\n  _target_: {target}\n  path: more.jsonl\n"
+    )
+    (source.parent / "pyproject.toml").write_text(
+        textwrap.dedent(f"""\
+            [build-system]
+            requires = ["setuptools>=68"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "{package.replace("_", "-")}"
+            version = "0.1.0"
+            [project.entry-points."piexp.families"]
+            {package} = "{package}.conf"
+            [tool.setuptools]
+            packages = ["{package}", "{package}.conf"]
+            [tool.setuptools.package-data]
+            {package} = ["data/*.jsonl"]
+            "{package}.conf" = ["family/*.yaml", "family/*.jsonl"]
+            """)
+    )
+    site = tmp_path / "site"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(site), str(source.parent)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "check"
+    result = run_piexp(
+        elsewhere, f"family={package}_a,{package}_b", "mode=check", *SMALL, f"hydra.run.dir={run}", pythonpath=site
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    origins = read_json(run / "manifest.json")["family_origins"]
+    assert origins[f"{package}_a"]["path"] == str(site / package / "data" / "sums.jsonl")
+    assert origins[f"{package}_b"]["path"] == str(site / package / "conf" / "family" / "more.jsonl")

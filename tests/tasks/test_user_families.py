@@ -677,46 +677,39 @@ def test_a_task_files_path_is_taken_from_its_yaml_folder(tmp_path: Path) -> None
     assert run_piexp(elsewhere, "reproduce", str(run), "--check-only").returncode == 0
 
 
-def test_an_installed_package_ships_its_task_files(tmp_path: Path) -> None:
-    """A distribution installed by pip (into a site folder, offline) ships task files as
-    package data: one named `pkg://PACKAGE/FILE`, one relative to its YAML in the package's
-    config folder; both check from a folder that holds neither (about 40 s)."""
-    package = f"shipped_{uuid.uuid4().hex[:8]}"
-    source = tmp_path / "project" / package
-    (source / "conf" / "family").mkdir(parents=True)
-    (source / "data").mkdir()
-    (source / "__init__.py").write_text("")
-    (source / "conf" / "__init__.py").write_text("")
-    (source / "data" / "sums.jsonl").write_text("\n".join(good_task_lines()) + "\n")
-    (source / "conf" / "family" / "more.jsonl").write_text("\n".join(good_task_lines(10)[2:]) + "\n")
-    target = "piexp.tasks.task_file.TaskFileFamily"
-    (source / "conf" / "family" / f"{package}_a.yaml").write_text(
-        f"# @package family\n{package}_a:\n  _target_: {target}\n  path: pkg://{package}/data/sums.jsonl\n"
+def test_the_packaging_guide_installs_a_generator_and_a_task_file_offline(tmp_path: Path) -> None:
+    """docs/families.md's packaging section, followed as written: its layout, its
+    pyproject.toml (read from the page) and its offline pip command install a generator
+    family with its references and a task file named `pkg://...`; both check from a
+    folder that holds neither, with no --config-dir."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "families.md").read_text(encoding="utf-8")
+    section = page.split("## Packaging your families", 1)[1]
+    pyproject = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    install = next(line for line in section.splitlines() if "pip install" in line)
+    project = tmp_path / "my-piexp-tasks"
+    package = project / "my_piexp_tasks"
+    for folder in ("refs", "data", "conf/family"):
+        (package / folder).mkdir(parents=True)
+    (project / "pyproject.toml").write_text(pyproject)
+    (package / "__init__.py").write_text("")
+    (package / "conf" / "__init__.py").write_text("")
+    limits = '{"n_numbers": (1, 100), "max_value": (1, 10000)}'
+    answer = "sum(n for n in numbers if n % 2 == 0)"
+    (package / "collatz.py").write_text(GENERATOR.format(name="collatz", answer=answer, limits=limits))
+    for extension, source in REFERENCES.items():
+        (package / "refs" / f"collatz.{extension}").write_text(source)
+    (package / "data" / "puzzles.jsonl").write_text("\n".join(good_task_lines()) + "\n")
+    (package / "conf" / "family" / "collatz.yaml").write_text(
+        "# @package family\ncollatz:\n  _target_: my_piexp_tasks.collatz.FAMILY\n"
     )
-    (source / "conf" / "family" / f"{package}_b.yaml").write_text(
-        f"# @package family\n{package}_b:\n  _target_: {target}\n  path: more.jsonl\n"
+    (package / "conf" / "family" / "puzzles.yaml").write_text(
+        "# @package family\npuzzles:\n  _target_: piexp.tasks.task_file.TaskFileFamily\n"
+        "  path: pkg://my_piexp_tasks/data/puzzles.jsonl\n"
     )
-    (source.parent / "pyproject.toml").write_text(
-        textwrap.dedent(f"""\
-            [build-system]
-            requires = ["setuptools>=68"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "{package.replace("_", "-")}"
-            version = "0.1.0"
-            [project.entry-points."piexp.families"]
-            {package} = "{package}.conf"
-            [tool.setuptools]
-            packages = ["{package}", "{package}.conf"]
-            [tool.setuptools.package-data]
-            {package} = ["data/*.jsonl"]
-            "{package}.conf" = ["family/*.yaml", "family/*.jsonl"]
-            """)
-    )
-    site = tmp_path / "site"
+    assert install.split()[:2] == [".venv/bin/python", "-m"] and install.split()[-1] == "./my-piexp-tasks"
+    site = tmp_path / "site"  # the page installs into the venv; a test installs into a folder of its own
     installed = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(site), str(source.parent)],
+        [sys.executable, *install.split()[1:-1], "--target", str(site), str(project)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-3000:]
@@ -724,9 +717,11 @@ def test_an_installed_package_ships_its_task_files(tmp_path: Path) -> None:
     elsewhere.mkdir()
     run = tmp_path / "check"
     result = run_piexp(
-        elsewhere, f"family={package}_a,{package}_b", "mode=check", *SMALL, f"hydra.run.dir={run}", pythonpath=site
-    )
+        elsewhere, "family=collatz,puzzles", "lang=python", "mode=check", *SMALL, f"hydra.run.dir={run}",
+        pythonpath=site,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     origins = read_json(run / "manifest.json")["family_origins"]
-    assert origins[f"{package}_a"]["path"] == str(site / package / "data" / "sums.jsonl")
-    assert origins[f"{package}_b"]["path"] == str(site / package / "conf" / "family" / "more.jsonl")
+    assert (origins["collatz"]["package"], origins["collatz"]["version"]) == ("my-piexp-tasks", "0.1.0")
+    assert origins["collatz"]["file"] == str(site / "my_piexp_tasks" / "collatz.py")
+    assert origins["puzzles"]["path"] == str(site / "my_piexp_tasks" / "data" / "puzzles.jsonl")

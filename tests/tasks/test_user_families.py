@@ -681,7 +681,7 @@ def test_the_packaging_guide_installs_a_generator_and_a_task_file_offline(tmp_pa
     """docs/families.md's packaging section, followed as written: its layout, its
     pyproject.toml (read from the page) and its offline pip command install a generator
     family with its references and a task file named `pkg://...`; both check from a
-    folder that holds neither, with no --config-dir."""
+    folder that holds neither, with no --config-dir, and the run reproduces."""
     page = (Path(__file__).resolve().parents[2] / "docs" / "families.md").read_text(encoding="utf-8")
     section = page.split("## Packaging your families", 1)[1]
     pyproject = section.split("```toml\n", 1)[1].split("```", 1)[0]
@@ -725,3 +725,5 @@ def test_the_packaging_guide_installs_a_generator_and_a_task_file_offline(tmp_pa
     assert (origins["collatz"]["package"], origins["collatz"]["version"]) == ("my-piexp-tasks", "0.1.0")
     assert origins["collatz"]["file"] == str(site / "my_piexp_tasks" / "collatz.py")
     assert origins["puzzles"]["path"] == str(site / "my_piexp_tasks" / "data" / "puzzles.jsonl")
+    reproduced = run_piexp(elsewhere, "reproduce", str(run), "--check-only", pythonpath=site)
+    assert reproduced.returncode == 0, reproduced.stderr[-3000:]

@@ -5,12 +5,15 @@ usage (its own argument parser's `--help`), the package's layers (pyproject.toml
 import contract) and the sandbox's wire format. (docs/benchmarks.md is written by
 bench/report.py from the benches' records and committed.)
 
-MkDocs runs this file as a hook (`hooks:` in mkdocs.yml): `on_files` adds the
-reference pages to the build in memory, and `on_page_markdown` fills the generated part
-of a hand-written page (a `<!-- piexp-... -->` marker), so nothing generated is ever
-committed. A key without a
-description stops the build (and tests/test_docs.py fails on `undocumented_keys()`).
-`python docs/gen_reference.py DIR` writes the same pages into DIR, to read them raw."""
+The two reference pages are committed, `docs/reference/config.md` and
+`docs/reference/commands.md`, so a fresh clone reads them without a build:
+`python docs/gen_reference.py` writes them again, and tests/test_reference_pages.py fails
+when they differ from what piexp generates now. MkDocs runs this file as a hook (`hooks:`
+in mkdocs.yml): `on_page_markdown` renders the reference pages afresh (the site is
+current even before they are written again) and fills the generated part of a
+hand-written page (a `<!-- piexp-... -->` marker), which is not committed. A key without
+a description stops the build (and tests/test_docs.py fails on `undocumented_keys()`).
+`python docs/gen_reference.py DIR` writes the reference pages into DIR instead."""
 
 from __future__ import annotations
 
@@ -628,6 +631,9 @@ MARKERS = {LAYERS_MARKER: layers_table, PROTOCOL_MARKER: protocol_tables}
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    generated = PAGES.get(page.file.src_uri)
+    if generated is not None:
+        return generated()
     for marker, render in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, render())
@@ -635,15 +641,17 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 def on_files(files: Any, config: Any) -> Any:
+    """The reference pages are in docs/; one not written yet is generated in memory."""
     from mkdocs.structure.files import File
 
     for page, render in PAGES.items():
-        files.append(File.generated(config, page, content=render()))
+        if files.get_file_from_path(page) is None:
+            files.append(File.generated(config, page, content=render()))
     return files
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "generated-docs")
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "docs"
     for page, render in PAGES.items():
         (out / page).parent.mkdir(parents=True, exist_ok=True)
         (out / page).write_text(render(), encoding="utf-8")

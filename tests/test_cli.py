@@ -95,6 +95,13 @@ BAD = [
     (["sumarize", "outputs"], "Unknown subcommand 'sumarize'. Did you mean summarize?"),
     (["mode=eval", "policy=oracle", "algo=grpo"], "training option (mode=train) that mode=eval would ignore"),
     (["mode=check", "policy=wrong"], "policy would be ignored by mode=check"),
+    # An option of another mode names the mode that takes it, not "no such option".
+    (
+        ["mode=eval", "policy=oracle", "family=arith", "mode.max_steps=3"],
+        "mode.max_steps is a mode=train option; this command line runs mode=eval, which does not take it. "
+        "Add mode=train",
+    ),
+    (["mode=check", "mode.preflight=false"], "mode.preflight is a mode=eval or mode=train option"),
     # A mistyped policy gets a suggestion; a mistyped tasks option is not handed to
     # Hydra, which would fail with a LexerNoViableAltException.
     (["mode=eval", "policy=orcale"], "unknown policy 'orcale'. Did you mean oracle?"),
@@ -129,6 +136,8 @@ def test_plain_piexp_without_a_key_names_the_offline_default(tmp_path: Path) -> 
     assert result.returncode == 3, result.stderr
     text = " ".join(result.stderr.split())
     assert "python -m piexp experiment=offline" in text and "Traceback" not in text
+    # Beside the scripted policies, the offline way to train.
+    assert "python -m piexp service=local model=tiny-local" in text
     assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
     assert list(tmp_path.iterdir()) == []
 

@@ -200,6 +200,8 @@ def test_every_page_names_real_subcommands() -> None:
 
     subcommand_lines = 0
     for page in sorted(DOCS.rglob("*.md")):
+        if page.relative_to(DOCS).as_posix() in gen_reference.PAGES:
+            continue  # generated from the parsers themselves (their usage lines are not commands)
         in_code = False
         for line in page.read_text(encoding="utf-8").splitlines():
             if line.lstrip().startswith("```"):

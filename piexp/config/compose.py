@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from piexp.config.hydra_compose import compose, group_options, hydra_error_to_user_error
 from piexp.config.languages import check_configured_languages
 from piexp.config.schema import RunConfig
+from piexp.config.search_path import user_search_path, with_search_path
 from piexp.errors import UserError
 
 __all__ = [
@@ -67,9 +68,13 @@ def _format_validation_error(error: ValidationError) -> str:
     return "Invalid configuration: " + "; ".join(problems) + "."
 
 
-def validate(cfg: DictConfig) -> RunConfig:
-    """Turn a composed config into a `RunConfig`, or raise one clear `UserError`."""
+def validate(cfg: DictConfig, search_path: Sequence[str] | None = None) -> RunConfig:
+    """Turn a composed config into a `RunConfig`, or raise one clear `UserError`.
+    `search_path`: the config search path it was composed on (None: the running Hydra
+    job's), where task files given relative to their YAML are found."""
     from omegaconf.errors import MissingMandatoryValue
+
+    from piexp.config.search_path import anchor_task_file_paths, running_search_path
 
     plain = {key: value for key, value in cfg.items() if key != "hydra"}
     try:
@@ -77,6 +82,9 @@ def validate(cfg: DictConfig) -> RunConfig:
     except MissingMandatoryValue as error:
         key = getattr(error, "full_key", None) or str(error)
         raise UserError(f"Invalid configuration: {key} must be set (it has no default).") from None
+    if isinstance(data, dict) and isinstance(data.get("family"), dict):
+        entries = running_search_path() if search_path is None else search_path
+        data["family"] = anchor_task_file_paths(data["family"], entries)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as error:
@@ -86,7 +94,35 @@ def validate(cfg: DictConfig) -> RunConfig:
 
 
 def load(overrides: Sequence[str]) -> RunConfig:
-    return validate(compose(overrides))
+    from piexp.tasks.family import ParamValueError
+
+    try:
+        return validate(compose(overrides), user_search_path(with_search_path(overrides)))
+    except ParamValueError as error:
+        where = _param_origin(error.family, error.param, error.value, overrides)
+        raise UserError(error.located(where) if where else str(error)) from None
+
+
+def _param_origin(family: str, param: str, value: Any, overrides: Sequence[str]) -> str:
+    """Where a family parameter's value was set, when not on the command line (which the
+    user has in front of them): the family's YAML file (piexp's or the user's, found on
+    the search path), or a preset; empty when on the command line or not found."""
+    from piexp.config.search_path import family_definitions
+
+    key = f"family.{family}.{param}"
+    if any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides):
+        return ""
+    for path, _target in family_definitions(user_search_path(with_search_path(overrides))).get(family, []):
+        try:
+            entry = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get(family) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+            continue
+        if isinstance(entry, dict) and entry.get(param) == value:
+            return f"set in {path}"
+    presets = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == "experiment"]
+    if presets:
+        return f"set by experiment={presets[-1]}"
+    return ""
 
 
 def sweep_combinations(overrides: Sequence[str]) -> Iterator[list[str]]:
@@ -184,7 +220,11 @@ def validate_saved(saved_cfg: DictConfig, run_dir: Path, overrides: Sequence[str
     if isinstance(saved, dict) and isinstance(recomposed, dict):
         saved = _with_missing_fields(saved, recomposed, RunConfig)
         saved["family"] = _with_family_targets(saved.get("family"), recomposed.get("family"))
-    return validate(OmegaConf.create(saved))
+    try:
+        used = saved_run_overrides(run_dir) if overrides is None else list(overrides)
+    except UserError:
+        used = []
+    return validate(OmegaConf.create(saved), user_search_path(with_search_path(used)))
 
 
 def _with_family_targets(saved: Any, recomposed: Any) -> Any:

@@ -50,6 +50,9 @@ def hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> Use
     first_line = text.splitlines()[0] if text else type(error).__name__
     bad_key = re.match(r"Could not override '([^']+)'", first_line)
     if bad_key:
+        elsewhere = _other_mode_hint(bad_key[1], overrides)
+        if elsewhere:
+            return UserError(elsewhere)
         return UserError(
             f"Unknown key {bad_key[1]!r}: the config has no such option.{_key_hint(bad_key[1], overrides)}"
         )
@@ -68,6 +71,30 @@ def _key_hint(key: str, overrides: Sequence[str]) -> str:
         return ""
     assert isinstance(tree, dict)
     return unknown_key_hint(key, config_keys(tree), list(tree.get("family") or {}))
+
+
+def _other_mode_hint(key: str, overrides: Sequence[str]) -> str:
+    """The refusal of a `mode.KEY` that another mode takes (`mode.max_steps` in an eval):
+    which mode takes it, rather than "no such option" (empty when no mode takes it)."""
+    from piexp.config.suggest import config_keys, other_mode_hint
+
+    if not key.startswith("mode."):
+        return ""
+    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in (*_GROUPS, "hydra.searchpath")]
+    keys_by_mode: dict[str, list[str]] = {}
+    current = ""
+    try:
+        tree = OmegaConf.to_container(compose(choices), resolve=False)
+        assert isinstance(tree, dict)
+        current = str(tree["mode"]["name"])
+        others = [c for c in choices if c.split("=", 1)[0].lstrip("+~") != "mode"]
+        for option in group_options("mode", overrides):
+            mode_tree = OmegaConf.to_container(compose([*others, f"mode={option}"]), resolve=False)
+            assert isinstance(mode_tree, dict)
+            keys_by_mode.setdefault(str(mode_tree["mode"]["name"]), []).extend(config_keys(mode_tree["mode"], "mode."))
+    except UserError:
+        return ""
+    return other_mode_hint(key, current, keys_by_mode)
 
 
 def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig:

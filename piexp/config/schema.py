@@ -447,13 +447,36 @@ class RunConfig(_Strict):
         for name, family in families.items():
             has = family.reference_languages()
             missing = [language for language in asked if language not in has]
-            if missing and (has or self.needs_references):
+            if missing and not has and self.needs_references:
+                raise ValueError(self._no_references_at_all(name, family.source_file))
+            if missing and has:
                 raise ValueError(
                     f"family {name} has no reference program in {', '.join(missing)} (it has "
                     f"{', '.join(has) or 'none'}; {family.source_file}), so the run cannot prove its tasks "
                     f"solvable there: drop {', '.join(missing)} from lang/eval_lang, or add the reference"
                     + (f" as {name}.<ext> in {family.refs_dir}" if hasattr(family, "refs_dir") else "")
                 )
+
+    def _no_references_at_all(self, name: str, source: Any) -> str:
+        """Why a run that plays references cannot take a family with none (a task file
+        without `references`), and the setting that lets it run without them."""
+        mode = self.mode
+        elsewhere = "run mode=eval policy=model mode.preflight=false (or mode=train mode.preflight=false)"
+        if mode.name == "check":
+            why, fix = "mode=check proves each task solvable by its reference", elsewhere
+        elif self.warm_start.sft_steps > 0:
+            why, fix = "warm_start.sft_steps imitates the oracle's references", "set warm_start.sft_steps=0"
+        elif mode.name == "eval" and self.eval_policy in ("oracle", "edit"):
+            why, fix = f"policy={self.eval_policy} plays the references", elsewhere
+        else:
+            why, fix = f"mode.preflight runs mode=check's checks before the {mode.name}", "add mode.preflight=false"
+        if fix != elsewhere and getattr(mode, "preflight", False) and "preflight" not in fix:
+            fix += " and mode.preflight=false"
+        return (
+            f"family {name} has no reference program in any language ({source}: its tasks have no "
+            f"`references`), and {why}, so this run cannot take it. A model is evaluated or trained on it "
+            f"without references: {fix}; or add references to its tasks (a `references` field: language -> program)"
+        )
 
     def _refuse_what_the_mode_ignores(self) -> None:
         """A setting the selected mode would silently ignore is refused, in every direction:

@@ -155,6 +155,8 @@ def test_a_policy_whose_skill_falls_with_difficulty_puts_its_middle_level_in_ban
         (["mode=train"], "calibrate runs mode=eval"),
         (["family.arith.max_depth=2"], "calibrate sets arith's difficulty parameters"),
         (["--yess"], "Unknown option --yess"),
+        (["hydra.run.dir=elsewhere"], "name two different folders for the calibration"),
+        (["hydra.sweep.dir=elsewhere"], "calibrate is not a sweep"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, args, message):

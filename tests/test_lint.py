@@ -81,3 +81,14 @@ def test_ruff_format_is_applied() -> None:
 def test_mypy_is_clean(tmp_path: Path) -> None:
     done = _run("mypy", "--cache-dir", str(tmp_path / "mypy"))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_no_module_of_piexp_is_over_500_lines() -> None:
+    """A module a newcomer opens reads in one sitting: past 500 lines it is split by job."""
+    package = Path(__file__).resolve().parents[1] / "piexp"
+    long = {
+        str(path.relative_to(package.parent)): lines
+        for path in package.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 500
+    }
+    assert not long, long

@@ -3,6 +3,14 @@ before anything runs, so a bad value is refused up front with a clear message.""
 
 from __future__ import annotations
 
+# The run config's parts, imported from here by name: their home is the module each is
+# defined in.
+__all__ = [
+    "AdaptiveDifficultySettings", "CheckMode", "DifficultyPoolSettings", "EvalMode", "Fraction", "LanguageSettings",
+    "Limits", "ModelSettings", "PoolWeights", "RewardSettings", "RewardWeights", "RunConfig", "SandboxSettings",
+    "ServiceSettings", "TaskCounts", "TrainMode", "WarmStartSettings",
+]  # fmt: skip
+
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
@@ -12,6 +20,17 @@ from piexp.config.base import NonNegativeFloat
 from piexp.config.base import StrictSettings as _Strict
 from piexp.config.capabilities import refuse_unsupported_algo
 from piexp.config.defaults import default_settings
+from piexp.config.episode_settings import LanguageSettings, Limits, RewardSettings, RewardWeights
+from piexp.config.modes import (
+    AdaptiveDifficultySettings,
+    CheckMode,
+    DifficultyPoolSettings,
+    EvalMode,
+    Fraction,
+    PoolWeights,
+    TaskCounts,
+    TrainMode,
+)
 from piexp.languages import LANGUAGES
 
 OFFLINE_POLICIES = ("oracle", "guess", "crash", "wrong", "edit")
@@ -22,70 +41,6 @@ RENAMED_POLICY_HINT = (
     "the scripted policy that answers without tools is now called `guess` (policy=guess); "
     "`null` is refused because Hydra reads it as no value, which selects the model policy"
 )
-
-
-class LanguageSettings(_Strict):
-    # The first runtime is the one the prompt names.
-    runtimes: Annotated[list[str], Field(min_length=1)] = Field(description="the commands `bash` accepts")
-    filename: Annotated[str, Field(min_length=1)] = Field(description="the solution file the prompt asks for")
-    # SandboxFusion's id for the language: derived, not configured (None = the language
-    # registry's, which RunConfig fills in); accepted from configs saved before it was
-    # derived, and refused there when it differs from the registry's.
-    sandbox_language: Annotated[str, Field(min_length=1)] | None = Field(
-        default=None, description="SandboxFusion's id for the language (derived)"
-    )
-
-    @property
-    def command(self) -> str:
-        """The exact command the prompt asks the model to run."""
-        return f"{self.runtimes[0]} {self.filename}"
-
-
-class RewardWeights(_Strict):
-    mutation: NonNegativeFloat = Field(description="reward of a successful write or edit")
-    execution: NonNegativeFloat = Field(description="reward of a bash run that exited 0")
-    output: NonNegativeFloat = Field(description="reward of a bash run whose last stdout line is the answer")
-    answer: NonNegativeFloat = Field(description="reward of a final message whose last integer is the answer")
-    # A penalty, so <= 0.
-    infrastructure_error: Annotated[float, Field(le=0)] = Field(
-        description="the whole reward of an episode that hit an infrastructure error"
-    )
-
-
-class RewardSettings(_Strict):
-    mode: Literal["shaped", "binary"] = Field(description="partial credit per step, or 1.0 only when all hold")
-    weights: RewardWeights = Field(description="the shaped reward's weight of each step")
-    stdout_chars: PositiveInt = Field(description="a bash result's stdout is cut to this many characters")
-    stderr_chars: PositiveInt = Field(description="a bash result's stderr is cut to this many characters")
-    context_overflow_reward: float = Field(description="reward of an episode that would overflow the context")
-
-
-class Limits(_Strict):
-    max_turns: PositiveInt = Field(description="assistant turns per episode")
-    max_tool_calls: PositiveInt = Field(description="tool calls per episode")
-    max_trajectory_tokens: PositiveInt = Field(description="prompt and all turns of an episode, in tokens")
-    max_generation_tokens: PositiveInt = Field(description="tokens sampled per turn")
-    sandbox_timeout_s: PositiveInt = Field(description="wall-clock limit of one bash run in the sandbox")
-    # tinker-cookbook RolloutLimits budgets, enforced by its rollout runner (null = none):
-    max_sampled_tokens: PositiveInt | None = Field(description="sampled tokens per episode, all turns together")
-    max_turn_tokens: PositiveInt | None = Field(
-        description="sampled tokens per turn; a cut turn goes on (needs a cumulative budget to end)"
-    )
-    rollout_timeout_s: PositiveFloat | None = Field(
-        description="wall-clock budget of one episode; it ends, still graded"
-    )
-    sampling_turn_timeout_s: PositiveFloat | None = Field(
-        description="wall-clock budget of one sampling call; it fails"
-    )
-
-    @model_validator(mode="after")
-    def _generation_fits(self) -> Limits:
-        if self.max_generation_tokens > self.max_trajectory_tokens:
-            raise ValueError(
-                f"limits.max_generation_tokens ({self.max_generation_tokens}) exceeds "
-                f"limits.max_trajectory_tokens ({self.max_trajectory_tokens})"
-            )
-        return self
 
 
 class ModelSettings(_Strict):
@@ -178,126 +133,6 @@ class SandboxSettings(_Strict):
             from piexp.sandbox.url import ensure_loopback_url
 
             ensure_loopback_url(self.url)
-        return self
-
-
-Fraction = Annotated[float, Field(ge=0, le=1)]
-
-
-class PoolWeights(_Strict):
-    easy: NonNegativeFloat = Field(description="weight of the easy pool (groups whose latest pass rate was high)")
-    normal: NonNegativeFloat = Field(description="weight of the normal pool (and of groups not graded yet)")
-    hard: NonNegativeFloat = Field(description="weight of the hard pool (groups whose latest pass rate was low)")
-
-
-class DifficultyPoolSettings(_Strict):
-    """prime-rl's difficulty pools: each (task, language) group sits in the easy, normal or
-    hard pool by its latest binary pass rate; batches draw from the pools by weight."""
-
-    enabled: bool = Field(description="sort the train groups into easy / normal / hard pools (mode=train)")
-    easy_at: Fraction = Field(description="a group whose latest pass rate is >= this goes to the easy pool")
-    hard_at: Fraction = Field(description="a group whose latest pass rate is <= this goes to the hard pool")
-    weights: PoolWeights = Field(description="how often each pool is drawn from (an empty pool is skipped)")
-
-    @model_validator(mode="after")
-    def _thresholds_ordered(self) -> DifficultyPoolSettings:
-        if self.hard_at >= self.easy_at:
-            raise ValueError(
-                f"tasks.pools.hard_at ({self.hard_at}) must be below tasks.pools.easy_at ({self.easy_at}): "
-                "a pass rate cannot be both easy and hard"
-            )
-        if self.enabled and not (self.weights.easy + self.weights.normal + self.weights.hard) > 0:
-            raise ValueError("tasks.pools.weights are all 0: no pool could ever be drawn from")
-        return self
-
-
-class AdaptiveDifficultySettings(_Strict):
-    """Each adapted family's difficulty level moves to keep its rolling pass rate in a band."""
-
-    enabled: bool = Field(description="move each adapted family's difficulty level during training (mode=train)")
-    families: list[str] | None = Field(description="the families adapted (null = every selected family)")
-    band: tuple[Fraction, Fraction] = Field(description="[low, high]: the rolling pass rate a level is kept in")
-    start_level: PositiveInt = Field(description="the level every adapted family starts at")
-    min_level: PositiveInt = Field(description="the lowest level a family moves down to")
-    max_level: PositiveInt | None = Field(description="the highest level a family moves up to (null = its last)")
-    window: PositiveInt = Field(description="groups (of the current level) the rolling pass rate is the mean of")
-    min_groups_between_moves: PositiveInt = Field(description="groups graded at a level before it may move again")
-
-    @model_validator(mode="after")
-    def _band_and_levels_ordered(self) -> AdaptiveDifficultySettings:
-        low, high = self.band
-        if low >= high:
-            raise ValueError(f"tasks.adaptive.band must be [low, high] with low < high, got [{low}, {high}]")
-        top = self.max_level if self.max_level is not None else None
-        if top is not None and self.min_level > top:
-            raise ValueError(f"tasks.adaptive.min_level ({self.min_level}) exceeds tasks.adaptive.max_level ({top})")
-        if self.start_level < self.min_level or (top is not None and self.start_level > top):
-            raise ValueError(
-                f"tasks.adaptive.start_level ({self.start_level}) lies outside "
-                f"[min_level, max_level] = [{self.min_level}, {top if top is not None else 'last'}]"
-            )
-        return self
-
-
-class TaskCounts(_Strict):
-    train_per_family: PositiveInt = Field(description="train tasks generated per family")
-    eval_per_family: PositiveInt = Field(description="eval tasks generated per family")
-    family_weights: dict[str, PositiveFloat] | None = Field(
-        description="mode=train: families mixed in every batch by weight (unnamed ones weigh 1); null = task order"
-    )
-    pools: DifficultyPoolSettings = Field(description="mode=train: difficulty pools (off by default)")
-    adaptive: AdaptiveDifficultySettings = Field(description="mode=train: adaptive difficulty (off by default)")
-
-
-class TrainMode(_Strict):
-    name: Literal["train"] = Field(description="RL training")
-    group_size: PositiveInt = Field(description="episodes per (task, language) group")
-    groups_per_batch: PositiveInt = Field(description="groups per training batch")
-    max_steps: PositiveInt = Field(description="training batches, exactly")
-    eval_every: Annotated[int, Field(ge=0)] = Field(description="evaluate on the eval split every N steps (0 = never)")
-    save_every: Annotated[int, Field(ge=0)] = Field(description="save a checkpoint every N steps (0 = never)")
-    preflight: bool = Field(description="run mode=check's checks before training")
-    wandb_project: str | None = Field(description="log to this Weights & Biases project (null = off)")
-    eval_before: bool = Field(
-        description="first evaluate the base model (mode=eval policy=model) into <run>/eval_base/"
-    )
-    eval_after: bool = Field(
-        description="then evaluate the final checkpoint into <run>/eval_trained/ (and compare, with eval_before)"
-    )
-
-
-def _wandb_needs_its_package(project: str | None) -> None:
-    if project is not None:
-        import importlib.util
-
-        if importlib.util.find_spec("wandb") is None:
-            raise ValueError("mode.wandb_project needs the wandb package, which is not installed (pip install wandb)")
-
-
-class EvalMode(_Strict):
-    name: Literal["eval"] = Field(description="evaluate a policy on the eval split")
-    preflight: bool = Field(description="run the check before evaluating a model")
-    max_concurrency: PositiveInt = Field(description="episodes run at once")
-    wandb_project: str | None = Field(description="log the results to this Weights & Biases project (null = off)")
-
-    @model_validator(mode="after")
-    def _wandb_installed(self) -> EvalMode:
-        _wandb_needs_its_package(self.wandb_project)
-        return self
-
-
-class CheckMode(_Strict):
-    name: Literal["check"] = Field(description="prove every (family, language) cell solvable")
-    oracle_tasks_per_cell: PositiveInt = Field(description="oracle episodes per family x language per split")
-    sample_tasks_per_cell: PositiveInt = Field(description="episodes per other scripted policy per cell")
-    max_concurrency: PositiveInt = Field(description="episodes run at once")
-    wandb_project: str | None = Field(
-        description="log the check's results to this Weights & Biases project (null = off)"
-    )
-
-    @model_validator(mode="after")
-    def _wandb_installed(self) -> CheckMode:
-        _wandb_needs_its_package(self.wandb_project)
         return self
 
 

@@ -171,6 +171,31 @@ class SandboxSettings(_Strict):
         return self
 
 
+class HarnessSettings(_Strict):
+    """Which agent plays each episode (conf/harness/): the class its YAML's `_target_`
+    names (checked when a run starts, piexp.harness) and that class's own options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    target: str = Field(alias="_target_", description="the harness's class, an import path (package.module.Class)")
+    name: Annotated[str, Field(min_length=1)] = Field(description="the harness's name (builtin, pi, ...)")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the harness's own settings, validated by its class (docs/harness.md)"
+    )
+
+    @field_validator("target")
+    @classmethod
+    def _an_import_path(cls, target: str) -> str:
+        parts = target.replace(":", ".").split(".")
+        if len(parts) < 2 or not all(part.isidentifier() for part in parts):
+            raise ValueError(f"harness._target_ {target!r} is not an import path like package.module.Class")
+        return target
+
+
+# The reference environment: what a config saved before harnesses were configurable ran.
+BUILTIN_HARNESS = HarnessSettings(_target_="piexp.harness.builtin.BuiltinHarness", name="builtin")
+
+
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -314,6 +339,9 @@ class RunConfig(_Strict):
     service: ServiceSettings = Field(description="where training and model sampling run")
     warm_start: WarmStartSettings = Field(description="supervised steps on scripted trajectories before RL")
     sandbox: SandboxSettings = Field(description="where programs run")
+    harness: HarnessSettings = Field(
+        default=BUILTIN_HARNESS, description="the agent that plays each episode (builtin: the reference environment)"
+    )
     algo: AlgoSettings = Field(description="RL recipe (mode=train)")
     mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")] = Field(
         description="train | eval | check, with the mode's settings"

@@ -145,15 +145,37 @@ class PiHarness(Harness):
         sample: int = 0,
         record_transcript: bool = True,
     ) -> EpisodeRecord:
+        try:
+            responder = self.responder(policy, settings)
+        except UserError as error:
+            record = EpisodeRecord.of(policy_name, task, language, sample)
+            record.metrics = {name: 0.0 for name in REWARD_METRICS}
+            record.error = str(error)
+            return record
+        return await self.play_responder(
+            responder, policy_name, task, language, settings, sample=sample, record_transcript=record_transcript
+        )
+
+    async def play_responder(
+        self,
+        responder: Responder,
+        policy_name: str,
+        task: Task,
+        language: str,
+        settings: EpisodeSettings,
+        *,
+        sample: int = 0,
+        record_transcript: bool = True,
+    ) -> EpisodeRecord:
+        """`play` with the endpoint answered by `responder` (a policy's, or a test's)."""
         record = EpisodeRecord.of(policy_name, task, language, sample)
         record.metrics = {name: 0.0 for name in REWARD_METRICS}
         started = time.perf_counter()
         try:
-            responder = self.responder(policy, settings)
             sandbox = await self._ready_sandbox(settings)
-        except (UserError, RuntimeError, OSError) as error:
-            record.error = f"{type(error).__name__}: {error}"
-            record.infrastructure_failure = not isinstance(error, UserError)
+        except (RuntimeError, OSError) as error:
+            record.error = f"the sandbox for Pi could not be set up: {type(error).__name__}: {error}"
+            record.infrastructure_failure = True
             return record
         language_settings = settings.languages[language]
         prompt = workspace_prompt(task, language, language_settings)

@@ -30,7 +30,11 @@ _MAX_REQUEST_BYTES = 64 << 20  # a whole re-sent history; far above any episode'
 
 class LimitReached(Exception):
     """Raised by a responder: the episode reached a limit (its name is the argument, the
-    episode's stop reason); the request is refused, so the harness stops."""
+    episode's stop reason); the request is answered with an empty final message, so the
+    harness stops."""
+
+
+_END: dict[str, Any] = {"content": ""}  # the answer that ends a harness's run
 
 
 @dataclass
@@ -39,8 +43,8 @@ class ModelCall:
 
     request: dict[str, Any]
     response: dict[str, Any] | None = None
-    error: str | None = None  # the responder failed
-    limit: str | None = None  # refused: the episode reached this limit
+    error: str | None = None  # the responder failed (answered with an empty final message)
+    limit: str | None = None  # refused (so answered): the episode reached this limit
     wall_s: float = 0.0
 
 
@@ -58,7 +62,9 @@ class EpisodeEndpoint:
         app = web.Application(client_max_size=_MAX_REQUEST_BYTES)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # The episode is over when the endpoint closes: a request still being answered
+        # (its harness gone) is cancelled at once, not waited for.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.UnixSite(self._runner, self.socket_path)
         await site.start()
@@ -87,14 +93,15 @@ class EpisodeEndpoint:
             message = await self.responder(body)
         except LimitReached as reached:
             call.limit = str(reached)
-            message_text = f"the episode reached its limit ({call.limit})"
-            return web.json_response({"error": {"message": message_text, "type": "piexp_limit"}}, status=400)
-        except Exception as error:  # noqa: BLE001 - answered to the harness, recorded, and raised by the episode
+            message = _END
+        except Exception as error:  # noqa: BLE001 - recorded, and reported by the episode
             call.error = f"{type(error).__name__}: {error}"
-            call.wall_s = time.perf_counter() - started
-            return web.json_response({"error": {"message": call.error, "type": "piexp_responder"}}, status=500)
-        call.response = message
+            message = _END
+        else:
+            call.response = message
         call.wall_s = time.perf_counter() - started
+        # A refused or failed request still gets an answer, an empty final message, so the
+        # harness ends its run at once: an HTTP error would make it retry with back-off.
         if body.get("stream"):
             return await self._stream(request, message)
         return web.json_response(self._completion(message))

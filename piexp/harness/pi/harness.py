@@ -9,9 +9,13 @@ Pi's JSON events (piexp.harness.pi.trace).
 Limits: `limits.max_turns` model calls and `limits.max_tool_calls` tool calls per
 episode (a request past either is refused, Pi stops, and the episode is graded with that
 stop reason, as in the reference environment); `options.wall_time_s` of wall time, past
-which Pi is killed. A Pi that was killed at the wall limit, exited without finishing its
-run (a crash, a dead endpoint) or could not be started is piexp's failure, not the
-policy's: the record is an infrastructure failure, played again and never scored.
+which Pi is killed. Killed while a command the model gave Pi's shell was still running,
+the episode is the model's: graded with stop reason `wall_time`; so is a Pi that died
+while running the model's command (`harness_died`: it killed Pi, or took all of the
+episode's memory). A Pi that was killed at
+the wall limit otherwise (Pi itself hung, or its endpoint did not answer), exited without
+finishing its run (a crash, a dead endpoint) or could not be started is piexp's failure,
+not the policy's: the record is an infrastructure failure, played again, never scored.
 """
 
 from __future__ import annotations
@@ -112,27 +116,14 @@ class PiHarness(Harness):
             sandbox, self._sandbox = self._sandbox, None
             await sandbox.aclose()
 
-    def responder(self, policy: TokenCompleter, settings: EpisodeSettings) -> Responder:
-        """The endpoint's answerer for `policy`, under the episode's turn and tool-call limits."""
+    def responder(self, policy: TokenCompleter) -> Responder:
+        """The endpoint's answerer for `policy`."""
         if not isinstance(policy, ScriptedPolicy):
             raise UserError(
                 "harness=pi plays piexp's scripted policies (oracle, guess, crash, wrong, edit) so far; "
                 "the model policy through Pi is not wired yet (use harness=builtin for policy=model)"
             )
-        inner = ScriptedResponder(policy)
-        limits = settings.limits
-
-        async def respond(body: dict[str, Any]) -> dict[str, Any]:
-            messages = list(body.get("messages") or [])
-            turns = sum(1 for m in messages if m.get("role") == "assistant")
-            calls = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
-            if turns >= limits.max_turns:
-                raise LimitReached("max_turns")
-            if calls >= limits.max_tool_calls:
-                raise LimitReached("max_tool_calls")
-            return await inner(body)
-
-        return respond
+        return ScriptedResponder(policy)
 
     async def play(
         self,
@@ -146,7 +137,7 @@ class PiHarness(Harness):
         record_transcript: bool = True,
     ) -> EpisodeRecord:
         try:
-            responder = self.responder(policy, settings)
+            responder = self.responder(policy)
         except UserError as error:
             record = EpisodeRecord.of(policy_name, task, language, sample)
             record.metrics = {name: 0.0 for name in REWARD_METRICS}
@@ -180,7 +171,9 @@ class PiHarness(Harness):
         language_settings = settings.languages[language]
         prompt = workspace_prompt(task, language, language_settings)
         dirs = sandbox.episode_dirs()
-        endpoint = EpisodeEndpoint(os.path.join(dirs[1], "endpoint.sock"), responder, model=MODEL_ID)
+        endpoint = EpisodeEndpoint(
+            os.path.join(dirs[1], "endpoint.sock"), _limited(responder, settings), model=MODEL_ID
+        )
         try:
             await endpoint.start()
             run = await sandbox.run(
@@ -200,11 +193,23 @@ class PiHarness(Harness):
         failed = next((call.error for call in endpoint.calls if call.error and not call.limit), None)
         limit = next((call.limit for call in endpoint.calls if call.limit), None)
         stderr_tail = run.stderr.decode("utf-8", errors="replace").strip()[-1500:]
+        pending = next(
+            (call for call in endpoint.calls if call.response is None and not call.error and not call.limit), None
+        )
+        if run.timed_out and pending is None and trace.running_tool is not None:
+            # The model's own command outlived the episode (Pi's shell has no time limit
+            # of its own): the episode's outcome, graded with what it did before.
+            limit = "wall_time"
+        elif not run.timed_out and not trace.ended and pending is None and trace.running_tool is not None:
+            # Pi died while running the model's command (`kill $PPID`, a program that took
+            # all the episode's memory): the model's doing, so graded, never replayed
+            # unscored (a model must not be able to opt out of its reward).
+            limit = "harness_died"
         if run.error is not None:
             problem = f"the sandbox could not run Pi: {run.error}"
-        elif run.timed_out:
+        elif run.timed_out and limit != "wall_time":
             problem = f"Pi did not finish within harness.options.wall_time_s={self.options.wall_time_s:g} s"
-        elif run.oom_killed:
+        elif run.oom_killed and limit is None:
             problem = f"Pi's episode exceeded harness.options.memory_mb={self.options.memory_mb}"
         elif failed is not None:
             # The policy itself failed (a scripted policy given a prompt it cannot read):
@@ -251,6 +256,24 @@ class PiHarness(Harness):
         record.failures = _failures(trace, record.stop_reason)
         if record_transcript:
             record.transcript = _transcript(record, endpoint)
+
+
+def _limited(responder: Responder, settings: EpisodeSettings) -> Responder:
+    """`responder` under the episode's turn and tool-call limits (counted in the history
+    Pi sends: its assistant messages and their tool calls)."""
+    limits = settings.limits
+
+    async def respond(body: dict[str, Any]) -> dict[str, Any]:
+        messages = list(body.get("messages") or [])
+        turns = sum(1 for m in messages if m.get("role") == "assistant")
+        calls = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+        if turns >= limits.max_turns:
+            raise LimitReached("max_turns")
+        if calls >= limits.max_tool_calls:
+            raise LimitReached("max_tool_calls")
+        return await responder(body)
+
+    return respond
 
 
 def _failures(trace: PiTrace, stop_reason: str | None) -> dict[str, int]:

@@ -40,6 +40,7 @@ class ToolRun:
     is_error: bool = False
     exit_code: int | None = None  # bash only
     output: str | None = None  # bash only: the command's output (stdout and stderr together)
+    ended: bool = False  # Pi reported the call's end
 
 
 @dataclass
@@ -54,6 +55,11 @@ class PiTrace:
     stop_reason: str | None = None  # Pi's last assistant stopReason (stop, toolUse, error, ...)
     error_message: str | None = None  # Pi's own error on its last assistant message
     malformed_lines: int = 0
+
+    @property
+    def running_tool(self) -> ToolRun | None:
+        """A tool call Pi started and had not finished when its events end."""
+        return next((r for r in reversed(self.tool_runs) if not r.ended), None)
 
 
 def _text(content: Any) -> str:
@@ -88,6 +94,7 @@ def parse_events(stdout: bytes) -> PiTrace:
                 run = runs[call_id] = ToolRun(call_id, str(event.get("toolName")), {})
                 trace.tool_runs.append(run)
             result: dict[str, Any] = event["result"] if isinstance(event.get("result"), dict) else {}
+            run.ended = True
             run.text = _text(result.get("content"))
             run.is_error = bool(event.get("isError"))
             structured = result.get("structuredContent")

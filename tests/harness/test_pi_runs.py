@@ -1,0 +1,73 @@
+"""`harness=pi` on the command line: `mode=check` passes through the real Pi, an eval
+records Pi's and node's versions in the manifest and its episodes for `show`, and bad
+input (an unknown harness, a Pi that is not installed) is one paragraph, exit 2, with
+nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.conftest import requires_pi
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def piexp(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "piexp", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@requires_pi
+def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
+    """Two families x Python and JavaScript, one oracle task per cell and split (24 Pi
+    episodes, about 40 s here with the start-up of the run's sandbox)."""
+    run_dir = tmp_path / "check"
+    done = piexp("mode=check", "harness=pi", "family=arith,csv_agg", "lang=python,javascript",
+                 "mode.oracle_tasks_per_cell=1", f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((run_dir / "check.json").read_text())
+    assert report["passed"] and report["oracle_pass_rate"] == 1.0
+    assert {(e["policy"], e["language"]) for e in report["episodes"]} >= {
+        (p, lang) for p in ("oracle", "guess", "crash", "wrong", "edit") for lang in ("python", "javascript")
+    }
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["harness"]["name"] == "pi"
+    assert manifest["harness"]["pi_version"] == "1.6.0" and manifest["harness"]["node_version"].startswith("22.")
+    shown = piexp("show", str(run_dir), "0")
+    assert shown.returncode == 0, shown.stderr
+    assert "running inside pi" in shown.stdout or "Use python to complete this workspace task" in shown.stdout
+
+
+def test_an_unknown_harness_is_refused_before_anything_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    done = piexp("mode=check", "harness=codex", f"hydra.run.dir={run_dir}", timeout=120)
+    assert done.returncode == 2
+    assert "harness" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()
+
+
+def test_pi_not_installed_names_make_setup_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    done = piexp("mode=check", "harness=pi", f"hydra.run.dir={run_dir}",
+                 env={"PIEXP_CACHE_DIR": str(tmp_path / "empty-cache")}, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "make setup" in done.stderr and "not installed" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()
+
+
+def test_another_pi_version_is_refused_by_name(tmp_path):
+    run_dir = tmp_path / "run"
+    done = piexp("mode=check", "harness=pi", "harness.options.version=1.7.0", f"hydra.run.dir={run_dir}", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Pi 1.7.0" in done.stderr and "pins Pi 1.6.0" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()

@@ -116,14 +116,17 @@ class PiHarness(Harness):
             sandbox, self._sandbox = self._sandbox, None
             await sandbox.aclose()
 
-    def responder(self, policy: TokenCompleter) -> Responder:
-        """The endpoint's answerer for `policy`."""
-        if not isinstance(policy, ScriptedPolicy):
-            raise UserError(
-                "harness=pi plays piexp's scripted policies (oracle, guess, crash, wrong, edit) so far; "
-                "the model policy through Pi is not wired yet (use harness=builtin for policy=model)"
-            )
-        return ScriptedResponder(policy)
+    def responder(self, policy: TokenCompleter, settings: EpisodeSettings) -> Responder:
+        """The endpoint's answerer for `policy` in one episode: a scripted policy reads
+        Pi's requests directly; any other token completer (the `model` policy) samples
+        them rendered with the run's renderer, recording each call's tokens."""
+        if isinstance(policy, ScriptedPolicy):
+            return ScriptedResponder(policy)
+        from piexp.env.episode import get_run_renderer
+        from piexp.harness.pi.model import ModelResponder
+
+        renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+        return ModelResponder(policy, renderer, max_tokens=settings.limits.max_generation_tokens)
 
     async def play(
         self,
@@ -136,13 +139,7 @@ class PiHarness(Harness):
         sample: int = 0,
         record_transcript: bool = True,
     ) -> EpisodeRecord:
-        try:
-            responder = self.responder(policy)
-        except UserError as error:
-            record = EpisodeRecord.of(policy_name, task, language, sample)
-            record.metrics = {name: 0.0 for name in REWARD_METRICS}
-            record.error = str(error)
-            return record
+        responder = self.responder(policy, settings)
         return await self.play_responder(
             responder, policy_name, task, language, settings, sample=sample, record_transcript=record_transcript
         )
@@ -227,6 +224,16 @@ class PiHarness(Harness):
             record.last_run = {"stderr": stderr_tail}
             return record
         self._fill(record, trace, task, language_settings, settings, limit, endpoint, record_transcript)
+        sampled = getattr(responder, "calls", None)
+        if record.transcript is not None and sampled:
+            # The model's calls: what it saw and sampled, turn by turn (logprobs summed).
+            for turn, call in zip(record.transcript["turns"], sampled):
+                turn.update(prompt_tokens=len(call.prompt_tokens), sampled_tokens=len(call.sampled_tokens),
+                            sampled_logprob=sum(call.logprobs or []))  # fmt: skip
+            record.transcript["tokens"] = {
+                "prompt_last": len(sampled[-1].prompt_tokens),
+                "sampled": sum(len(call.sampled_tokens) for call in sampled),
+            }
         return record
 
     def _fill(

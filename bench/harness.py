@@ -1,0 +1,129 @@
+"""Oracle episodes per second, CPU seconds and peak memory per episode: the reference
+environment (`harness=builtin`) against the real Pi coding agent (`harness=pi`), at
+concurrency 1, 4 and 8, and the floor under every Pi episode: starting Pi's node alone.
+
+  builtin  run_episode through tinker-cookbook's rollout, programs run by the embedded
+           sandbox server (its CPU, and its runs', counted from /proc);
+  pi       one Pi process per episode in piexp's sandbox, answered by the oracle through
+           its model endpoint (CPU of this process and of its reaped children: every Pi
+           sandbox is reaped here);
+  node     `node -e 0` with Pi's node, outside any sandbox: the start-up every Pi
+           episode pays at least once.
+
+Peak memory: the largest resident set of any reaped child (RUSAGE_CHILDREN's maxrss),
+which for Pi is its node process, the episode's largest; for builtin the sandbox
+server's own runs are not this process's children, so none is shown.
+
+    python bench/harness.py [--episodes 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import subprocess
+import time
+
+from piexp.config.defaults import default_settings
+from piexp.config.schema import HarnessSettings, LanguageSettings, Limits, RewardSettings
+from piexp.env.episode import EpisodeSettings, get_run_renderer
+from piexp.harness.base import make_harness
+from piexp.harness.pi.install import find_install, locked_versions
+from piexp.config.schema import SandboxSettings
+from piexp.launch.sandbox import run_sandbox
+from piexp.policies import make_policy
+from piexp.policies.rollout import run_episode
+from piexp.tasks import FAMILIES, build_tasks
+
+MODEL = ("qwen3_instruct", "Qwen/Qwen3-4B-Instruct-2507")
+LANGUAGES = {"python": LanguageSettings(runtimes=["python", "python3"], filename="solution.py")}
+
+
+def _cpu_of(pid: int) -> float:
+    """utime + stime + cutime + cstime of `pid`, in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _server_pid(url: str) -> int | None:
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"piexp.sandbox" in b" ".join(cmdline) and port.encode() in cmdline:
+                return int(entry)
+    return None
+
+
+async def _pass(name, episodes, concurrency):
+    """One pass; Pi's harness (its sandbox) is made and closed inside the pass's loop."""
+    harness = make_harness(default_settings("harness", HarnessSettings, "pi")) if name == "pi" else None
+    play = harness.play if harness is not None else run_episode
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(args):
+        async with semaphore:
+            record = await play(*args)
+            assert record.reward == 1.0, (record.error, record.last_run)
+
+    try:
+        await asyncio.gather(*(one(args) for args in episodes))
+    finally:
+        if harness is not None:
+            await harness.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=16, help="oracle episodes per pass")
+    args = parser.parse_args()
+    install = find_install(locked_versions()["pi"])
+    if install is None:
+        raise SystemExit("Pi is not installed: run make setup")
+    tasks = build_tasks("eval", 2, 0, list(FAMILIES))
+    renderer = get_run_renderer(*MODEL)
+    oracle = make_policy("oracle", renderer, tasks)
+    rows = []
+    with run_sandbox(default_settings("sandbox", SandboxSettings)) as url:
+        settings = EpisodeSettings(
+            model_name=MODEL[1], renderer_name=MODEL[0], languages=LANGUAGES,
+            limits=default_settings("limits", Limits), reward=default_settings("reward", RewardSettings), sandbox_url=url,
+        )  # fmt: skip
+        episodes = [(oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.episodes)]
+        server = _server_pid(url)
+        for name in ("builtin", "pi"):
+            for concurrency in (1, 4, 8):
+                cpu0, server0, wall0 = _own_cpu(), (_cpu_of(server) if server else 0.0), time.perf_counter()
+                asyncio.run(_pass(name, episodes, concurrency))
+                wall = time.perf_counter() - wall0
+                cpu = _own_cpu() - cpu0 + ((_cpu_of(server) - server0) if server else 0.0)
+                peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+                rows.append(
+                    (name, concurrency, args.episodes / wall, cpu / args.episodes, peak if name == "pi" else None)
+                )
+    starts = []
+    for _ in range(10):
+        cpu0, wall0 = _own_cpu(), time.perf_counter()
+        subprocess.run([str(install.node), "-e", "0"], check=True)
+        starts.append((time.perf_counter() - wall0, _own_cpu() - cpu0))
+    print(f"{'harness':<8} {'conc':>4} {'episodes/s':>10} {'CPU s/episode':>13} {'peak MB':>8}")
+    for name, concurrency, rate, cpu, peak in rows:
+        print(f"{name:<8} {concurrency:>4} {rate:>10.2f} {cpu:>13.3f} {(f'{peak:.0f}' if peak else '-'):>8}")
+    wall, cpu = (sum(x) / len(x) for x in zip(*starts))
+    print(
+        f"node -e 0 (Pi's node {install.node_version}, unsandboxed): {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU"
+    )
+
+
+if __name__ == "__main__":
+    main()

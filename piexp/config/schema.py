@@ -179,9 +179,7 @@ class HarnessSettings(_Strict):
 
     target: str = Field(alias="_target_", description="the harness's class, an import path (package.module.Class)")
     name: Annotated[str, Field(min_length=1)] = Field(description="the harness's name (builtin, pi, ...)")
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="the harness's own settings, validated by its class (docs/harness.md)"
-    )
+    options: dict[str, Any] = Field(description="the harness's own settings, validated by its class (docs/harness.md)")
 
     @field_validator("target")
     @classmethod
@@ -190,10 +188,6 @@ class HarnessSettings(_Strict):
         if len(parts) < 2 or not all(part.isidentifier() for part in parts):
             raise ValueError(f"harness._target_ {target!r} is not an import path like package.module.Class")
         return target
-
-
-# The reference environment: what a config saved before harnesses were configurable ran.
-BUILTIN_HARNESS = HarnessSettings(_target_="piexp.harness.builtin.BuiltinHarness", name="builtin")
 
 
 Fraction = Annotated[float, Field(ge=0, le=1)]
@@ -340,7 +334,7 @@ class RunConfig(_Strict):
     warm_start: WarmStartSettings = Field(description="supervised steps on scripted trajectories before RL")
     sandbox: SandboxSettings = Field(description="where programs run")
     harness: HarnessSettings = Field(
-        default=BUILTIN_HARNESS, description="the agent that plays each episode (builtin: the reference environment)"
+        description="the agent that plays each episode (builtin: the reference environment)"
     )
     algo: AlgoSettings = Field(description="RL recipe (mode=train)")
     mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")] = Field(

@@ -75,6 +75,7 @@ def test_hostile_commands_are_contained(tasks, host_listener, monkeypatch):
             ]
         }
     )
+    steps.append({"tool_calls": [bash("ls /opt/piexp/bin; command -v python node")]})
     steps.append({"content": "done"})
     (record,) = play_all(
         [lambda h: h.play_responder(scripted(*steps), "hostile", tasks[0], "python", episode_settings())]
@@ -95,6 +96,9 @@ def test_hostile_commands_are_contained(tasks, host_listener, monkeypatch):
     assert "NO-HTTP" in http
     assert "ENOENT" in outside or "not found" in outside.lower() or "no such file" in outside.lower(), outside
     assert not os.path.exists("/opt/pi/evil.js")
+    # The prompt's runtime commands are the sandbox's runtimes, first on PATH.
+    bin_dir = results(record)[-1].split()
+    assert {"node", "python", "python3"} <= set(bin_dir) and "/opt/piexp/bin/node" in bin_dir
 
 
 def test_a_fork_bomb_and_a_flood_of_output_end_with_the_episode(tasks):

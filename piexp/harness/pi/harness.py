@@ -33,6 +33,7 @@ from piexp.env.episode import EpisodeSettings
 from piexp.env.prompt import workspace_prompt
 from piexp.env.reward import REWARD_METRICS
 from piexp.errors import UserError
+from piexp.languages import LANGUAGES
 from piexp.harness.base import Harness
 from piexp.harness.endpoint import EpisodeEndpoint, LimitReached, Responder
 from piexp.harness.pi.install import PiInstall, find_install, install_dir, locked_versions
@@ -105,9 +106,16 @@ class PiHarness(Harness):
         async with self._sandbox_lock:
             if self._sandbox is None:
                 server = ServerSettings(max_processes=self.options.max_processes)
+                commands = {
+                    command: language.sandbox_language or LANGUAGES[name].sandbox_id
+                    for name, language in settings.languages.items()
+                    if language.sandbox_language or name in LANGUAGES
+                    for command in language.runtimes
+                }
+                cap = self.options.output_cap_mb << 20
                 loop = asyncio.get_running_loop()
                 self._sandbox = await loop.run_in_executor(
-                    None, lambda: PiSandbox(self.install, server, output_cap_bytes=self.options.output_cap_mb << 20)
+                    None, lambda: PiSandbox(self.install, server, output_cap_bytes=cap, commands=commands)
                 )
             return self._sandbox
 

@@ -28,7 +28,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,9 +50,6 @@ ENDPOINT_PORT = 8080
 AGENT_DIR = "/tmp/pi-agent"
 PROVIDER = "piexp"
 _FORWARDER_SOURCE = os.path.join(os.path.dirname(__file__), "forward.cjs")
-# The runtimes the prompt's commands name, linked in /opt/piexp/bin (by the protocol's
-# language ids of piexp.sandbox.protocol).
-_RUNTIME_LINKS = {"python": ("python", "python3"), "javascript": ("node",), "julia": ("julia",)}
 
 
 @dataclass
@@ -122,8 +118,13 @@ class PiSandbox:
     """The sandbox of one run's Pi episodes: a bwrap-launcher `Runner` (run area, run
     user, cgroups, runtimes), created once, and one launch per episode."""
 
-    def __init__(self, install: PiInstall, settings: SandboxSettings, *, output_cap_bytes: int) -> None:
+    def __init__(
+        self, install: PiInstall, settings: SandboxSettings, *, output_cap_bytes: int, commands: dict[str, str]
+    ) -> None:
+        """`commands`: each runtime command the prompts name (`python`, `node`) -> the
+        sandbox protocol's id of its language (`python`, `nodejs`), linked in /opt/piexp/bin."""
         self.install = install
+        self.commands = dict(commands)
         self.runner = Runner.create(dataclasses.replace(settings, launcher="bwrap", prespawn=0))
         self.output_cap_bytes = output_cap_bytes
         host = self.runner.host
@@ -139,14 +140,11 @@ class PiSandbox:
         """Links to the runtimes (as the sandbox resolves them), root-owned and readable."""
         path = os.path.join(self.runner.host.area.path, "pi-bin")
         os.makedirs(path, 0o755, exist_ok=True)
-        for language, names in _RUNTIME_LINKS.items():
-            runtime = self.runner.host.runtimes.get(language)
-            if runtime is None:
-                continue
-            for name in names:
-                link = os.path.join(path, name)
-                if not os.path.lexists(link):
-                    os.symlink(runtime.binary, link)
+        for name, protocol_id in self.commands.items():
+            runtime = self.runner.host.runtimes.get(protocol_id)
+            link = os.path.join(path, name)
+            if runtime is not None and not os.path.lexists(link):
+                os.symlink(runtime.binary, link)
         return path
 
     def _bwrap_args(self, agent_dir: str, endpoint_dir: str) -> tuple[str, ...]:
@@ -210,9 +208,11 @@ class PiSandbox:
             open_files=max(s.max_open_files, 1024),  # node and its libraries keep a few hundred open
             processes=None if cgroups is not None and cgroups.limits_pids else max_processes,
         )
-        runtime = host.runtimes.get("javascript") or next(rt for rt in host.runtimes.values() if rt is not None)
+        # The launcher binds this runtime's prefix (the others come with _bwrap_args); the
+        # language only names the launch, its command is Pi's.
+        language, runtime = next((lang, rt) for lang, rt in host.runtimes.items() if rt is not None)
         prepared = await self.launcher.prepare(
-            "javascript",
+            language,
             runtime,
             memory_mb,
             limits.cpu_time_s,
@@ -271,7 +271,8 @@ class PiSandbox:
 
     def release_dirs(self, dirs: tuple[str, str]) -> None:
         for path in dirs:
-            remove_tree(path) if os.path.isdir(path) else None
+            if os.path.isdir(path):
+                remove_tree(path)
 
     async def aclose(self) -> None:
         await self.runner.aclose()
@@ -309,6 +310,3 @@ def _read_workspace(root: str, max_files: int = 256, max_bytes: int = 1 << 20) -
 
 def dump_models_json(model: str) -> str:
     return json.dumps(models_json(model), indent=2) + "\n"
-
-
-_ = shutil  # kept for symmetry with remove_tree users

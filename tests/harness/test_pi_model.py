@@ -1,0 +1,36 @@
+"""The `model` policy through Pi: Pi's requests (its system prompt, its tools, the
+history) are rendered with the run's renderer, sampled from the run's service
+(`service=local model=tiny-local`, offline) and parsed back into Pi's tool calls; every
+call's prompt and sampled tokens and logprobs are recorded in the episode's transcript."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from tests.harness.conftest import requires_pi
+from tests.harness.test_pi_runs import piexp
+
+pytestmark = requires_pi
+
+
+def test_the_model_policy_plays_through_pi_on_the_local_service(tmp_path):
+    """Two episodes of the random-weight tiny-local model (the local server's start-up
+    dominates: 21 s here once its venv is in piexp's cache)."""
+    run_dir = tmp_path / "model"
+    done = piexp("mode=eval", "harness=pi", "policy=model", "service=local", "model=tiny-local", "family=arith",
+                 "lang=python", "tasks.eval_per_family=2", "limits.max_generation_tokens=48", "mode.preflight=false",
+                 f"hydra.run.dir={run_dir}", timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["overall"]["episodes"] == 2 and results["episodes_failed_to_run"] == 0
+    with gzip.open(run_dir / "transcripts.jsonl.gz", "rt") as f:
+        transcripts = [json.loads(line) for line in f]
+    assert len(transcripts) == 2
+    for transcript in transcripts:
+        assert transcript["harness"] == "pi" and transcript["turns"]
+        first = transcript["turns"][0]
+        # Pi's system prompt and its four tools rendered: well over a thousand tokens.
+        assert first["prompt_tokens"] > 1000
+        assert 0 < first["sampled_tokens"] <= 48 and first["sampled_logprob"] < 0
+        assert transcript["tokens"]["sampled"] == sum(t["sampled_tokens"] for t in transcript["turns"])

@@ -45,7 +45,13 @@ def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     assert manifest["harness"]["pi_version"] == "1.6.0" and manifest["harness"]["node_version"].startswith("22.")
     shown = piexp("show", str(run_dir), "0")
     assert shown.returncode == 0, shown.stderr
-    assert "running inside pi" in shown.stdout or "Use python to complete this workspace task" in shown.stdout
+    assert "Use python to complete this workspace task" in shown.stdout
+    # A rerun with another Pi than the run's is refused by name, before anything runs.
+    manifest["harness"]["pi_version"] = "1.5.0"
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    again = piexp("reproduce", str(run_dir), timeout=300)
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert "pi 1.5.0" in again.stderr and "this piexp has 1.6.0" in again.stderr and "Traceback" not in again.stderr
 
 
 def test_an_unknown_harness_is_refused_before_anything_is_written(tmp_path):

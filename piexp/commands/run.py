@@ -157,8 +157,9 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
     verify_tasks(configs)
     from piexp.harness.base import refuse_unusable_harness
 
-    for harness in {config.harness.model_dump_json(by_alias=True): config.harness for config in configs}.values():
-        refuse_unusable_harness(harness)  # harness=pi before `make setup`, an unknown _target_
+    for config in configs:
+        # harness=pi before `make setup`, an unknown _target_, training where it cannot
+        refuse_unusable_harness(config.harness, training=config.mode.name == "train")
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()

@@ -32,6 +32,9 @@ class Harness(ABC):
     of the run is written) and releases what it started in `aclose`."""
 
     name: ClassVar[str] = ""
+    # Whether `mode=train` can train in this harness (its episodes become the RL loop's
+    # trajectories); a harness that cannot is refused for training, not silently swapped.
+    trains: ClassVar[bool] = False
 
     def __init__(self, settings: HarnessSettings) -> None:
         self.settings = settings
@@ -96,9 +99,17 @@ def make_harness(settings: HarnessSettings) -> Harness:
     return cls(settings)
 
 
-def refuse_unusable_harness(settings: HarnessSettings) -> None:
-    """`make_harness`'s checks alone: for a job before its folder is claimed."""
-    harness_class(settings).refuse_unusable(settings)
+def refuse_unusable_harness(settings: HarnessSettings, *, training: bool = False) -> None:
+    """`make_harness`'s checks alone, for a job before its folder is claimed; `training`:
+    the run trains (mode=train), which only a harness that `trains` can."""
+    cls = harness_class(settings)
+    cls.refuse_unusable(settings)
+    if training and not cls.trains:
+        raise UserError(
+            f"mode=train cannot train in harness={settings.name} yet: its episodes are not turned into the RL "
+            "loop's trajectories. Train with harness=builtin, and evaluate in "
+            f"harness={settings.name} (mode=eval harness={settings.name} checkpoint=RUN_FOLDER)."
+        )
 
 
 def harness_manifest(settings: HarnessSettings) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from piexp.tasks import Task
 
 class BuiltinHarness(Harness):
     name = "builtin"
+    trains = True
 
     async def play(
         self,

@@ -101,3 +101,14 @@ def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin
     )
     assert compared.returncode == 0, compared.stderr
     assert "| overall | 4 | pi-oracle | 1.000 |" in compared.stdout
+
+
+def test_training_in_pi_is_refused_not_swapped_for_builtin(tmp_path):
+    """Until Pi's episodes become the RL loop's trajectories, mode=train harness=pi stops
+    with the way out named, instead of training in the reference environment."""
+    run_dir = tmp_path / "run"
+    done = piexp("harness=pi", "service=local", "model=tiny-local", "mode.max_steps=2", f"hydra.run.dir={run_dir}",
+                 timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "mode=train cannot train in harness=pi" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()

@@ -11,6 +11,7 @@ as a `ModelCall`: what the harness sent and what it got back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -56,6 +57,7 @@ class EpisodeEndpoint:
     responder: Responder
     model: str = "piexp"
     calls: list[ModelCall] = field(default_factory=list)
+    fatal: BaseException | None = None  # a responder's failure that is not an Exception
     _runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -94,8 +96,14 @@ class EpisodeEndpoint:
         except LimitReached as reached:
             call.limit = str(reached)
             message = _END
-        except Exception as error:  # noqa: BLE001 - recorded, and reported by the episode
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # noqa: BLE001 - recorded, and reported by the episode
             call.error = f"{type(error).__name__}: {error}"
+            if not isinstance(error, Exception):
+                # A failure that must stop the run (the model service gone for good,
+                # piexp.policies.model.ModelServiceFailure): the episode raises it.
+                self.fatal = error
             message = _END
         else:
             call.response = message

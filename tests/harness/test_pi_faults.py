@@ -122,3 +122,45 @@ def test_the_turn_limit_stops_pi_and_the_episode_is_graded(tasks):
     )
     assert record.error is None and not record.infrastructure_failure
     assert record.stop_reason == "max_turns" and record.turns == 3 and record.reward == 0.0
+
+
+def test_an_endpoint_killed_mid_episode_is_an_infrastructure_failure(tasks, monkeypatch):
+    """The endpoint's server is shut down while it answers Pi's second request (its
+    socket gone with it): Pi gives up (after its own retries), and the episode is
+    infrastructure, never scored. Pi's retries take about 15 s here."""
+    import piexp.harness.pi.harness as pi_harness
+    from piexp.harness.endpoint import EpisodeEndpoint
+
+    started: list[EpisodeEndpoint] = []
+
+    class Recorded(EpisodeEndpoint):
+        async def start(self) -> None:
+            started.append(self)
+            await super().start()
+
+    monkeypatch.setattr(pi_harness, "EpisodeEndpoint", Recorded)
+
+    async def die():
+        await started[0].close()  # cancels this very answer: Pi's connection drops
+        return {"content": "never sent"}
+
+    responder = scripted(call("read", path="query.txt"), die)
+    (record,) = play_all([lambda h: h.play_responder(responder, "dies", tasks[0], "python", episode_settings())],
+                         pi_settings(wall_time_s=60))  # fmt: skip
+    assert record.infrastructure_failure, (record.error, record.stop_reason)
+    assert record.reward == 0.0 and record.stop_reason is None
+
+
+def test_a_model_service_gone_for_good_stops_the_run(tasks):
+    """The model policy's service failure (piexp.policies.model.ModelServiceFailure, not
+    an Exception) raised while answering Pi propagates out of the episode, so an eval
+    stops, resumable, as it does in the reference environment."""
+    import pytest
+
+    from piexp.policies.model import ModelServiceFailure
+
+    async def gone():
+        raise ModelServiceFailure("the service is gone")
+
+    with pytest.raises(ModelServiceFailure):
+        play_all([lambda h: h.play_responder(scripted(gone), "gone", tasks[0], "python", episode_settings())])

@@ -194,6 +194,8 @@ class PiHarness(Harness):
             await endpoint.close()
             sandbox.release_dirs(dirs)
         record.wall_s = time.perf_counter() - started
+        if endpoint.fatal is not None:
+            raise endpoint.fatal  # e.g. the model service is gone: the run stops (resumable)
         trace = parse_events(run.stdout)
         failed = next((call.error for call in endpoint.calls if call.error and not call.limit), None)
         limit = next((call.limit for call in endpoint.calls if call.limit), None)
@@ -224,6 +226,10 @@ class PiHarness(Harness):
             return record
         elif limit is None and (run.returncode != 0 or not trace.ended):
             problem = f"Pi exited with code {run.returncode} before finishing its run: {stderr_tail or 'no output'}"
+        elif limit is None and trace.stop_reason in ("error", "aborted"):
+            # Pi ended its run on a failed model call (the endpoint died or broke the
+            # protocol), after its own retries: no answer of the model's ended it.
+            problem = f"Pi's model call failed ({trace.stop_reason}): {trace.error_message or 'no message'}"
         else:
             problem = None
         if problem is not None:

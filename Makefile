@@ -20,8 +20,12 @@ TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 3 ] && n=3; echo $$((n + 1)))
 test: setup
 	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 --durations-file=$(TEST_DURATIONS)
 
+# Each bench appends its figures to bench/results/NAME.jsonl; bench/report.py then writes
+# docs/benchmarks.md from the latest record of each (machine_cpu.py and record.py are
+# the benches' shared code, not benches).
 bench: setup
-	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done
+	for b in bench/*.py; do case $$b in bench/machine_cpu.py|bench/record.py|bench/report.py) continue;; esac; 		.venv/bin/python $$b || exit 1; done
+	.venv/bin/python bench/report.py
 
 # The documentation site (mkdocs.yml, sources in docs/), built strictly: a broken link
 # or an undocumented config key fails the build. Open site/index.html.

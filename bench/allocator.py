@@ -27,44 +27,14 @@ any.
 Usage: `python bench/allocator.py [--repeats=3] [--rounds=2] [--steps=12]` (builds
 learner-local first if this machine has no build of its sources).
 
-Measured 2026-12-04 on the 2-core machine, nothing else running (build 3b64caffd2318abe,
-defaults: `--repeats=3 --rounds=2 --steps=12`; seconds a call or a step, CPU seconds as
-user / sys):
-
-| call | glibc malloc | tcmalloc | ratio | same values |
-| --- | --- | --- | --- | --- |
-| sample | 0.579 (0.84 / 0.19) | 0.450 (0.81 / 0.02) | 0.78x | yes |
-| score | 0.144 (0.20 / 0.07) | 0.100 (0.19 / 0.00) | 0.69x | yes |
-| train | 1.365 (1.92 / 0.65) | 1.029 (1.95 / 0.03) | 0.75x | yes |
-| fit step | 0.415 (0.70 / 0.04) | 0.369 (0.63 / 0.02) | 0.89x | yes |
-
-(An earlier run of the engine's part alone, before the fit's row existed: 0.83x, 0.64x,
-0.72x.) The build with its fit in a tcmalloc process: 245 s (episodes 79 s, fit 165 s
-on two threads), weights byte-identical to the build before (sha256 a70b10c6...).
-
-The engine's user CPU is the same both ways: what tcmalloc takes away is the kernel's
-part, the page faults of buffers glibc's malloc unmapped after each call (its mmap
-threshold is at most 32 MB; XLA's attention scores, KV caches and logits here are tens
-to hundreds of MB), and the wall time those faults held the computation up. glibc's own
-settings (`MALLOC_MMAP_MAX_=0`, a high `MALLOC_TRIM_THRESHOLD_` and `MALLOC_TOP_PAD_`)
-left the kernel's part as it was in a probe of the sample call, and jemalloc (Debian's
-libjemalloc2, as shipped) did too; tcmalloc keeps freed memory for the next call.
-
-End to end, by hand on the same day, one run after the other (the first pair before
-`service.tcmalloc` existed, with a preload in the server's environment): `python -m piexp experiment=learn_offline
-seed=0` took 356 s (user 469 s, sys 110 s of CPU) with glibc's malloc and 291 s (user
-439 s, sys 24 s) with tcmalloc, 0.82x, peak resident set 2.5 and 2.4 GB; two hours later,
-with `service.tcmalloc` and the other way round, 263 s (user 393 s, sys 22 s) with
-tcmalloc and 338 s (user 442 s, sys 108 s) with glibc's malloc, 0.78x. All four gave the
-same training reward at every step and the same held-out result (pass@1 0.070 to 0.672,
-+0.602 +- 0.096). Not every figure of the first two runs is equal: from step 1 the gradient
-norms differ in the third or fourth digit and one sampled token of 4,661 differed at
-step 5. The engine's calls give the same values bit for bit (the table), but the engine
-batches whatever sample requests are pending, and in the faster run other requests
-arrived together (its log's batch sizes differ from the first step on), and a
-computation of other shapes (batch size, padded length) can round differently in its
-last bits. That comes from the server's timing, in which any two runs can differ, not
-from the allocator's values.
+How to read it: the ratio is tcmalloc's seconds over glibc's; "same values" must say yes.
+Where the saving comes from shows in the CPU columns: the user CPU is about the same both
+ways, and tcmalloc takes away the kernel's part, the page faults of buffers glibc's
+malloc unmaps after each call (its mmap threshold is at most 32 MB; XLA's attention
+scores, KV caches and logits are tens to hundreds of MB). End-to-end runs with and
+without it can differ in the last bits of some figures: the engine batches whatever
+requests are pending, so a faster engine batches others together, a matter of the
+server's timing, not of the allocator's values.
 """
 
 from __future__ import annotations
@@ -80,7 +50,7 @@ from pathlib import Path
 ENGINE = r"""
 import hashlib, json, resource, time
 import numpy as np
-launcher._engine_patches()
+launcher.engine_patches()
 import jax.numpy as jnp
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
@@ -182,35 +152,41 @@ print("FIGURES " + json.dumps({"fit step": {"walls": [wall / steps], "user": (af
 WAYS = ("glibc malloc", "tcmalloc")
 
 
-def _figures(command: list[str], way: str, extra_env: dict[str, str]) -> dict:
-    """Run ``command`` with the allocator ``way`` and return its FIGURES line's JSON."""
+def _allocator(way: str) -> dict[str, str]:
+    """The environment that makes a process allocate with ``way``."""
     from piexp.allocator import allocator_env
 
     preload, allocator = allocator_env(way == "tcmalloc")
     if allocator != way:
         raise SystemExit(f"{way} is not installed here (apt-get install libtcmalloc-minimal4)")
-    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
-           **extra_env, **preload}  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"the {way} process failed:\n{result.stderr[-3000:]}")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
-    return json.loads(line.removeprefix("FIGURES "))
+    return preload
 
 
 def _engine(way: str, python: Path, launcher: Path, model: Path, repeats: int) -> dict:
-    from piexp.service.compat import launcher_preamble
+    from piexp.service.compat import ServerScriptError, run_server_script
     from piexp.service.local_server import LocalServer, compilation_cache_env, default_compilation_cache_dir
 
     config = LocalServer(python=python, base_model=str(model), state_dir=launcher.parent).backend_config()
-    script = launcher_preamble() + ENGINE
-    command = [str(python), "-c", script, str(launcher), str(model), json.dumps(config), str(repeats)]
-    return _figures(command, way, compilation_cache_env(default_compilation_cache_dir()))
+    try:
+        return run_server_script(
+            ENGINE, [model, json.dumps(config), repeats], tag="FIGURES", python=python, launcher=launcher,
+            env={**compilation_cache_env(default_compilation_cache_dir()), **_allocator(way)},
+        )  # fmt: skip
+    except ServerScriptError as error:
+        raise SystemExit(f"the {way} process failed: {error}") from None
 
 
 def _fit(way: str, steps: int) -> dict:
     # piexp's own venv, from this checkout (the bench's folder's parent).
-    return _figures([sys.executable, "-c", FIT, str(steps)], way, {"PYTHONPATH": str(Path(__file__).parents[1])})
+    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
+           "PYTHONPATH": str(Path(__file__).parents[1]), **_allocator(way)}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", FIT, str(steps)], capture_output=True, text=True, env=env, check=False
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"the {way} process failed:\n{result.stderr[-3000:]}")
+    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
+    return json.loads(line.removeprefix("FIGURES "))
 
 
 def main(argv: list[str]) -> int:
@@ -254,6 +230,9 @@ def main(argv: list[str]) -> int:
     console.print(table)
     if not identical:
         console.print("[red]the allocator changed a computed value[/red]")
+    from record import record
+
+    record(__file__, [table], [] if identical else ["the allocator changed a computed value"])
     return 0 if identical else 1
 
 

@@ -11,43 +11,20 @@ the answer, nor a right csv_agg answer. To pass a csv_agg task it must write one
 the wrapper's `+ 1`, or write the reference as the solution. Shaped reward gives 0.3 for
 the wrong program's episode, 0.15 for the crash, 1.0 for a pass.
 
-Per seed the bench prints held-out pass@1 per family (base, after RL, after the control)
-and what the model's csv_agg solutions were: the wrapper with `+ 1`, the wrapper without
-it, another program (the reference or anything else), or none.
-
 The runs mix both families into every RL batch (experiment=learn_offline alone takes its
 16 train tasks in task order, all json_tree's) and allow 512 tokens a turn (the wrong
-program's turn is longer than the preset's 384: at 384 every one was cut off, and the
-base model's csv_agg episodes ended 11 times in 64 in that cut).
+program's turn is longer than the preset's 384, which cuts it off).
 
 Usage: `python bench/discovery.py [OUT_DIR] [--seeds=0,1,2]`. The variant is built once
 per machine (about 5 minutes) into piexp's cache beside learner-local's builds.
 
-Measured 2026-12-03 on the 2-core machine, nothing else running, seed 0 (variant build
-2b7fc12ce40fda4f, 300 s; RL run 10 min with the control). Held-out pass@1:
-
-| family | base | after RL | diff | after control | control diff |
-| --- | --- | --- | --- | --- | --- |
-| csv_agg | 0.000 | 0.000 | +0.000 | 0.000 | +0.000 |
-| json_tree | 0.062 | 0.750 | +0.688 ± 0.151 | 0.000 | -0.062 ± 0.058 |
-
-csv_agg's 64 eval episodes by the solution written:
-
-| model | wrapper, + 1 | wrapper without + 1 | crash program | another program | no program, a read | no tool call |
-| --- | --- | --- | --- | --- | --- | --- |
-| base | 9 | 0 | 55 | 0 | 0 | 0 |
-| after RL | 60 | 0 | 2 | 0 | 2 | 0 |
-| after control | 0 | 0 | 64 | 0 | 0 | 0 |
-
-RL did not find it. It did what the shaped reward pays for among what the model
-samples: csv_agg's training episodes moved from the crash program (0.15) to the wrong
-one (0.3; 2 of 8 at step 0, 7 of 8 from step 4, 8 at step 7), whose wrapper it wrote
-every time with its `+ 1`; not one of 64 csv_agg training episodes, nor one of 64 eval
-episodes after RL, printed the right answer, so no advantage ever pointed at a fix.
-json_tree, where the oracle is a behaviour the base model already shows, rose as in
-bench/learning.py. One seed: the verdict is that at this size and budget (8 steps, 2
-groups of 8, temperature 0.5) RL re-weights behaviours the base model samples and does
-not assemble one it never shows; a fix one token away (dropping `+ 1`) was not sampled.
+How to read it: per seed, held-out pass@1 per family (base, after RL, after the control)
+and what the model's csv_agg solutions were: the wrapper with `+ 1`, the wrapper without
+it, another program (the reference or anything else), or none. RL found the behaviour
+when csv_agg's pass@1 rises beyond its interval while the control's does not; json_tree,
+whose oracle the base model already shows, is the check that RL works at all on the
+variant. Episodes moving from the crash program (0.15) to the wrapper with `+ 1` (0.3)
+are RL doing what the shaped reward pays for among what the model samples, not a find.
 """
 
 from __future__ import annotations
@@ -57,13 +34,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from piexp.pretrain.recipe import LearnerRecipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning import CONTROL, LOOP, run_piexp  # noqa: E402  (the same runs as the learning bench)
+from record import RecordingConsole, record  # noqa: E402
 
 FAMILY = "csv_agg"  # the family whose oracle program is withheld
 # Both families in every RL batch: experiment=learn_offline takes its 16 train tasks in
@@ -129,7 +106,7 @@ def main() -> int:
 
     args = [a for a in sys.argv[1:] if not a.startswith("--seeds")]
     seeds_arg = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--seeds=")), "0")
-    console = Console()
+    console = RecordingConsole()
     console.print(f"building the variant without {FAMILY}'s oracle program (cached after the first build) ...")
     model = build()
     console.print(f"variant model {model}")
@@ -174,6 +151,7 @@ def main() -> int:
             for label, eval_dir in zip(("base", "after RL", "after control"), evals, strict=True):
                 kinds.add_row(label, *(str(n) for n in solutions(eval_dir).values()))
             console.print(kinds)
+    record(__file__, console.tables, console.lines)
     return 0
 
 

@@ -17,63 +17,18 @@ Model tiny-local, arith/Python Pi workspace, CPU; the README's example run
 * peak memory: the highest sum of resident set sizes of the client (the piexp process)
   and the server (API server + engine), sampled every 0.5 s during that run.
 
-Measured 2026-12-01 on the shared 2-core machine while other engineers' runs kept the
-load average at about 5 (every time here is inflated by that, perhaps 2x):
+Usage: `python bench/local_service.py`.
 
-| figure | before (issue 13) | now |
-| --- | --- | --- |
-| SFT step, README example (32 sequences, 101,945 tokens) | 437 s | 133 s (769 tokens/s; step 0 with compilation 145 s) |
-| floor: same sequences, bare backend in one process | | 145 s (703 tokens/s) |
-| RL iteration (4 groups x 4, turns <= 512 tokens) | | 66-72 s (sampling 44-45 s, training 22-27 s) |
-| whole bench run (server start, 2 SFT steps, 2 RL iterations) | | 437 s |
-| peak RSS, client + server | 14 GB | 4.9 GB |
-| server start (median of 3) / venv creation | | 2.5 s / 49 s, 1,346 MB |
-
-The floor runs skyrl's backend with piexp's speed-ups, so it measures what the server
-adds (nothing measurable: ratio 0.91), not what the model math could cost at best. Stale
-since item 8 (the untrained-LoRA skip, in the server and the floor alike; measured apart
-in bench/untrained_lora.py), since tcmalloc (the server and the floor alike; measured
-apart in bench/allocator.py) and since item 6's query blocks of 128 that skip blocks of
-padding (2026-12-04; measured apart in bench/sample_call.py): these figures were not
-measured again. Where
-the time of a step goes now (profiled on one 6,144-token sequence): causal attention
-(quadratic; a 2-layer model with 4 heads of 16 dims spends it in exp over the score
-matrix), then the vocabulary-wide log-softmax at the loss positions. In the table the warm start's
-8 oracle episodes made 32 sequences: tinker-cookbook's `trajectory_to_data` starts a new
-sequence whenever a turn's observation does not extend the previous one token for token,
-and each turn is a sequence carrying the whole history again. Observations now continue
-the sampled tokens where the renderer extends its history (piexp.env.sampled_context:
-`qwen3_instruct`, learner-local's, makes one sequence an episode), but tiny-local's
-`qwen3` renderer drops each earlier turn's think block from the history, so here the
-turns stay separate sequences (32 and 101,945 tokens again on 2026-12-01).
-
-Compilation and sampling (same period, 2026-12-01 04:32-04:41, load average 5-10 from
-other engineers' runs; `before` is the branch point 9d2d91f). An RL run of 2 iterations,
-4 groups x 4, 2 turns of at most 200 tokens (`tasks.train_per_family=8
-mode.group_size=4 mode.groups_per_batch=4 mode.max_steps=2 limits.max_turns=2
-limits.max_generation_tokens=200`, no warm start), `JAX_LOG_COMPILES=1`, counted in the
-server log; "warm cache" is the same command again, with the compilation cache the first
-run filled:
-
-| figure | before | now, cold cache | now, warm cache |
-| --- | --- | --- | --- |
-| whole run (server start to exit) | 226 s | 118 s | 70 s |
-| RL iteration 1 (includes compiling): total / sampling / training | 85 / 40 / 45 s | 40 / 17 / 23 s | 23 / 10 / 13 s |
-| RL iteration 2: total / sampling / training | 75 / 55 / 20 s | 28 / 12 / 16 s | 17 / 5 / 12 s |
-| seconds spent compiling (XLA, whole run) | 83 s | 47 s | 6 s (455 programs loaded from the cache) |
-| compiles of the prefill+decode program | 4 (4.8-9.3 s each) | 3 (4.3-4.6 s each) | 1 (3.3 s, a batch size the first run had not seen) |
-
-The server's JAX keeps compiled programs in `~/.cache/piexp/jax-compilation-cache`
-(local_server.py; bounded at 4 GB, file-locked so concurrent servers share it), so only
-the first run with a model and shapes pays. The other ~460 compiles of a run are small
-eager operations (model creation, checkpoint loading), 0.05 s each. Where one sampling
-call's time went (skyrl's backend in one process, 16 sequences of ~1,025-token prompts,
-no stop token): prefill 1.1-2.6 s; 100 decoded tokens 21.4 s before, 4.3 s now (a
-decode step ~190 ms -> ~30 ms); the first call with 13 sequences 38.0 s before (a new
-compile), 4.9 s now (padded to 16). Per decode step of 16 sequences, measured alone:
-`jax.random.categorical` over 151,936 entries 139-159 ms (now a two-level draw, 4.6 ms),
-`argmax` 20-30 ms (now 3 ms); what is left is the unembedding (11 ms) and its LoRA
-(2-5 ms). piexp/service/compat/ item 7 has the details.
+How to read it: the last SFT step over the floor is what the server adds to the model's
+own math (target at most 3); the floor runs skyrl's backend with piexp's speed-ups, so
+it is not what the math could cost at best. Step 0 and RL iteration 0 include JAX
+compilation: the server keeps compiled programs in `~/.cache/piexp/jax-compilation-cache`
+(local_server.py; bounded at 4 GB, file-locked so concurrent servers share it), so only a
+machine's first run with a model and shapes pays. With tiny-local's `qwen3` renderer, which
+drops each earlier turn's think block from the history, each turn of the warm start's
+episodes is a sequence of its own (piexp.env.sampled_context). Where one engine call's
+time goes, and what each engine patch saves, is measured apart: bench/sample_call.py,
+bench/untrained_lora.py, bench/allocator.py.
 """
 
 from __future__ import annotations
@@ -181,20 +136,18 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     """FLOOR's compiled forward+backward time on ``sequences``, with the server's own
     backend settings."""
     from piexp.allocator import allocator_env
-    from piexp.service.compat import launcher_preamble, write_launcher
+    from piexp.service.compat import run_server_script
     from piexp.service.local_server import LocalServer
     from piexp.service.local_venv import venv_python
 
     server = LocalServer(python=venv_python(venv), base_model=str(model), state_dir=sequences.parent)
     config = {**server.backend_config(), "max_lora_rank": 8}
-    launcher = write_launcher(sequences.parent)
-    script = launcher_preamble("_cpu_training_speedups", "_skip_untrained_lora") + FLOOR
-    result = subprocess.run(
-        [str(venv_python(venv)), "-c", script, str(launcher), str(model), json.dumps(config), str(sequences)],
-        capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu", **allocator_env()[0]},
+    figures = run_server_script(
+        FLOOR, [model, json.dumps(config), sequences], tag="FLOOR", python=venv_python(venv),
+        patches=("needed_logprobs", "lora_matmuls", "blocked_attention", "untrained_lora"),
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **allocator_env()[0]},
     )  # fmt: skip
-    line = next(line for line in result.stdout.splitlines() if line.startswith("FLOOR "))
-    return float(json.loads(line.removeprefix("FLOOR "))[-1])
+    return float(figures[-1])
 
 
 def main() -> int:
@@ -285,6 +238,9 @@ def main() -> int:
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
+    from record import record
+
+    record(__file__, [table])
     return 0
 
 

@@ -29,6 +29,7 @@ import sys
 import tempfile
 
 from machine_cpu import command_cost
+from record import record
 from rich.console import Console
 from rich.table import Table
 
@@ -145,6 +146,7 @@ def main() -> int:
     for label, cpu, wall in rows:
         table.add_row(label, f"{cpu:.2f}", f"{wall:.2f}", f"{cpu / base_cpu:.1f}x")
     Console(width=max(120, Console().width)).print(table)
+    record(__file__, [table])
     return 0
 
 

@@ -14,19 +14,10 @@ sum of the three at the recipe's counts.
 
 Usage: `python bench/pretrain_fit.py [--tasks=40] [--repeats=10]`.
 
-Measured 2026-12-03 on the 2-core machine, nothing else running (`--tasks=40
---repeats=10`, 2 threads):
-
-| batch | sequences | tokens | weighted | whole model s | last layer at weighted only s | ratio |
-| --- | --- | --- | --- | --- | --- | --- |
-| mix episode | 1 | 1,140 | 100 | 0.054 | 0.037 | 0.69x |
-| whole answer turns | 6 | 10,326 | 88 | 0.389 | 0.211 | 0.54x |
-| answer windows | 16 | 1,264 | 226 | 0.031 | 0.030 | 0.98x |
-| late step (these three at the recipe's counts) | | | | 0.581 | 0.352 | 0.61x |
-
-The whole answer turns are most of a late step, and the last layer half of their cost;
-the rest of a step (the sampled softmax, the optimiser) is a few hundredths of a second.
-The build with it: the fit 181 s against 247 s the day before (docs/benchmarks.md).
+How to read it: the ratio is the last layer at the weighted positions only over the whole
+model's pass; the late step's row is what a step of the fit's second half costs, so it is
+the figure the build's fit time follows. The rest of a step (the sampled softmax, the
+optimiser) is a few hundredths of a second and not measured here.
 """
 
 from __future__ import annotations
@@ -78,7 +69,6 @@ def main(argv: list[str]) -> int:
     import random
 
     import torch
-    from rich.console import Console
     from rich.table import Table
     from transformers import AutoModelForCausalLM, Qwen3Config
 
@@ -87,7 +77,9 @@ def main(argv: list[str]) -> int:
 
     options = dict(arg.removeprefix("--").split("=", 1) for arg in argv)
     tasks, repeats = int(options.get("tasks", 40)), int(options.get("repeats", 10))
-    console = Console()
+    from record import RecordingConsole, record
+
+    console = RecordingConsole()
     console.print(f"rolling out {tasks} mix and {tasks} copy tasks per family ...")
     mix, whole, windows = episodes(tasks)
     torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -139,6 +131,7 @@ def main(argv: list[str]) -> int:
         f"{late['partial'] / late['whole']:.2f}x",
     )
     console.print(table)
+    record(__file__, [table])
     return 0
 
 

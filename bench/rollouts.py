@@ -2,72 +2,32 @@
 
 Runs the oracle through the real path (renderer, env, tools, embedded sandbox, reward,
 tinker-cookbook's do_group_rollout) at concurrency 1 and 8 and splits each episode's wall
-time in four parts:
-
-  sandbox  time awaiting the sandbox client's `run` (the /run_code request: payload
-           encoding, HTTP, the server's queue and the program's run);
-  policy   time inside the policy's `__call__`. The scripted policy stands in for the
-           model's sampler, so this is sampler time, not harness time (a real sampler
-           takes far longer);
-  harness  everything else: rendering and tokenizing, parsing the response, the tools'
-           own work, the env's bookkeeping, thread hops, reward, env construction;
-  wait     (training groups only) an episode's time waiting for its group's other
-           episodes, since an episode is done only once its group is graded.
+time: `sandbox` (awaiting the sandbox client's `run`: payload, HTTP, the server's queue
+and the program), `policy` (inside the policy's `__call__`: the scripted policy stands in
+for the model's sampler), `wait` (training groups only: waiting for the group's other
+episodes) and `harness`, everything else (rendering, tokenizing, parsing, the tools' own
+work, the env's bookkeeping, thread hops, reward). The sandbox part is split further with
+the server's `Server-Timing` spans: `server` (all its spans) and `queue` (waiting for a
+run slot: at concurrency 8 the server runs 2 x cores programs at once).
 
     harness share = (wall - sandbox - policy - wait) / wall      <- the target: under 10%
-    outside sandbox = (wall - sandbox - wait) / wall      (harness + policy; the figure
-                                                           this bench first reported)
+    strict        = (wall - server - policy - wait) / wall       (client and transport as harness)
+    outside sandbox = (wall - sandbox - wait) / wall             (harness + policy)
 
-The sandbox column is further split with the server's own `Server-Timing` spans:
-`server` (all spans: parse, queue, files, spawn, run, ..., respond) and `queue` (waiting
-for a free run slot, which is sandbox capacity: at concurrency 8 the server runs
-2 x cores programs at once). sandbox - server is the client side and transport (httpx,
-JSON, loopback HTTP, and at concurrency 8 waiting for the event loop to resume the
-episode); `strict` counts it as harness too: (wall - server - policy - wait) / wall.
+Transcripts: every pass runs without and with recording (`record` column) on two paths,
+with the recording's own work (`record` ms: building and writing the transcripts, part
+of harness) and the harness share with recording minus without (target: under 2 points):
+`eval` (each episode alone, `run_episode(record_transcript=...)`, written as `mode=eval`
+does) and `train` (the train dataset as the RL loop gets it, `RecordingDatasetBuilder` in
+a scratch run folder, one batch of `--group-size` groups per pass, graded by the cookbook;
+concurrency counts groups in flight and each episode is given its group's wall time).
 
-Measured on the 2-core development VM, shared with other work (the figures the README
-gave, moved here): 19 oracle episodes/s at concurrency 1 and 23/s at concurrency 8, the
-sandbox taking 84% and 91% of an episode's time, so the harness is not the bottleneck;
-the programs are.
-
-Transcripts: every pass runs twice, without and with recording (`record` column), on two
-paths, each with the share of the recording's own work (`record`: building and writing
-the transcripts; part of harness) beside the harness share with recording minus without,
-per concurrency (target: under 2 points):
-
-  eval   each episode alone (`run_episode(record_transcript=...)`, each transcript then
-         written to a compressed TranscriptWriter file as `mode=eval` does); an
-         episode's wall time runs from the call of run_episode to its transcript written.
-  train  the train dataset as the RL loop gets it (`RecordingDatasetBuilder`, as train.py
-         builds it, in a scratch run folder), one batch per pass: `--group-size` episodes
-         per group, run and graded by the cookbook's `do_group_rollout`, the batch taken
-         from the `RecordingDataset` (its groups write their transcripts to
-         train_transcripts.jsonl.gz in `compute_group_rewards`) or from the dataset it
-         wraps. Concurrency counts groups in flight. An episode is done when its group is
-         graded, so each is given its group's wall time; `wait` is the part of it an
-         episode spends waiting for its siblings (neither harness nor sandbox: a sibling's
-         program), and the group's grading and recording count once per episode. A batch
-         holds each family in each language equally (at least `--episodes` episodes, up
-         to a multiple of 2 x families groups), so passes compare; other tasks than the
-         eval passes' (another seed).
-
-Measured on the 2-core development VM while another long CPU job ran beside it (so the
-rows are noisy; `--episodes 16 --repeat 2`, 64 episodes per train pass), the harness
-share with recording minus without, in two runs: train +0.59 and +0.70 points at
-concurrency 1, +4.72 and -3.82 at concurrency 8; eval +1.72 and +0.88 at 1, -0.59 and
-+3.28 at 8. At concurrency 8 (32 episodes in flight on 2 busy cores) the difference
-swings by +-4 points between runs, either way; the recording's own work, timed directly,
-is the steadier figure: train 1.2 points at concurrency 1 and 0.3 at 8 (a group's 4
-transcripts take about 5 ms, its grading again included), eval 1.0 and 0.4: under the
-2-point target on both paths.
-
-Each row is one pass of
-`--episodes` episodes; `--repeat` runs the passes several times in one process (the
-numbers are noisy on a shared machine: compare rows of one run). By default every pass
-runs tasks no earlier pass ran ("new"): their prompts and files are new text to the
-tokenizer's encode memo, as for fresh tasks in training; `--reuse-tasks` cycles the same
-tasks ("reused": everything memoised after the first pass, as for the k samples of one
-task). The last lines give the tokenizer's encode memo and the policy's decode memo hits.
+How to read it: compare rows of one run, not runs of different days (a shared machine is
+noisy). At concurrency 8 on 2 busy cores the with-minus-without difference swings by a
+few points either way between runs; the recording's own work, timed directly, is the
+steadier figure. By default every pass runs tasks no earlier pass ran ("new": new text to
+the tokenizer's encode memo); `--reuse-tasks` cycles the same tasks ("reused"). The last
+lines give the tokenizer's encode memo and the policy's decode memo hits.
 
     .venv/bin/python bench/rollouts.py [--episodes 48] [--repeat 3] [--reuse-tasks] [--families arith,csv_agg]
                                        [--paths eval,train] [--group-size 4] [--json out.json]
@@ -97,7 +57,8 @@ from piexp.env.episode import get_run_renderer  # noqa: E402
 from piexp.env.splits import build_splits  # noqa: E402
 from piexp.env.task_sampler import TrainingControls  # noqa: E402
 from piexp.launch import train_transcripts as train_transcripts_module  # noqa: E402
-from piexp.launch.train_transcripts import RecordingDataset, RecordingDatasetBuilder, TrainRecorder  # noqa: E402
+from piexp.env.training_pipeline import TrainingDataset  # noqa: E402
+from piexp.launch.train_transcripts import RecordingDatasetBuilder, TrainRecorder, TranscriptRecord  # noqa: E402
 from piexp.policies import make_policy  # noqa: E402
 from piexp.policies import rollout as rollout_module  # noqa: E402
 from piexp.policies.rollout import run_episode  # noqa: E402
@@ -298,8 +259,8 @@ def _episode_units(jobs, policy, settings, writer=None) -> list:  # type: ignore
 def _group_units(builders, policy) -> list:  # type: ignore[no-untyped-def,type-arg]
     """The training path: one unit per env group builder of a train batch, rolled out
     and graded by the cookbook (`do_group_rollout`, which awaits the builder's
-    `compute_group_rewards`: with the `RecordingDataset` wrapping, that writes the
-    group's transcripts)."""
+    `compute_group_rewards`: with the transcript stage, that writes the group's
+    transcripts)."""
 
     def unit(builder):  # type: ignore[no-untyped-def]
         async def run() -> int:
@@ -366,7 +327,7 @@ async def _eval_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path
 async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
     """The training path: the train dataset as the RL loop gets it (`RecordingDatasetBuilder`,
     as train.py builds it), one batch per pass; `record` passes take the batch from the
-    `RecordingDataset`, the others from the dataset it wraps."""
+    training chain, the others from the same chain without its transcript stage."""
     passes = 4 * args.repeat
     families = args.families.split(",")
     # One batch per pass, of at least --episodes episodes, each family in each language
@@ -397,19 +358,22 @@ async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Pat
     recording, _evaluation = await RecordingDatasetBuilder(
         config_json=config.model_dump_json(), sandbox_url=sandbox_url, run_dir=str(run_dir)
     )()
-    assert isinstance(recording, RecordingDataset)
+    assert isinstance(recording, TrainingDataset)
+    unrecorded = TrainingDataset(
+        recording.sampling, [s for s in recording.stages if not isinstance(s, TranscriptRecord)], sandbox_url
+    )
     settings = episode_settings(config, sandbox_url)
     renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
     policy = TimedPolicy(make_policy("oracle", renderer, build_splits(config).train))
     results = []
     try:
-        await _timed_pass(2, _group_units(recording.inner.get_batch(0), policy), False)  # warm-up
+        await _timed_pass(2, _group_units(unrecorded.get_batch(0), policy), False)  # warm-up
         index = 0
         for _ in range(args.repeat):
             for concurrency in (1, 8):
                 for record in (False, True):
                     index = 1 if args.reuse_tasks else index + 1
-                    dataset = recording if record else recording.inner
+                    dataset = recording if record else unrecorded
                     row = await _timed_pass(concurrency, _group_units(dataset.get_batch(index), policy), record)
                     row["path"] = "train"
                     row["tasks"] = "reused" if args.reuse_tasks and index == 1 and results else "new"
@@ -514,6 +478,15 @@ def main() -> None:
         print(line)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+    from record import record as record_results
+
+    keys = ("path", "concurrency", "record", "tasks", "episodes_per_s", "median_episode_s", "wall_ms", "sandbox_ms")
+    keys += ("server_ms", "queue_ms", "policy_ms", "wait_ms", "harness_ms", "record_ms", "harness_share")
+    keys += ("harness_share_strict", "share_outside_sandbox")
+    rows = [[f"{row[k]:.3f}" if isinstance(row[k], float) else str(row[k]) for k in keys] for row in results]
+    record_results(
+        __file__, [{"title": "oracle episodes, means per episode", "columns": keys, "rows": rows}], memo_lines
+    )
 
 
 if __name__ == "__main__":

@@ -6,89 +6,41 @@ same run:
 
 * as shipped: every engine patch the server applies (piexp/service/compat/), causal
   attention in query blocks of 128 that skip a block in which every row is padding
-  (item 6), the KV cache padded to skyrl's bucket of the padded prompt plus `max_tokens`
+  (piexp/service/compat/skyrl_server/speedups.py item 3), the KV cache padded to skyrl's bucket of the padded prompt plus `max_tokens`
   (two significant binary digits: 2,048 + 384 -> 3,072);
-* query blocks of 512 (the launcher's `CAUSAL_QUERY_BLOCK`; prefill and training alike),
-  the engine before the twenty-first session: in these batches no block of 512 is all
-  padding, so nothing is skipped;
+* query blocks of 512 (`speedups.CAUSAL_QUERY_BLOCK`; prefill and training alike):
+  in these batches no block of 512 is all padding, so nothing is skipped;
 * a KV cache padded only to the padded prompt plus `max_tokens`, rounded up to 128
   (2,048 + 384 -> 2,432; the decode steps read less of it).
 
 The shipped way and the KV cache way alternate call by call in one process, so they see
-the same machine (on this machine a decode step can take twice as long for a minute at a
-time, whatever runs); the query blocks of 512 run in processes of their own, alternating
+the same machine; the query blocks of 512 run in processes of their own, alternating
 with those. Each process runs skyrl's backend in the server venv (no HTTP) with a LoRA
 adapter of the server's rank active, as an RL step samples: 8 prompts of random tokens
 with the lengths of a batch of 8 that an RL run sent, one per bucket (the longest 949,
-1,337 and 1,687 tokens, padded on the right to 1,024, 1,536 and 2,048; the rows are
-shorter: 829-1,687 at 2,048), temperature 1, no stop token, `max_tokens` 384
-(limits.max_generation_tokens of experiment=learn_offline). Prefill: seconds of a call
-that samples 1 token; a decode step: (seconds of a call that samples all 384 - prefill) /
-383; "a call": prefill plus 165 steps (the mean longest turn of the batches of an RL run
-at 2,048, which decode until that one ends). Each the median of `--repeats` calls after
-one that compiles, then the median over a way's processes. "same tokens" compares the
-384 sampled tokens of every row with the shipped way's.
+1,337 and 1,687 tokens, padded on the right to 1,024, 1,536 and 2,048), temperature 1,
+no stop token, `max_tokens` 384 (limits.max_generation_tokens of experiment=learn_offline).
+Prefill: seconds of a call that samples 1 token; a decode step: (seconds of a call that
+samples all 384 - prefill) / 383; "a call": prefill plus 165 steps (the mean longest turn
+of the batches of an RL run at 2,048, which decode until that one ends). Each the median
+of `--repeats` calls after one that compiles, then the median over a way's processes.
+"same tokens" compares the 384 sampled tokens of every row with the shipped way's.
 
 The kinds of process alternate, `--rounds` each. Usage: `python bench/sample_call.py
 [--repeats=3] [--rounds=2]` (builds learner-local first if this machine has no build of
 its sources).
 
-Measured 2026-12-04 on the 2-core machine, nothing else running (build ea87251d197d73b7,
-`--repeats=3 --rounds=2`; seconds, milliseconds a decode step, and each alternative's ratio to the
-shipped way):
-
-| padded prompt | prefill s | decode step ms (each process) | a call (165 steps) s | query blocks of 512: prefill, step, call, same tokens | KV cache to prompt + max_tokens: prefill, step, call, same tokens |
-| --- | --- | --- | --- | --- | --- |
-| 1,024 | 0.045 | 0.334 (0.33, 0.34) | 0.100 | 1.51x, 1.62x, 1.57x, no | 0.92x, 1.00x, 0.97x, yes |
-| 1,536 | 0.075 | 0.412 (0.41, 0.41) | 0.143 | 1.69x, 0.99x, 1.36x, yes | 1.00x, 0.97x, 0.98x, yes |
-| 2,048 | 0.117 | 0.576 (0.58, 0.57) | 0.212 | 1.71x, 1.03x, 1.40x, yes | 1.00x, 0.80x, 0.91x, yes |
-
-Attention is most of a prefill (a probe that replaced it by a copy of the values, on 8
-rows of 1,540-1,900 tokens: 33 of 194 ms left), and the blocks of 128 with the skip make a
-prefill 0.58-0.66x of what it was (a call 0.64-0.74x); the same batches, at 2,048 and
-1,536, sampled the same tokens, and at 1,024 other ones (float rounding: a softmax over
-128 keys where it was 512; greedy tokens, log-probs and gradients are checked in
-tests/service/). The 512 way's decode step at 1,024 (1.62x) was one slow process. In a
-probe (one process per way, prefill of the 2,048 batch above and of 8 rows of 1,540-1,900
-tokens): blocks of 128 without the skip 0.85x of 512, as the number of scores computed
-predicts, and with the skip 0.62-0.78x and 0.70-0.87x; blocks of 64 and 96 cost more than
-128 (each block's fixed cost), and a loop over rows that skips each row's padding blocks
-cost 1.6x a score. A later run of this bench in slow minutes (the shipped step 0.77-1.34
-ms in most of its processes) gave the 512 way 1.19-1.42x a prefill: read several rounds,
-and the whole loop below. A KV cache of prompt + max_tokens reads less per decode step
-(2,432 positions instead of 3,072 at 2,048: a step 0.80x) and sampled the same tokens; it
-would save about 9% of a call at 2,048 and is not shipped.
-
-In an RL run (`experiment=learn_offline`, seed 0, one process per stage, with a wrapper
-around skyrl's generate that logged each call; both the same day): with blocks of 512, 192
-sample calls and 128 prompt-log-prob calls (the KL penalty's) took 92.8 s, the 84 calls of
-batch 8 at 2,048 0.51 s each (their rows 1,346 real prompt tokens on average, their
-longest turn 165 tokens); with the shipped blocks the run's calls took 67.3 s, those at
-batch 8 and 2,048 0.26 s each. The engine used 142 of the run's 176 CPU seconds, against
-181 of 231 before (the piexp client 18, the API server 14). The run's wall time (132 s)
-fell less than the engine's: at about 1.9 cores the engine is busy some 75 s of it and
-otherwise waits for the episodes' next turns. Two changes to that wait, each one run
-against the shipped one, were worse or no better: the engine polling again at once after a
-batch instead of skyrl's 100 ms sleep (132.9 s against 132.1 s; the clients' next turns
-are not there yet), and the engine and the API server polling every 20 ms instead of 100
-and 50 ms (140.8 s against 131.8 s: the polls' CPU, engine 166 s against 144 s, cost more
-than the waits they saved). A whole `bench/learning.py`: bench/learning.py's docstring.
-
-The blocks serve training as well (a probe, one process per block size, learner-local, one
-importance-sampling forward_backward of one sequence at rank 32, the first call compiling
-without the compilation cache, then two more): at 2,000 tokens (bucket 2,048) blocks of
-128 0.14 s a call after 7.1 s for the first, against 0.24 s after 4.1 s with 512; at 6,000
-tokens (bucket 6,144) 0.91 s after 17.4 s, against 1.64 s after 7.6 s with 512 (256 and
-384: 1.11 s after 10.9 s and 8.9 s). Compiling costs more the more blocks a program has
-(48 at 6,144), once per program and machine: the compilation cache keeps it.
+How to read it: each alternative's ratios are its seconds over the shipped way's; below
+1.00x it is faster. On a shared machine a decode step can take twice as long for a minute
+at a time, whatever runs: the "each process" column shows such a process, so read
+several rounds. "same tokens: no" can be float rounding (a softmax over 128 keys where it
+was 512); greedy tokens, log-probs and gradients are checked in tests/service/.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -97,8 +49,8 @@ import json, statistics, time
 import numpy as np
 way, model_dir, config, repeats = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
 if way == "query blocks of 512":
-    launcher.CAUSAL_QUERY_BLOCK = 512
-launcher._engine_patches()
+    launcher.speedups.CAUSAL_QUERY_BLOCK = 512
+launcher.engine_patches()
 import jax.numpy as jnp
 import skyrl.tx.utils.models as models
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
@@ -161,20 +113,18 @@ TYPICAL_STEPS = 165
 
 def _figures(kind: str, python: Path, launcher: Path, model: Path, repeats: int) -> dict:
     from piexp.allocator import allocator_env
-    from piexp.service.compat import launcher_preamble
+    from piexp.service.compat import ServerScriptError, run_server_script
     from piexp.service.local_server import LocalServer, compilation_cache_env, default_compilation_cache_dir
 
     config = LocalServer(python=python, base_model=str(model), state_dir=launcher.parent).backend_config()
     preload, _ = allocator_env(True)  # the server's allocator
-    env = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ["PATH"],
-           **compilation_cache_env(default_compilation_cache_dir()), **preload}  # fmt: skip
-    command = [str(python), "-c", launcher_preamble() + ENGINE, str(launcher), kind, str(model), json.dumps(config),
-               str(repeats)]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"the process of {kind!r} failed:\n{result.stderr[-3000:]}")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("FIGURES "))
-    return json.loads(line.removeprefix("FIGURES "))
+    try:
+        return run_server_script(
+            ENGINE, [kind, model, json.dumps(config), repeats], tag="FIGURES", python=python, launcher=launcher,
+            env={**compilation_cache_env(default_compilation_cache_dir()), **preload},
+        )  # fmt: skip
+    except ServerScriptError as error:
+        raise SystemExit(f"the process of {kind!r} failed: {error}") from None
 
 
 def main(argv: list[str]) -> int:
@@ -236,6 +186,9 @@ def main(argv: list[str]) -> int:
                          f"{other_call / call:.2f}x, {same}")  # fmt: skip
         table.add_row(*cells)
     console.print(table)
+    from record import record
+
+    record(__file__, [table])
     return 0
 
 

@@ -25,30 +25,12 @@ zygote (default; one process holds the sandbox root, a run costs fresh namespace
 or a bwrap per run. `--prespawn N` (bwrap only) runs the server with N sandboxes per
 language started ahead of requests (same isolation, see SandboxSettings.prespawn).
 
-What the figures say (2-core VM, interleaved, several runs). Once the CPUs are saturated
-(concurrency 4 and 8 here) the ratio is about bare CPU / sandbox CPU, so what counts is
-the CPU a run costs beyond a bare spawn: an HTTP round trip (~1.2 ms, aiohttp server +
-httpx client, measured on /v1/ping), the runner's own work (~2 ms) and the isolation
-floor printed below the table. With a bwrap per run that floor is 4.5-6.5 ms (bwrap
-builds the whole root again per run: a tmpfs, ~15 binds and remounts, pivot_root,
-detaching the host's mount tree), which left JavaScript (~30 ms of CPU bare, node starts
-fast) at 0.73-0.81 and Python at 0.8-0.88. The zygote launcher builds the root once and
-a run only gets fresh namespaces: a floor of ~1.7 ms, and ratios of ~0.86-0.92 for both
-languages. (A warm, pre-isolated *Python* process that unshares and forks per run,
-bench/sandbox_warm_probe.py's approach with an exec, cost 6-7 ms, more than bwrap: a
-CPython parent's fork and copy-on-write faults cost more than the zygote's small C one.)
-Host safety (issue 12: runs as an unprivileged run user, a per-run tmpfs for /sandbox and
-/tmp mounted and unmounted by the server, the seccomp filter, client caps), measured with
-`--before` against the commit before it in the same runs (`--runs 32/48 --interleave`,
-three runs, load average 1.6-2.5): ratio after/before, python c1/c4/c8 0.88/0.90,
-0.86/0.85, 0.94/0.92; 0.87/0.88, 0.88/0.89, 0.92/0.91; 0.88/0.89, 0.85/0.91, 0.90/0.91;
-javascript 0.88/0.89, 0.80/0.82, 0.84/0.86; 0.87/0.88, 0.87/0.89, 0.83/0.86; 0.86/0.87,
-0.81/0.82, 0.83/0.85. About 0.5-1 ms more CPU a run (two tmpfs mounts and unmounts,
-~240 BPF instructions per syscall), 0.01-0.03 of ratio; every cell stays at or above 0.80.
-Removed along the way: node's V8 heap flag under a memory cgroup (it cost node its code
-cache, ~6 ms a start), the /bin/sh cgroup trampoline (~0.9 ms), six /etc binds (~0.6 ms),
-and moving bwrap's held init into its cgroup v1 hierarchies from outside (an RCU grace
-period, ~10 ms a run at concurrency 1; the spawner thread now joins them itself: spawn.py).
+How to read it: once the CPUs are saturated (concurrency 4 and 8 on 2 cores) the ratio is
+about bare CPU / sandbox CPU, so what counts is the CPU a run costs beyond a bare spawn:
+an HTTP round trip (aiohttp server + httpx client), the runner's own work and the
+isolation floor printed below the table (what isolating `/bin/true` costs before any
+server, HTTP or client work). The per-step table says which of those steps to look at
+when a ratio falls.
 """
 
 from __future__ import annotations
@@ -65,6 +47,7 @@ import tempfile
 import time
 
 import httpx
+from record import RecordingConsole, record
 from rich.console import Console
 from rich.table import Table
 
@@ -211,7 +194,7 @@ def server_at_ref(ref: str, max_concurrency: int, launcher: str):
 
 
 async def main_async(args) -> None:
-    console = Console(width=max(150, Console().width))
+    console = RecordingConsole(width=max(150, Console().width))
     table = Table(
         title=f"sandbox vs bare spawn ({os.cpu_count()} CPUs, {args.runs} runs per cell, "
         f"launcher={args.launcher}, prespawn={args.prespawn}, {'interleaved, ' if args.interleave else ''}"
@@ -294,6 +277,7 @@ async def main_async(args) -> None:
                 step, *[f"{statistics.median(spans[lang][step]):.2f}" if step in spans[lang] else "" for lang in spans]
             )
         console.print(st)
+    record(__file__, console.tables, console.lines)
 
 
 def isolation_floor_cpu_ms(n_runs: int = 100) -> dict[str, float]:

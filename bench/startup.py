@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 
+from record import record
 from rich.console import Console
 from rich.table import Table
 
@@ -66,6 +67,7 @@ def main() -> None:
             heavy = heavy_imports(args, cwd) if args is not None else []
             table.add_row(name, f"{seconds:.3f}", f"{seconds / base:.1f}", ", ".join(heavy) or "none")
         Console().print(table)
+    record(__file__, [table])
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import argparse
 import gc
 import time
 
-from rich.console import Console
+from record import RecordingConsole, record
 from rich.table import Table
 
 from piexp.tasks import FAMILIES, Task, build_tasks, check_split_overlap
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--per-family", type=int, default=200)
     parser.add_argument("--sizes", default="10000,100000")
     args = parser.parse_args()
-    console = Console()
+    console = RecordingConsole()
     console.print(bench_generation(args.per_family))
     sizes = [int(s) for s in args.sizes.split(",")]
     table, times = bench_overlap(sizes)
@@ -98,6 +98,7 @@ def main() -> None:
         "[dim]Per-task cost can rise somewhat with size once the dicts and task objects no "
         "longer fit in the CPU caches; the work per task is constant (3 dict lookups).[/dim]"
     )
+    record(__file__, console.tables, console.lines)
 
 
 if __name__ == "__main__":

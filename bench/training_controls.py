@@ -25,52 +25,12 @@ base model and to the no-control arm. Usage: `python bench/training_controls.py 
 by default; the run folders stay in OUT_DIR for `piexp show` / `summarize`; run again on
 the same OUT_DIR, it keeps the arms and calibrations finished there and reports again).
 
-Measured 2026-12-02 on the 2-core machine (one run of each arm, seed 0, `learner-local`
-12757e653fb35bd5, the preset's 8 RL steps of 2 groups x 8 episodes; other work beside it
-part of the time, so the seconds are rough):
-
-| arm | informative groups (sampled) | groups trained on (informative) | held-out pass@1 | vs base | vs none | run s |
-| --- | --- | --- | --- | --- | --- | --- |
-| none | 0.62 | 16 of 16 (10) | 0.500 | +0.461 ± 0.101 | | 446 (with the base eval) |
-| binary_gate | 0.62 | 10 of 16 (10) | 0.070 | +0.031 ± 0.061 | -0.430 ± 0.102 | 219 |
-| pools | 0.62 | 16 of 16 (10) | 0.414 | +0.375 ± 0.105 | -0.086 ± 0.106 | 334 |
-| adaptive | 0.00 | 16 of 16 (0) | 0.039 | +0.000 ± 0.049 | -0.461 ± 0.101 | 218 |
-
-Base pass@1 0.039 over 64 held-out tasks x 2 samples. A second run, `--arms=none,binary_gate,pools
---no-calibrate --with=tasks.train_per_family=4` (8 train groups, so each is drawn about
-twice and the pools can move; the suite ran beside it), base pass@1 0.062:
-
-| arm | informative groups (sampled) | groups trained on (informative) | held-out pass@1 | vs base | vs none | run s |
-| --- | --- | --- | --- | --- | --- | --- |
-| none | 0.81 | 16 of 16 (13) | 0.336 | +0.273 ± 0.084 | | 589 (with the base eval) |
-| binary_gate | 0.75 | 12 of 16 (12) | 0.398 | +0.336 ± 0.095 | +0.062 ± 0.112 | 444 |
-| pools | 0.81 | 16 of 16 (13) | 0.383 | +0.320 ± 0.094 | +0.047 ± 0.104 | 443 |
-
-What the two runs show (one run per arm each, so a difference between arms is a finding
-only beyond its interval):
-- The binary gate's effect is not established: -0.430 ± 0.102 against no control in the
-  first run, +0.062 ± 0.112 in the second. A reason it can hurt this model: learner-local
-  starts below the frontier (pass@1 0.04-0.06), so early groups often fail every episode,
-  and their shaped rewards (a program that runs earns more than a crash) are signal the
-  gate drops; in the first run steps 0 and 1 trained on one group each, and a late step
-  (4) lost both. Runs of one seed spread (bench/learning.py: sd 0.05 of the difference for
-  the no-control run), and one gated run in two fell far.
-- Difficulty pools need groups that repeat: with 64 train groups and 16 draws (first run)
-  each group was drawn at most once, the pools only filled (2 easy, 2 hard at the end),
-  and the arm matched no control; with 8 groups (second run) one group went to the hard
-  pool and the rest stayed normal (their pass rates were mixed, which is what the normal
-  pool holds), again within the no-control arm's interval. The informative fraction was
-  the same with and without pools in both runs (0.62, 0.81).
-- Adaptive difficulty found no learnable level. Every family starts at level 1 (json_tree
-  5 nodes, csv_agg 10 rows), and learner-local, pre-trained on the preset's sizes only
-  (8 nodes, 8 rows), failed every episode there (training reward 0.10-0.25: it wrote and
-  ran a program that crashed): no group was informative, and level 1 is the floor. The
-  calibration says the same: base and trained models pass@1 0.000 at every declared level
-  of both families (8 tasks x 2 samples per level, 10-40 s a level; the trained model
-  mostly with malformed tool calls), while the trained model passes 0.500 at the preset's
-  own sizes (0.000 with json_tree at 5 nodes, 0.500 at 8, 16 episodes each). A 2-layer
-  model this narrow has no frontier among the built-in levels, so no preset was written;
-  a family whose levels bracket its training distribution would have one.
+How to read it: each arm is one run, so a difference between arms holds only beyond its
+interval (runs of one seed spread: bench/learning.py). A control that drops groups (the
+binary gate) can lose the shaped-reward signal of a model below its frontier, whose early
+groups fail every episode; difficulty pools need train groups drawn more than once to
+move; adaptive difficulty needs a family whose declared levels bracket the model's
+training distribution, and the calibration tables show whether any level is in the band.
 """
 
 from __future__ import annotations
@@ -84,6 +44,7 @@ import time
 from pathlib import Path
 
 from learning import build_model, run_piexp
+from record import RecordingConsole, record
 from rich.console import Console
 from rich.table import Table
 
@@ -266,7 +227,7 @@ def main() -> int:
     seed = int(options.get("seed", "0"))
     out = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="piexp-bench-controls-"))
     out.mkdir(parents=True, exist_ok=True)
-    console = Console()
+    console = RecordingConsole()
     began = time.perf_counter()
     path, marker, build_s, cached = build_model()
     console.print(f"learner-local {path} ({'cached' if cached else f'built in {build_s:.0f} s'})")
@@ -287,6 +248,7 @@ def main() -> int:
         json.dumps({"figures": figures, **{k: v[0] for k, v in calibrations.items()}}, indent=1, default=str)
     )
     console.print(f"whole bench {time.perf_counter() - began:.0f} s; run folders in {out}")
+    record(__file__, console.tables, console.lines)
     return 0
 
 

@@ -1,7 +1,8 @@
-"""What skipping the LoRA of layers no adapter trains (piexp/service/compat/ item 8,
-`_skip_untrained_lora`) saves on the local server: seconds per training step
+"""What skipping the LoRA of layers no adapter trains (the `untrained_lora` speed-up,
+piexp/service/compat/skyrl_server/speedups.py item 4) saves on the local server: seconds per training step
 (forward_backward + optim_step, importance_sampling) of skyrl's JAX backend in one
-server-venv process, with piexp's other CPU speed-ups (item 6) in both variants and the
+server-venv process, with piexp's speed-ups needed_logprobs, lora_matmuls and
+blocked_attention (items 1-3) in both variants and the
 skip in one, at LoRA ranks 16 and 64, on one fixed batch: 4 sequences of 1,500 random
 tokens, the last 500 of each with an advantage (an RL batch's shape: a long
 observation, then the sampled turn). Each variant runs in its own process; the first
@@ -9,26 +10,16 @@ step (compilation) is reported apart, the figure is the median of the next three
 Usage: `python bench/untrained_lora.py [MODEL]` (`tiny-local` by default; a model folder,
 e.g. the `learner-local` build, otherwise).
 
-Measured 2026-12-01 on the 2-core machine, nothing else running, on the `learner-local`
-build da34401b565c4c6e (hidden size 64, MLP 256), median of three compiled steps:
-
-| rank | without the skip | with it | ratio |
-| --- | --- | --- | --- |
-| 16 | 11.6 s | 9.2 s | 0.80x |
-| 64 | 16.5 s | 9.7 s | 0.59x |
-
-skyrl's create_model never trains the embedding or the unembedding, but both carried a
-LoRA of the server's max rank (scaling 0), computed and differentiated at every position;
-with the skip the rank of the trained layers is nearly free on a CPU (rank 64 costs 1.05x
-rank 16, against 1.42x without), which is what let `learner-local` train at rank 64
-(bench/learning.py). The first step of each variant (compilation) took 16.7-22.3 s.
+How to read it: the ratio is the step with the skip over the step without. skyrl's
+create_model never trains the embedding or the unembedding, but both carry a LoRA of the
+server's max rank (scaling 0), computed and differentiated at every position; with the
+skip the rank of the trained layers is nearly free on a CPU, so compare the two ranks'
+"with skip" columns for what a higher rank costs.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,13 +29,13 @@ from rich.table import Table
 
 RANKS = (16, 64)
 
-#: Run in the server venv after the launcher's preamble with item 6 applied: argv
-#: launcher, model, rank, variant ("plain" or "skip": item 8 too).
+#: Run in the server venv after the launcher's preamble with speed-ups 1-3 applied: argv
+#: launcher, model, rank, variant ("plain" or "skip": the untrained_lora speed-up too).
 STEP = r"""
 import json, time
 import numpy as np
 if sys.argv[4] == "skip":
-    launcher._skip_untrained_lora()
+    launcher.apply("untrained_lora")
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
 rank = int(sys.argv[3])
@@ -76,17 +67,15 @@ print("RESULT " + json.dumps(seconds))
 
 
 def step_seconds(python: Path, launcher: Path, model: Path, rank: int, variant: str) -> list[float]:
-    from piexp.service.compat import launcher_preamble
+    from piexp.service.compat import ServerScriptError, run_server_script
 
-    result = subprocess.run(
-        [str(python), "-c", launcher_preamble("_cpu_training_speedups") + STEP, str(launcher), str(model), str(rank), variant],
-        capture_output=True, text=True, timeout=900, check=False,
-        env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise SystemExit(f"rank {rank} {variant} failed:\n{result.stderr[-3000:]}")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    try:
+        return run_server_script(
+            STEP, [model, rank, variant], patches=("needed_logprobs", "lora_matmuls", "blocked_attention"),
+            python=python, launcher=launcher, timeout_s=900,
+        )  # fmt: skip
+    except ServerScriptError as error:
+        raise SystemExit(f"rank {rank} {variant} failed: {error}") from None
 
 
 def main() -> int:
@@ -116,6 +105,9 @@ def main() -> int:
                 f"{after / before:.2f}x",
             )
     console.print(table)
+    from record import record
+
+    record(__file__, [table])
     return 0
 
 

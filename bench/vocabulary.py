@@ -15,20 +15,8 @@ oracle's program for it, as the model reads and writes them):
 
 Usage: `python bench/vocabulary.py`.
 
-Measured 2026-12-02 on the 2-core machine (a learner-local build beside it), learn_offline's
-64 train tasks (json_tree, csv_agg):
-
-| BPE tokens | vocabulary | tokens per task | vs whole | output layer share | fwd+bwd s (8 tasks) | vs whole |
-| --- | --- | --- | --- | --- | --- | --- |
-| Qwen3's 151,643 | 151,669 | 474 | 1.00x | 99% | 13.12 | 1.00x |
-| 32,768 | 32,794 | 498 | 1.05x | 94% | 2.59 | 0.20x |
-| 16,384 | 16,410 | 514 | 1.09x | 90% | 1.37 | 0.10x |
-| 8,192 | 8,218 | 558 | 1.18x | 81% | 0.98 | 0.07x |
-| 4,096 | 4,122 | 627 | 1.32x | 68% | 0.85 | 0.07x |
-| 2,048 | 2,074 | 708 | 1.49x | 52% | 0.80 | 0.06x |
-
-8,192 (the recipe's) is the knee: a pass costs 0.07x the whole vocabulary's for 1.18x the
-tokens; halving it again saves a tenth of a pass and adds 12% more tokens to sample.
+How to read it: the knee is where a pass stops getting much cheaper while the tokens per
+task keep rising; the recipe's size (LearnerRecipe.bpe_tokens, 8,192) was chosen there.
 """
 
 from __future__ import annotations
@@ -116,9 +104,18 @@ def main() -> None:
         "| BPE tokens | vocabulary | tokens per task | vs whole | output layer share | fwd+bwd s (8 tasks) | vs whole |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    cells = []
     for size, vocab, tokens, ratio, share, seconds, speed in rows:
         name = "Qwen3's 151,643" if size is None else f"{size:,}"
-        print(f"| {name} | {vocab:,} | {tokens:.0f} | {ratio:.2f}x | {share:.0%} | {seconds:.2f} | {speed:.2f}x |")
+        cells.append(
+            [name, f"{vocab:,}", f"{tokens:.0f}", f"{ratio:.2f}x", f"{share:.0%}", f"{seconds:.2f}", f"{speed:.2f}x"]
+        )
+        print("| " + " | ".join(cells[-1]) + " |")
+    from record import record
+
+    columns = ["BPE tokens", "vocabulary", "tokens per task", "vs whole", "output layer share", "fwd+bwd s (8 tasks)"]
+    title = f"learn_offline's {len(texts)} train tasks; learner: hidden {hidden}, {layers} layers"
+    record(__file__, [{"title": title, "columns": [*columns, "vs whole"], "rows": cells}])
 
 
 if __name__ == "__main__":

@@ -2,15 +2,18 @@
 drift from it: every config group, option and key (the typed schema's types and
 descriptions, conf/'s options, their opening comments and values), every command's
 usage (its own argument parser's `--help`), the package's layers (pyproject.toml's
-import contract), the sandbox's wire format and the benchmarks' figures (bench/*.py
-docstrings).
+import contract) and the sandbox's wire format. (docs/benchmarks.md is written by
+bench/report.py from the benches' records and committed.)
 
-MkDocs runs this file as a hook (`hooks:` in mkdocs.yml): `on_files` adds the
-reference pages to the build in memory, and `on_page_markdown` fills the generated part
-of a hand-written page (a `<!-- piexp-... -->` marker), so nothing generated is ever
-committed. A key without a
-description stops the build (and tests/test_docs.py fails on `undocumented_keys()`).
-`python docs/gen_reference.py DIR` writes the same pages into DIR, to read them raw."""
+The two reference pages are committed, `docs/reference/config.md` and
+`docs/reference/commands.md`, so a fresh clone reads them without a build:
+`python docs/gen_reference.py` writes them again, and tests/test_reference_pages.py fails
+when they differ from what piexp generates now. MkDocs runs this file as a hook (`hooks:`
+in mkdocs.yml): `on_page_markdown` renders the reference pages afresh (the site is
+current even before they are written again) and fills the generated part of a
+hand-written page (a `<!-- piexp-... -->` marker), which is not committed. A key without
+a description stops the build (and tests/test_docs.py fails on `undocumented_keys()`).
+`python docs/gen_reference.py DIR` writes the reference pages into DIR instead."""
 
 from __future__ import annotations
 
@@ -508,22 +511,6 @@ def commands_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- benchmarks
-
-
-BENCH_MARKER = "<!-- piexp-bench-docstrings -->"
-
-
-def bench_docstrings() -> str:
-    """Each bench/*.py docstring under a heading of its own, as written."""
-    sections = []
-    for path in sorted((REPO / "bench").glob("*.py")):
-        docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
-        if docstring:
-            sections.append(f"### `bench/{path.name}`\n\n{docstring}")
-    return "\n\n".join(sections)
-
-
 # ---------------------------------------------------------------- the package's layers
 
 LAYERS_MARKER = "<!-- piexp-layers -->"
@@ -637,13 +624,16 @@ def _module_summary(module: str) -> str:
 
 PAGES = {CONFIG_PAGE: config_page, COMMANDS_PAGE: commands_page}
 # Hand-written pages with a generated part: marker -> what replaces it.
-MARKERS = {LAYERS_MARKER: layers_table, PROTOCOL_MARKER: protocol_tables, BENCH_MARKER: bench_docstrings}
+MARKERS = {LAYERS_MARKER: layers_table, PROTOCOL_MARKER: protocol_tables}
 
 
 # ---------------------------------------------------------------- the MkDocs hook
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    generated = PAGES.get(page.file.src_uri)
+    if generated is not None:
+        return generated()
     for marker, render in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, render())
@@ -651,15 +641,17 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 def on_files(files: Any, config: Any) -> Any:
+    """The reference pages are in docs/; one not written yet is generated in memory."""
     from mkdocs.structure.files import File
 
     for page, render in PAGES.items():
-        files.append(File.generated(config, page, content=render()))
+        if files.get_file_from_path(page) is None:
+            files.append(File.generated(config, page, content=render()))
     return files
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "generated-docs")
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "docs"
     for page, render in PAGES.items():
         (out / page).parent.mkdir(parents=True, exist_ok=True)
         (out / page).write_text(render(), encoding="utf-8")

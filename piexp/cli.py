@@ -58,21 +58,38 @@ class _QuietOnClosedPipe:
         return getattr(self._stream, name)
 
 
+# Options of the run command line under which Hydra prints and exits, running nothing.
+_PRINTING_OPTIONS = frozenset({"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion"})
+
+
+def _only_prints(args: Sequence[str]) -> bool:
+    if args and args[0] in SUBCOMMANDS:
+        return not SUBCOMMANDS[args[0]].does_work
+    return any(arg in _PRINTING_OPTIONS or arg.split("=", 1)[0] in _PRINTING_OPTIONS for arg in args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; output cut short by its reader (`... | head`) ends quietly."""
+    """Run the command line. Output cut short by its reader (`... | head`) ends a command
+    that only prints quietly; a run, a sweep or a command that plays episodes goes on with
+    its console quiet (`piexp.console.outlive_closed_streams`)."""
     deliver_interrupts_quietly()
-    stdout = sys.stdout
-    sys.stdout = _QuietOnClosedPipe(stdout)
+    args = list(sys.argv[1:] if argv is None else argv)
+    stdout, stderr = sys.stdout, sys.stderr
+    if _only_prints(args):
+        sys.stdout = _QuietOnClosedPipe(stdout)
+    else:
+        from piexp.console import outlive_closed_streams
+
+        outlive_closed_streams()
     try:
-        return _main(argv)
+        return _main(args)
     except BrokenPipeError:  # a write that went around sys.stdout
         _end_on_closed_pipe()
     finally:
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+def _main(args: list[str]) -> int:
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     if args and args[0] in SUBCOMMANDS:
         command = _subcommand(args[0])

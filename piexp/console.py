@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import logging
 import os
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -111,6 +113,82 @@ def _to_job_log(*objects: Any, **kwargs: Any) -> None:
         pass  # a log that cannot be written never stops the run
 
 
+class _OutlivesItsReader:
+    """A standard stream (stdout or stderr) that a run outlives: once its reader has gone
+    (`... | head`, a pager closed), writing to it no longer fails. Its file descriptor then
+    leads to /dev/null (for every writer in the process and the children it starts later),
+    the run goes on with its console quiet, and why is said once, on the other stream
+    while that one is open, and in the run's job.log. Without this, rich's console ends
+    the process with exit 1 at the first line it cannot write, and the run is lost."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self._stream = stream
+        self.name = name
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._went()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._went()
+
+    def _went(self) -> None:
+        self.gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass  # a stream without a descriptor: its writes are dropped here all the same
+        note = (
+            f"piexp: {self.name} was closed by its reader at {time.strftime('%H:%M:%S')} (a pipe into head or a "
+            "pager): the run goes on with its console quiet and writes everything into its folder"
+            + (f" (this log: {_job_log})" if _job_log is not None else "")
+            + "."
+        )
+        for other in _surviving.values():
+            if other is not self and not other.gone:
+                other.write(note + "\n")
+                other.flush()
+        _to_job_log(note)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+# The process's stdout and stderr once `outlive_closed_streams` has wrapped them.
+_surviving: dict[str, _OutlivesItsReader] = {}
+
+
+def outlive_closed_streams() -> None:
+    """From now on a closed stdout or stderr never stops this process (see
+    `_OutlivesItsReader`): for a run, a sweep job or any command that does work. Log
+    handlers already writing to either stream write through the wrapper too. Idempotent."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, _OutlivesItsReader) or stream is None:
+            continue
+        wrapped = _surviving[name] = _OutlivesItsReader(stream, name)
+        setattr(sys, name, wrapped)
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is stream:
+                handler.setStream(wrapped)
+
+
+def to_job_log(*objects: Any, **kwargs: Any) -> None:
+    """Write into the run's job.log only (what the console shows shorter)."""
+    _to_job_log(*objects, **kwargs)
+
+
 def say(*objects: Any, **kwargs: Any) -> None:
     """Print to the console and into the run's job.log (a table labelled with its sweep job)."""
     objects = tuple(_labelled(item) if isinstance(item, Table) else item for item in objects)
@@ -124,20 +202,36 @@ def _duration(seconds: float) -> str:
 
 
 class ProgressReport:
-    """Progress of `total` items called `label`: a transient rich bar on a terminal;
-    otherwise (and always in job.log) `label: done/total (pct), elapsed, ~left left`
-    every PLAIN_PROGRESS_EVERY_S seconds and once at the end."""
+    """Progress of `total` items called `label`: a transient rich bar on a terminal (with
+    `live`); otherwise (and always in job.log) `label: done/total (pct), elapsed, ~left
+    left` every PLAIN_PROGRESS_EVERY_S seconds, whether or not an item finished meanwhile
+    (a log that says nothing for minutes reads as a hung run), and once at the end."""
 
-    def __init__(self, label: str, total: int, unit: str = "episodes") -> None:
+    def __init__(self, label: str, total: int, unit: str = "episodes", *, live: bool = True) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.done = 0
         self.note = ""
+        self.live = live
         self._start = self._last_line = time.monotonic()
         self._bar: Optional[Progress] = None
         self._task: Optional[TaskID] = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._clock: Optional[threading.Thread] = None
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(1.0):
+            with self._lock:
+                due = time.monotonic() - self._last_line >= PLAIN_PROGRESS_EVERY_S
+                if due:
+                    self._last_line = time.monotonic()
+            if due:
+                self._line()
 
     def __enter__(self) -> "ProgressReport":
-        if console.is_terminal:
+        self._clock = threading.Thread(target=self._tick, name=f"progress {self.label}", daemon=True)
+        self._clock.start()
+        if self.live and console.is_terminal:
             self._bar = Progress(
                 TextColumn(self.label),
                 BarColumn(),
@@ -154,13 +248,18 @@ class ProgressReport:
         return self
 
     def advance(self, n: int = 1, note: str = "") -> None:
-        self.done += n
-        self.note = note
+        self.reach(self.done + n, note)
+
+    def reach(self, done: int, note: str = "") -> None:
+        """`done` items finished in all (a resumed run starts past zero)."""
+        n, self.done, self.note = done - self.done, done, note
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, advance=n, note=note)
-        now = time.monotonic()
-        if now - self._last_line >= PLAIN_PROGRESS_EVERY_S:
-            self._last_line = now
+        with self._lock:
+            due = time.monotonic() - self._last_line >= PLAIN_PROGRESS_EVERY_S
+            if due:
+                self._last_line = time.monotonic()
+        if due:
             self._line()
 
     def line(self) -> str:
@@ -181,6 +280,9 @@ class ProgressReport:
         _to_job_log(text)
 
     def __exit__(self, *exc: Any) -> None:
+        self._stopped.set()
+        if self._clock is not None:
+            self._clock.join()
         if self._bar is not None:
             self._bar.__exit__(*exc)
         self._line()

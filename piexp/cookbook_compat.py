@@ -1,9 +1,10 @@
 """Every private tinker-cookbook hook piexp uses, in one place, pinned to the release they
 were written against (:data:`TINKER_COOKBOOK_VERSION`) and checked at the start of each
-job by :func:`check_cookbook`, which refuses another release or a missing hook with a
-:class:`~piexp.errors.UserError` (as ``piexp/service/compat/`` does for SkyRL). An
-upgrade is a deliberate act: re-check each hook below, then bump the pin here and in
-pyproject.toml.
+job (and on every service path, by piexp/service/compat/pins.py) by :func:`check_cookbook`
+with :mod:`piexp.pinned_hooks`, the check SkyRL's and the tinker SDK's hooks go through
+too: another release, or a hook moved, renamed or of another signature, is refused with
+one paragraph naming it. An upgrade is a deliberate act: re-check each hook below, then
+bump the pin here and in pyproject.toml.
 
 1. **Rendering an observation.** ``EnvFromMessageEnv._render_in_thread`` is where the
    cookbook renders each observation (in a worker thread). :class:`RenderHookEnv`
@@ -23,13 +24,9 @@ pyproject.toml.
 
 from __future__ import annotations
 
-import inspect
-import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import tinker
@@ -39,75 +36,53 @@ from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.types import Env
 from tinker_cookbook.utils import ml_log
 
-from piexp.errors import UserError
+from piexp.errors import ThirdPartyMismatchError
+from piexp.pinned_hooks import Hook, Pin, mismatch_paragraph, pin_problems
 
 #: The tinker-cookbook release every hook below was written against.
 TINKER_COOKBOOK_VERSION = "0.5.8"
 
 
-class CookbookCompatError(UserError):
+class CookbookCompatError(ThirdPartyMismatchError):
     """The installed tinker-cookbook is not the release piexp's hooks fit."""
 
 
-@dataclass(frozen=True)
-class Hook:
-    """A private cookbook method (or module function) piexp overrides or calls: where it
-    lives, its name, and the leading parameter names piexp relies on."""
-
-    owner: type | types.ModuleType
-    name: str
-    parameters: tuple[str, ...]
-
-    def problem(self) -> str | None:
-        """What is wrong with this hook in the installed cookbook (None: it fits)."""
-        owner = self.owner
-        where = (
-            f"{owner.__name__}.{self.name}"
-            if isinstance(owner, types.ModuleType)
-            else f"{owner.__module__}.{owner.__qualname__}.{self.name}"
-        )
-        method = inspect.getattr_static(self.owner, self.name, None)
-        if not callable(method):
-            return f"{where} is missing"
-        found = tuple(inspect.signature(method).parameters)[: len(self.parameters)]
-        if found != self.parameters:
-            return f"{where} takes ({', '.join(found)}), piexp calls it with ({', '.join(self.parameters)})"
-        return None
-
-
-#: The hooks of the module docstring, as the check sees them.
+#: The hooks of the module docstring, as :mod:`piexp.pinned_hooks` checks them.
 HOOKS: tuple[Hook, ...] = (
-    Hook(EnvFromMessageEnv, "_render_in_thread", ("self", "messages", "kwargs")),
-    Hook(renderers.Renderer, "_get_generation_suffix", ("self", "role", "ctx")),
-    Hook(ml_log, "setup_logging", ("log_dir", "wandb_project", "wandb_name", "config")),
-)
+    Hook("tinker_cookbook.rl.message_env", "EnvFromMessageEnv._render_in_thread", parameters=("self", "messages", "kwargs"),
+         used_by="piexp/cookbook_compat.py item 1"),
+    Hook("tinker_cookbook.tool_use", "build_agent_tool_env",
+         keywords=("renderer", "tools", "initial_messages", "reward_fn", "model_name", "rollout_config", "max_turns",
+                   "max_tool_calls", "max_trajectory_tokens", "max_generation_tokens", "context_overflow_reward"),
+         used_by="piexp/cookbook_compat.py item 2 (piexp/env/episode.py)"),
+    Hook("tinker_cookbook.renderers", "Renderer._get_generation_suffix", parameters=("self", "role", "ctx"),
+         used_by="piexp/cookbook_compat.py item 3"),
+    Hook("tinker_cookbook.utils.ml_log", "setup_logging",
+         parameters=("log_dir", "wandb_project", "wandb_name", "config"), used_by="piexp/cookbook_compat.py item 4"),
+    Hook("tinker_cookbook.utils.ml_log", "Logger.log_metrics", parameters=("self", "metrics", "step"),
+         used_by="piexp/cookbook_compat.py item 4 (StepMetricsLogger)"),
+)  # fmt: skip
 
 
-def _installed_version() -> str | None:
-    try:
-        return version("tinker-cookbook")
-    except PackageNotFoundError:
-        return None
+def cookbook_pin(hooks: Sequence[Hook] = HOOKS) -> Pin:
+    """tinker-cookbook's pin: :data:`TINKER_COOKBOOK_VERSION` and ``hooks``."""
+    return Pin(
+        package="tinker-cookbook",
+        version=TINKER_COOKBOOK_VERSION,
+        hooks=tuple(hooks),
+        home="piexp/cookbook_compat.py",
+        install=f"pip install tinker-cookbook=={TINKER_COOKBOOK_VERSION}",
+    )
 
 
 def check_cookbook(installed: str | None = None, hooks: Sequence[Hook] = HOOKS) -> None:
     """Refuse to run unless tinker-cookbook is :data:`TINKER_COOKBOOK_VERSION` and every
     hook is there with the parameters piexp uses. `installed`: the version to check
     (default: this process's); `hooks`: what to check (default: :data:`HOOKS`)."""
-    got = installed if installed is not None else _installed_version()
-    problems = []
-    if got != TINKER_COOKBOOK_VERSION:
-        problems.append(f"tinker-cookbook {got or 'is not installed'} is installed, expected {TINKER_COOKBOOK_VERSION}")
-    problems += [problem for hook in hooks if (problem := hook.problem()) is not None]
+    pin = cookbook_pin(hooks)
+    problems = pin_problems(pin, installed)
     if problems:
-        raise CookbookCompatError(
-            "piexp cannot run on this tinker-cookbook: "
-            + "; ".join(problems)
-            + f". piexp's hooks into its private API (piexp/cookbook_compat.py) are pinned to "
-            f"tinker-cookbook {TINKER_COOKBOOK_VERSION}: install that release "
-            f"(`pip install tinker-cookbook=={TINKER_COOKBOOK_VERSION}`), or, after re-checking "
-            "each hook against the new release, update the pin."
-        )
+        raise CookbookCompatError(mismatch_paragraph(pin, problems))
 
 
 @cache

@@ -21,6 +21,11 @@ class ServiceUnavailableError(UserError):
     exit_code = 3
 
 
+class ThirdPartyMismatchError(UserError):
+    """An installed third-party package does not fit the private names piexp patches or
+    calls (piexp.pinned_hooks names which)."""
+
+
 class RunIncompleteError(UserError):
     """A part of piexp (the sandbox, the model service) failed, so the run could not
     finish: what it finished is kept, it is not marked complete, and the same command

@@ -5,7 +5,10 @@ controls' metrics piexp adds to each step, `controls/...`)."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +17,27 @@ from piexp.files import read_jsonl
 # Suffix of a folder moved aside by --replace (summaries skip such folders).
 REPLACED_MARK = ".replaced-"
 # The per-step metrics log tinker-cookbook writes into a train run's folder.
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = RunFiles.METRICS
 # An eval run's finished episodes, one record a line (`piexp.launch.episodes.EpisodeLog`).
-EPISODES_FILE = "episodes.jsonl"
+EPISODES_FILE = RunFiles.EPISODES
 # A check run's (or preflight's) whole report (`piexp.launch.check`).
-CHECK_FILE = "check.json"
+CHECK_FILE = RunFiles.CHECK
 # metrics.jsonl keys per key metric of a train run (first present wins): `pass@1` is the
-# periodic eval on the eval split (binary reward, one sample per task), `reward` the mean
-# reward of each training batch (the older cookbook logged it with a `/mean` suffix).
+# share of the periodic eval's episodes on the eval split that passed (one sample per
+# task: `passed`, which every episode reports once, piexp.env.reward.PASSED_METRIC; never
+# the eval's reward, which holds -0.1 for an episode that overflowed or failed to run),
+# `reward` the mean reward of each training batch (the older cookbook logged it with a
+# `/mean` suffix). `train_pass_curve` reads pass@1 with its episode counts.
 TRAIN_KEYS: dict[str, tuple[str, ...]] = {
-    "pass@1": ("test/env/all/reward/total",),
+    "pass@1": ("test/env/all/passed",),
     "reward": ("env/all/reward/total", "env/all/reward/total/mean"),
 }
+# How many episodes a step's periodic eval played (the denominator of its pass@1).
+EVAL_EPISODES_KEY = "test/env/all/total_episodes"
+# A training step's episodes as the cookbook exports them (algo.rollout_json_export):
+# one trajectory a line, with each transition's metrics and the trajectory's total reward.
+ROLLOUTS_FILE = "iteration_{step:06d}/{split}_rollout_summaries.jsonl"
+EVAL_ROLLOUTS_SPLIT, TRAIN_ROLLOUTS_SPLIT = "eval_test", "train"
 
 
 # Prefix of the online controls' metrics in a training step's row (piexp.env.task_sampler).
@@ -75,6 +87,61 @@ def metric_curve(rows: list[dict[str, Any]], metric: str) -> list[tuple[int, flo
         if curve:
             return curve
     return []
+
+
+@dataclass(frozen=True)
+class PassPoint:
+    """pass@1 of one training step's periodic eval: the share of its eval episodes that
+    passed, and how many episodes it played (None when only the share was logged)."""
+
+    step: int
+    rate: float
+    episodes: int | None
+
+
+def step_rollouts(folder: Path, split: str, step: int) -> list[dict[str, Any]]:
+    """The trajectories of one step's exported rollouts (`ROLLOUTS_FILE`; none when the run
+    did not export them)."""
+    return read_jsonl(Path(folder) / ROLLOUTS_FILE.format(step=step, split=split))
+
+
+def _rollout_steps(folder: Path, split: str) -> list[int]:
+    steps = []
+    for path in Path(folder).glob(f"iteration_*/{split}_rollout_summaries.jsonl"):
+        suffix = path.parent.name.removeprefix("iteration_")
+        if suffix.isdigit():
+            steps.append(int(suffix))
+    return sorted(steps)
+
+
+def trajectory_passed(trajectory: dict[str, Any]) -> bool:
+    """An exported trajectory's binary outcome: its last transition graded all four steps
+    as holding (an episode that ended before grading reports no `functional_correct`)."""
+    steps = trajectory.get("steps") or []
+    metrics = (steps[-1].get("metrics") or {}) if steps else {}
+    return metrics.get("functional_correct") == 1.0
+
+
+def train_pass_curve(folder: Path, rows: list[dict[str, Any]]) -> list[PassPoint]:
+    """pass@1 per step of a training run's periodic evals on its eval split: from
+    metrics.jsonl's `passed` share with the step's eval episode count, or, for a run
+    logged without `passed`, from each step's exported eval rollouts. Empty when the run
+    evaluated nothing (no eval split, or no eval step yet): absent, never another figure."""
+    points: dict[int, PassPoint] = {}
+    for index, row in enumerate(rows):
+        rate = finite_number(row.get(TRAIN_KEYS["pass@1"][0]))
+        if rate is not None:
+            count = finite_number(row.get(EVAL_EPISODES_KEY))
+            step = int(row.get("step", index))
+            points[step] = PassPoint(step, rate, int(count) if count is not None else None)
+    if points:
+        return [points[step] for step in sorted(points)]
+    for step in _rollout_steps(folder, EVAL_ROLLOUTS_SPLIT):
+        trajectories = step_rollouts(folder, EVAL_ROLLOUTS_SPLIT, step)
+        if trajectories:
+            passed = sum(trajectory_passed(t) for t in trajectories)
+            points[step] = PassPoint(step, passed / len(trajectories), len(trajectories))
+    return [points[step] for step in sorted(points)]
 
 
 def control_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

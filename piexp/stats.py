@@ -26,6 +26,29 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
+def share_ci95(share: float, n: int) -> float | None:
+    """The half-width of `mean_ci95` for n values of 0 or 1 whose mean is `share` (a pass
+    rate known only as its mean and count), without the values themselves."""
+    if n < 2:
+        return None
+    variance = n * share * (1.0 - share) / (n - 1)
+    return t975(n - 1) * math.sqrt(max(variance, 0.0)) / math.sqrt(n)
+
+
+def difference_ci95(before: Sequence[float], after: Sequence[float]) -> tuple[float, float | None]:
+    """mean(after) - mean(before) and the half-width of its 95% Welch t-interval (two
+    independent samples; None when either has fewer than two values)."""
+    difference = statistics.fmean(after) - statistics.fmean(before)
+    if len(before) < 2 or len(after) < 2:
+        return difference, None
+    va, vb = statistics.variance(before) / len(before), statistics.variance(after) / len(after)
+    if va + vb == 0.0:
+        return difference, 0.0
+    # Welch-Satterthwaite degrees of freedom, rounded down (the conservative side).
+    df = (va + vb) ** 2 / (va**2 / (len(before) - 1) + vb**2 / (len(after) - 1))
+    return difference, t975(max(1, int(df))) * math.sqrt(va + vb)
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
     if k > n:

@@ -33,8 +33,9 @@ def test_help(tmp_path: Path) -> None:
 
 
 def test_help_is_generated_from_the_registries(tmp_path: Path) -> None:
-    """Issue 30, rough edge 1: the help advertised `policy=null` (refused, now `guess`),
-    missed `guess` and the `show` subcommand; conf/config.yaml's comment said the same."""
+    """The help is built from the registries, so it cannot advertise a refused policy
+    (`policy=null`, now `guess`) or miss a policy or subcommand (`guess`, `show`), as a
+    hand-written help and conf/config.yaml's comment did."""
     from piexp.commands import SUBCOMMANDS
     from piexp.config.paths import config_dir
     from piexp.config.schema import EVAL_POLICIES, OFFLINE_POLICIES
@@ -76,7 +77,7 @@ BAD = [
         "service=local (SkyRL 0.4.0's Tinker-compatible server, JAX backend) cannot honour algo.loss_fn=dro",
     ),
     (["algo=nosuch"], "Unknown algo option nosuch"),
-    # Issue 15, observations 2-6: each refused up front, naming the fix, nothing written.
+    # Each refused up front, naming the fix, with nothing written.
     (["-m", "mode=eval", "policy=oracle,null", "family=arith"], "now called `guess`"),
     (["mode=eval", "policy=oracle", "family.arith.max_depth=9"], "max_depth=9 is outside [1, 6]"),
     (
@@ -94,11 +95,18 @@ BAD = [
     (["sumarize", "outputs"], "Unknown subcommand 'sumarize'. Did you mean summarize?"),
     (["mode=eval", "policy=oracle", "algo=grpo"], "training option (mode=train) that mode=eval would ignore"),
     (["mode=check", "policy=wrong"], "policy would be ignored by mode=check"),
-    # Issue 30, rough edge 6: a mistyped policy gets a suggestion; a mistyped tasks option
-    # was handed to Hydra, which failed with a LexerNoViableAltException.
+    # An option of another mode names the mode that takes it, not "no such option".
+    (
+        ["mode=eval", "policy=oracle", "family=arith", "mode.max_steps=3"],
+        "mode.max_steps is a mode=train option; this command line runs mode=eval, which does not take it. "
+        "Add mode=train",
+    ),
+    (["mode=check", "mode.preflight=false"], "mode.preflight is a mode=eval or mode=train option"),
+    # A mistyped policy gets a suggestion; a mistyped tasks option is not handed to
+    # Hydra, which would fail with a LexerNoViableAltException.
     (["mode=eval", "policy=orcale"], "unknown policy 'orcale'. Did you mean oracle?"),
     (["tasks", "family=arith", "--param"], "Unknown option --param for tasks. Did you mean --params?"),
-    # Rough edge 7: an empty run folder made the working directory the run folder.
+    # An empty run folder would make the working directory the run folder.
     (["mode=eval", "policy=oracle", "family=arith", "hydra.run.dir="], "hydra.run.dir is empty"),
     (["-m", "mode=eval", "policy=oracle,wrong", "family=arith", "hydra.sweep.dir="], "hydra.sweep.dir is empty"),
 ]
@@ -122,12 +130,14 @@ def test_training_without_api_key_exits_3_before_anything(tmp_path: Path) -> Non
 
 
 def test_plain_piexp_without_a_key_names_the_offline_default(tmp_path: Path) -> None:
-    """Issue 30, rough edge 10: plain `python -m piexp` means training on Tinker and exits 3
-    without a key; the message did not mention the offline default a newcomer wanted."""
+    """Plain `python -m piexp` means training on Tinker and exits 3 without a key; the
+    message names the offline default a newcomer without a key wants."""
     result = piexp(tmp_path)
     assert result.returncode == 3, result.stderr
     text = " ".join(result.stderr.split())
     assert "python -m piexp experiment=offline" in text and "Traceback" not in text
+    # Beside the scripted policies, the offline way to train.
+    assert "python -m piexp service=local model=tiny-local" in text
     assert result.stderr.startswith("piexp: ") and "\n\n" not in result.stderr.strip()
     assert list(tmp_path.iterdir()) == []
 
@@ -155,8 +165,8 @@ def test_tasks_preview(tmp_path: Path) -> None:
 
 
 def test_too_low_memory_limit_is_named_as_the_cause(tmp_path: Path) -> None:
-    """Issue 15, observation 4: a memory limit too low was reported as a broken runtime to
-    install; the check now names the setting to raise."""
+    """A memory limit too low to start the runtime is named as the cause, with the setting
+    to raise, not reported as a broken runtime to install."""
     result = piexp(
         tmp_path,
         "mode=check",
@@ -173,8 +183,8 @@ def test_too_low_memory_limit_is_named_as_the_cause(tmp_path: Path) -> None:
 
 
 def test_family_parameters_are_listed_with_range_default_effect_and_examples(tmp_path: Path) -> None:
-    """Issue 15, observation 10: what a family's difficulty parameters do was only in
-    conf/family/*.yaml comments."""
+    """`tasks --params` says what a family's difficulty parameters do (range, default,
+    effect, examples), not only conf/family/*.yaml's comments."""
     result = piexp(tmp_path, "tasks", "family=dates", "--params")
     assert result.returncode == 0, result.stderr
     assert "| n_bookings | 1..300 | 80 | data rows in bookings.csv |" in result.stdout

@@ -1,22 +1,23 @@
 """The hooks into tinker-cookbook's private API live in `piexp.cookbook_compat` only,
 and its start-up check accepts the pinned release and refuses, in one clear message
-naming that release, another version or a hook that is missing or has changed shape."""
+naming that release, another version or a hook that is missing or has changed shape
+(checked with piexp.pinned_hooks, as the SkyRL and tinker SDK hooks are)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from tinker_cookbook import renderers
 from tinker_cookbook.renderers.base import RenderContext
 
 from piexp.cookbook_compat import (
-    HOOKS,
     TINKER_COOKBOOK_VERSION,
     CookbookCompatError,
-    Hook,
     adopt_env_class,
     check_cookbook,
     generation_suffix,
@@ -37,24 +38,38 @@ def test_another_release_is_refused_naming_the_pinned_one() -> None:
     assert "pip install tinker-cookbook==0.5.8" in str(info.value)
 
 
-def test_a_missing_hook_is_refused_by_name() -> None:
-    class RendererWithoutTheHook:  # a cookbook release that dropped the method
-        pass
+def _check_after(change: str) -> subprocess.CompletedProcess[str]:
+    """piexp's start-up check in a fresh interpreter whose installed cookbook was changed
+    by ``change`` first (as an upgrade would change it), reported as piexp reports a
+    user's error."""
+    script = (
+        change + "\nfrom piexp.errors import exit_on_user_error\n"
+        "from piexp.cookbook_compat import check_cookbook\n"
+        "raise SystemExit(exit_on_user_error(check_cookbook))\n"
+    )
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)  # fmt: skip
 
-    hook = Hook(RendererWithoutTheHook, "_get_generation_suffix", ("self", "role", "ctx"))
-    with pytest.raises(CookbookCompatError, match=r"RendererWithoutTheHook\._get_generation_suffix is missing") as info:
-        check_cookbook(installed=TINKER_COOKBOOK_VERSION, hooks=[*HOOKS, hook])
-    assert "pinned to tinker-cookbook 0.5.8" in str(info.value)
+
+def test_a_moved_hook_is_refused_in_one_paragraph_naming_it() -> None:
+    """A release that moved or renamed a hooked method (here: the real class, the method
+    deleted) is refused before anything runs, naming the method and the piexp item."""
+    done = _check_after(
+        "from tinker_cookbook.rl.message_env import EnvFromMessageEnv\ndel EnvFromMessageEnv._render_in_thread"
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    message = " ".join(done.stderr.split())
+    assert "tinker_cookbook.rl.message_env.EnvFromMessageEnv._render_in_thread is missing (moved or renamed)" in message
+    assert "used by piexp/cookbook_compat.py item 1" in message and "listed in piexp/cookbook_compat.py" in message
 
 
 def test_a_hook_whose_parameters_changed_is_refused() -> None:
-    class RendererWithAnotherSuffix(renderers.Renderer):  # type: ignore[misc]
-        def _get_generation_suffix(self, ctx: RenderContext) -> list[int]:  # type: ignore[override]
-            return []
-
-    hook = Hook(RendererWithAnotherSuffix, "_get_generation_suffix", ("self", "role", "ctx"))
-    with pytest.raises(CookbookCompatError, match=r"takes \(self, ctx\), piexp calls it with \(self, role, ctx\)"):
-        check_cookbook(installed=TINKER_COOKBOOK_VERSION, hooks=[hook])
+    done = _check_after(
+        "from tinker_cookbook import renderers\nrenderers.Renderer._get_generation_suffix = lambda self, ctx: []"
+    )
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert "Renderer._get_generation_suffix takes (self, ctx), piexp passes (self, role, ctx)" in message
 
 
 def test_the_hooks_work_on_the_pinned_cookbook() -> None:

@@ -165,8 +165,8 @@ def test_the_command_reference_is_each_parser_s_help() -> None:
 
 
 def test_the_benchmarks_page_holds_every_bench_docstring(site: Path) -> None:
+    """docs/benchmarks.md (bench/report.py's) has a section for every bench/*.py."""
     page = (site / "benchmarks" / "index.html").read_text(encoding="utf-8")
-    assert gen_reference.BENCH_MARKER not in page
     for path in sorted((REPO / "bench").glob("*.py")):
         assert f"<code>bench/{path.name}</code></h3>" in page or f"<code>bench/{path.name}</code><a" in page, path.name
 
@@ -200,6 +200,8 @@ def test_every_page_names_real_subcommands() -> None:
 
     subcommand_lines = 0
     for page in sorted(DOCS.rglob("*.md")):
+        if page.relative_to(DOCS).as_posix() in gen_reference.PAGES:
+            continue  # generated from the parsers themselves (their usage lines are not commands)
         in_code = False
         for line in page.read_text(encoding="utf-8").splitlines():
             if line.lstrip().startswith("```"):

@@ -1,14 +1,19 @@
 """The code's own checks, run with the tests so CI fails on them: the import layers
-written in pyproject.toml (`lint-imports`), the lint rules (`ruff check`), the formatter
+written in pyproject.toml (`lint-imports`), that every module of piexp is in one of them
+and no import circle joins piexp's modules, the lint rules (`ruff check`), the formatter
 (`ruff format --check`) and the type checker (`mypy`), each over the whole configured
 tree."""
 
 from __future__ import annotations
 
+import graphlib
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+import grimp
 
 import pytest
 
@@ -28,6 +33,39 @@ def test_import_layers_are_kept() -> None:
     done = _run("lint-imports", "--no-cache")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
+
+
+def test_every_top_level_module_is_in_a_layer() -> None:
+    """The layers contract checks only the modules it names: one left out of every layer
+    may import anything, from any layer, and nothing says so."""
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    layered = {name.strip() for layer in layers for name in layer.split("|")}
+    package = ROOT / "piexp"
+    modules = {
+        f"piexp.{path.stem if path.is_file() else path.name}"
+        for path in package.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").is_file()
+    }
+    assert not modules - layered, (
+        f"add to a layer of [tool.importlinter] in pyproject.toml: {sorted(modules - layered)}"
+    )
+
+
+def test_no_import_circle() -> None:
+    """No module of piexp imports, directly or through others, a module that imports it
+    back. The layers contract cannot see a circle inside one layer (two files of
+    piexp/config, a package and its submodule), and an import put inside a function to
+    dodge the circle at import time still counts: the two modules still need each other."""
+    graph = grimp.build_graph("piexp", cache_dir=None)
+    imports = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    try:
+        graphlib.TopologicalSorter(imports).prepare()
+    except graphlib.CycleError as error:
+        circle = list(reversed(error.args[1]))
+    else:
+        return
+    pytest.fail(f"import circle (each module imports the next): {' -> '.join(circle)}")
 
 
 def test_ruff_is_clean() -> None:

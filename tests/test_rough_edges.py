@@ -1,4 +1,4 @@
-"""Issue 30's rough edges of a first hour, each as a user meets it: `python -m piexp` in
+"""What a newcomer meets in a first hour, each as a user meets it: `python -m piexp` in
 real subprocesses on real runs (one small offline eval sweep of the `oracle` and `wrong`
 policies, made once for the module)."""
 
@@ -73,7 +73,7 @@ def closed_pipe_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     ids=["tasks", "show --json", "show", "summarize", "--help", "--cfg job"],
 )
 def test_a_closed_pipe_ends_quietly(eval_sweep: Path, args: list[str]) -> None:
-    """Rough edge 2: `... | head -2` printed a BrokenPipeError traceback."""
+    """`... | head -2` ends quietly with 141, no BrokenPipeError traceback."""
     result = closed_pipe_run(eval_sweep.parent, *(arg.format(sweep=eval_sweep) for arg in args))
     assert result.returncode == 141, result.stderr
     assert result.stderr == "", result.stderr
@@ -87,8 +87,8 @@ def test_a_real_head_gets_its_lines_and_no_traceback(eval_sweep: Path) -> None:
 
 
 def test_ctrl_c_in_a_sweep_prints_one_resume_line_and_exits_130(tmp_path: Path, wait_until) -> None:
-    """Rough edge 3: Ctrl-C during a `-m` sweep printed joblib's 40-line KeyboardInterrupt
-    traceback and no resume line (a single run printed one line and exited 130)."""
+    """Ctrl-C during a `-m` sweep prints one resume line and exits 130, as a single run
+    does, not joblib's 40-line KeyboardInterrupt traceback."""
     environment = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     sweep = subprocess.Popen(
         # Enough tasks that no job ends before the interrupt; the sweep folder from the clock.
@@ -170,10 +170,10 @@ except KeyboardInterrupt:
 
 
 def test_ctrl_c_in_a_callback_is_raised_in_the_main_thread_without_a_traceback() -> None:
-    """The fresh clone's `make test` of the nineteenth session failed the sweep test above
-    once: Ctrl-C landed in a weakref callback of the import system in one of the sweep's
-    processes, and the interpreter printed "Exception ignored in", a traceback and
-    KeyboardInterrupt (and dropped the interrupt) beside the resume line."""
+    """Ctrl-C can land in a weakref callback of the import system in one of a sweep's
+    processes (it failed the sweep test above once, in a fresh clone's `make test`), where
+    the interpreter would print "Exception ignored in", a traceback and KeyboardInterrupt
+    (and drop the interrupt) beside the resume line."""
     plain, quiet = (
         subprocess.run(
             [sys.executable, "-c", INTERRUPTED_IN_A_CALLBACK, way],
@@ -198,8 +198,8 @@ def check_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_show_failed_on_a_check_run_means_did_not_meet_its_expectation(check_run: Path) -> None:
-    """Rough edge 4: `show RUN --failed` listed the crash and wrong checks' expected zero
-    rewards as failures."""
+    """`show RUN --failed` of a check run lists what did not meet its expectation, not the
+    crash and wrong checks' expected zero rewards."""
     failed = piexp(check_run, "show", str(check_run), "--failed", "--json")
     assert failed.returncode == 0, failed.stderr
     assert json.loads(failed.stdout) == []
@@ -213,7 +213,7 @@ def test_show_failed_on_a_check_run_means_did_not_meet_its_expectation(check_run
 
 
 def test_a_failed_episode_shows_the_expected_answer_beside_the_stated_one(eval_sweep: Path) -> None:
-    """Rough edge 5: `show`, the viewer and the transcript gave only the stated answer."""
+    """`show`, the viewer and the transcript give the expected answer beside the stated one."""
     from piexp.transcripts.store import EVAL_TRANSCRIPTS, read_transcripts
 
     wrong = eval_sweep / "1"
@@ -240,7 +240,7 @@ def test_a_failed_episode_shows_the_expected_answer_beside_the_stated_one(eval_s
 def test_a_show_filter_value_the_run_lacks_is_refused_with_a_suggestion(
     eval_sweep: Path, option: list[str], fragment: str
 ) -> None:
-    """Rough edge 6: such a filter printed an empty table with exit 0 and no suggestion."""
+    """Such a filter exits 2 with a suggestion, not an empty table with exit 0."""
     result = piexp(eval_sweep, "show", str(eval_sweep), *option)
     assert result.returncode == 2, result.stdout[:2000]
     text = " ".join(result.stderr.split())
@@ -252,7 +252,7 @@ def test_a_show_filter_value_the_run_lacks_is_refused_with_a_suggestion(
 def test_compare_without_out_writes_into_a_new_folder_not_the_working_directory(
     eval_sweep: Path, tmp_path: Path
 ) -> None:
-    """Rough edge 7: `compare A B` without `--out` wrote compare.* into the working directory."""
+    """`compare A B` without `--out` writes a folder of its own, not compare.* into the working directory."""
     folders = []
     for _ in range(2):  # the second, maybe within the same second, gets a folder of its own
         result = piexp(tmp_path, "compare", str(eval_sweep / "1"), str(eval_sweep / "0"))
@@ -267,9 +267,9 @@ def test_compare_without_out_writes_into_a_new_folder_not_the_working_directory(
 
 
 def test_without_a_terminal_lines_stay_whole_and_sweep_tables_name_their_job(eval_sweep: Path) -> None:
-    """Rough edge 8: without a terminal rich tables' titles and captions wrapped at about 35
-    columns ("overall pass@1 / 1.000 over 8 / episodes"), the plain progress line in two,
-    and the jobs' tables of a sweep interleaved without a job label."""
+    """Without a terminal, rich tables' titles and captions must not wrap at about 35
+    columns ("overall pass@1 / 1.000 over 8 / episodes"), the plain progress line must not break in
+    two, and the jobs' tables of a sweep each name their job."""
     lines = (eval_sweep.parent / "sweep.stderr").read_text().splitlines()
     stripped = [line.strip() for line in lines]
     for number, policy in ((0, "oracle"), (1, "wrong")):
@@ -280,8 +280,8 @@ def test_without_a_terminal_lines_stay_whole_and_sweep_tables_name_their_job(eva
 
 
 def test_results_png_shows_shaped_reward_beside_pass_at_1(eval_sweep: Path) -> None:
-    """Rough edge 9: results.png showed pass@1 only, so `wrong` (shaped 0.30), `crash`
-    (0.15) and `guess` (0) looked identical."""
+    """results.png shows shaped reward beside pass@1: with pass@1 alone `wrong` (shaped
+    0.30), `crash` (0.15) and `guess` (0) look identical."""
     from PIL import Image
 
     for job in ("0", "1"):
@@ -292,7 +292,7 @@ def test_results_png_shows_shaped_reward_beside_pass_at_1(eval_sweep: Path) -> N
 
 
 def test_summarize_of_an_eval_sweep_has_no_training_columns(eval_sweep: Path, tmp_path: Path) -> None:
-    """Rough edge 9: summarize of eval runs printed training columns (`steps -`, final = best)."""
+    """summarize of eval runs prints no training columns (`steps -`, final = best)."""
     result = piexp(tmp_path, "summarize", str(eval_sweep), "--out", str(tmp_path / "summary"))
     assert result.returncode == 0, result.stderr
     assert "| job | mode | state | overrides | pass@1 | reward | tool_failures |" in result.stdout

@@ -59,7 +59,7 @@ def test_offline_eval_run_folder_is_complete_and_secret_free(tmp_path: Path) -> 
             content = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
             assert CANARY.encode() not in content, f"secret leaked into {path}"
     assert CANARY not in result.stdout + result.stderr
-    # Issue 15, observation 8: job.log holds what the console showed (plain text), and
+    # job.log holds what the console showed (plain text), and
     # without a terminal the progress is a plain line, not escape codes.
     log = (run_dir / "job.log").read_text()
     for shown in ("eval oracle: 8/8 episodes (100%)", "pass@1 (oracle", "results.md, results.png"):
@@ -79,7 +79,22 @@ def test_progress_without_a_terminal_is_a_plain_line_with_what_is_left(monkeypat
     assert lines[1].endswith("(arith x python)") and lines[-1].startswith("eval model: 2/4 episodes (50%)")
 
 
-# Issue 15, observation 1: a finished folder was corrupted by a rerun with another config.
+def test_progress_says_a_line_on_time_while_nothing_finishes(monkeypatch, capsys) -> None:
+    """A log that says nothing for minutes (a slow sample call, a training step) reads as a
+    hung run: the line comes every PLAIN_PROGRESS_EVERY_S seconds whether or not an item
+    finished (about 2 s)."""
+    import time
+
+    import piexp.console as piexp_console
+
+    monkeypatch.setattr(piexp_console, "PLAIN_PROGRESS_EVERY_S", 0.5)
+    with piexp_console.ProgressReport("training", 3, unit="steps", live=False):
+        time.sleep(2.2)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3 and all(line.startswith("training: 0/3 steps (0%)") for line in lines)
+
+
+# A rerun with another config must not corrupt a finished folder.
 
 SMALL = ["mode=eval", "tasks.train_per_family=1", "tasks.eval_per_family=1", "mode.preflight=false", "lang=python"]
 

@@ -241,7 +241,7 @@ def test_write_manifest_atomic_sorted_redacted(tmp_path: Path, monkeypatch: pyte
 
 def test_the_working_directory_is_not_taken_for_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
     """PWD and OLDPWD end in `pwd` but hold folders: a run record naming a family's file
-    or a config folder under them must keep its path (issue 27's manifests and reproduce)."""
+    or a config folder under them must keep its path (manifests and `reproduce` read it back)."""
     monkeypatch.setenv("PWD", "/home/someone/experiments")
     monkeypatch.setenv("OLDPWD", "/home/someone/tasks")
     monkeypatch.setenv("DB_PASSWORD", "hunter2-hunter2")

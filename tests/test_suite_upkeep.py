@@ -1,4 +1,4 @@
-"""The suite stays fast and readable as it grows (issue 26, item 5): `make test` writes its
+"""The suite stays fast and readable as it grows: `make test` writes its
 slowest tests into a file it names, and a slow test says why it is slow."""
 
 from __future__ import annotations

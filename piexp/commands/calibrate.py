@@ -16,7 +16,7 @@ USAGE = (
     "usage: python -m piexp calibrate [--config-dir DIR] [family=...] [lang=...] [policy=oracle|wrong|...|model] "
     "[model=... | checkpoint=...] [levels=1-5] [n=TASKS per level, default 10] [k=SAMPLES per task, default 4] "
     "[band=LOW-HIGH, default 0.2-0.8] [budget=EPISODES, default 2000] [--yes: run a grid above the budget] "
-    "[--out DIR, default calibration/POLICY] [other overrides]"
+    "[--out DIR or hydra.run.dir=DIR, default calibration/POLICY] [other overrides]"
 )
 # Episodes a calibration may sample without --yes.
 DEFAULT_BUDGET = 2000
@@ -73,6 +73,26 @@ def _positive(text: str | None, key: str, default: int, least: int = 1) -> int:
     return int(text)
 
 
+def _output_folder(out: str | None, run_dir: str | None, sweep_dir: str | None) -> str | None:
+    """The folder a calibration writes: `--out DIR`, or `hydra.run.dir=DIR` as a run's
+    command line names its folder (the two, when both are given, must agree); None for
+    the default. A sweep folder is not one: calibrate writes a single folder."""
+    if sweep_dir is not None:
+        raise UserError(
+            f"hydra.sweep.dir={sweep_dir}: calibrate is not a sweep (it runs its levels itself, each into a "
+            "folder of its own under one output folder); name that folder with --out DIR or hydra.run.dir=DIR."
+        )
+    if run_dir is None:
+        return out
+    if not run_dir.strip():
+        raise UserError("hydra.run.dir is empty: give the folder calibrate writes, or drop it for calibration/POLICY.")
+    if out is not None and Path(out).resolve() != Path(run_dir).resolve():
+        raise UserError(
+            f"--out {out} and hydra.run.dir={run_dir} name two different folders for the calibration; give one."
+        )
+    return run_dir
+
+
 def main(argv: Sequence[str]) -> int:
     from piexp.config.argv import rewrite_list_overrides
     from piexp.config.compose import load
@@ -93,6 +113,7 @@ def main(argv: Sequence[str]) -> int:
     for arg in args:
         if arg.startswith("-"):
             raise UserError(f"Unknown option {arg} for calibrate.{did_you_mean(arg, ['--out', '--yes'])} {USAGE}")
+    out_text = _output_folder(out_text, _take(args, "hydra.run.dir"), _take(args, "hydra.sweep.dir"))
     levels_text = _take(args, "levels")
     tasks = _positive(_take(args, "n"), "n", DEFAULT_TASKS, least=2)  # an interval needs two tasks
     budget = _positive(_take(args, "budget"), "budget", DEFAULT_BUDGET)
@@ -120,17 +141,16 @@ def main(argv: Sequence[str]) -> int:
             )
         for number in parse_levels(name, family.difficulty.count, levels_text or "all"):
             params = family.level_params(number)
-            config = load(
-                [
-                    *[arg for arg in overrides if not arg.startswith("family") or arg.startswith(f"family.{name}.")],
-                    f"family=[{name}]",
-                    *[f"family.{name}.{key}={value}" for key, value in params.items()],
-                    "mode=eval",
-                    "mode.preflight=false",
-                    f"tasks.eval_per_family={tasks}",
-                ]
+            level_overrides = (
+                *[arg for arg in overrides if not arg.startswith("family") or arg.startswith(f"family.{name}.")],
+                f"family=[{name}]",
+                *[f"family.{name}.{key}={value}" for key, value in params.items()],
+                "mode=eval",
+                "mode.preflight=false",
+                f"tasks.eval_per_family={tasks}",
             )
-            levels.append(Level(name, number, params, config, level_folder(out, name, number)))
+            config = load(list(level_overrides))
+            levels.append(Level(name, number, params, config, level_folder(out, name, number), level_overrides))
     episodes = sum(level.episodes() for level in levels)
     grid = (
         f"{len(base.families)} famil{'y' if len(base.families) == 1 else 'ies'}, {len(levels)} levels in all, "

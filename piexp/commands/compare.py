@@ -18,6 +18,7 @@ naming the first such task, since a comparison on different tasks means nothing.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -37,10 +38,13 @@ def main(argv: list[str]) -> int:
     if len(args.runs) < 2:
         raise CompareError("compare needs at least two eval run folders (the first is the baseline)")
     if args.wandb_project:
-        from piexp.launch.result_logging import wandb_installed
+        from piexp.launch.result_logging import offline_note, wandb_credentials, wandb_installed
 
         if not wandb_installed():
             raise CompareError("--wandb-project needs the wandb package, which is not installed (pip install wandb)")
+        local_mode = wandb_credentials(f"--wandb-project {args.wandb_project}")
+        if local_mode:
+            print(f"piexp: {offline_note(local_mode)}", file=sys.stderr)
     out = args.out if args.out is not None else new_comparison_folder()
     print(write_comparison(args.runs, out))
     print(f"wrote {out / 'compare.md'}, compare.json, compare.png")

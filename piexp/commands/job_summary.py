@@ -7,6 +7,8 @@ by setting (their overrides but the seed)."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from piexp.run_records import TRAIN_KEYS, control_rows, finite_number, metric_curve, read_metrics
+from piexp.run_records import TRAIN_KEYS, control_rows, finite_number, metric_curve, read_metrics, train_pass_curve
+from piexp.stats import mean_ci95, share_ci95
 from piexp.sweeps import STATUS_SUBDIR
 from piexp.sweeps.marker import read_marker
 from piexp.sweeps.status import STATUS_JSON
@@ -42,6 +45,9 @@ class JobSummary:
     overrides: list[str]
     state: str
     finals: dict[str, float | None] = field(default_factory=dict)
+    # The half-width of the final pass@1's 95% interval: over an eval's tasks, or over the
+    # episodes of a training run's last periodic eval (None when it has one value).
+    final_pass_ci: float | None = None
     bests: dict[str, float | None] = field(default_factory=dict)
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     steps: int | None = None
@@ -81,16 +87,16 @@ def sweep_states(root: Path) -> dict[str, str]:
 
 
 def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummary:
-    config = _read_yaml(folder / ".hydra" / "config.yaml") or {}
+    config = _read_yaml(folder / RunFiles.CONFIG) or {}
     mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
-    overrides = _read_yaml(folder / ".hydra" / "overrides.yaml") or []
+    overrides = _read_yaml(folder / RunFiles.OVERRIDES) or []
     name = str(folder.relative_to(root)) if folder != root else folder.resolve().name
     state = states.get(str(folder.resolve()))
     if state is None:
         state = "complete" if read_marker(folder) is not None else "incomplete"
     job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state)
 
-    results = _read_json(folder / "results.json")
+    results = _read_json(folder / RunFiles.RESULTS)
     if isinstance(results, dict) and isinstance(results.get("overall"), dict):
         for metric, key in eval_keys(config).items():
             value = finite_number(results["overall"].get(key))
@@ -98,18 +104,28 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
         job.tool_failures = _failure_column(results["overall"])
         if results.get("complete") is False:
             job.not_run = int(results.get("episodes_failed_to_run") or 0)
+        per_task = [
+            row["correct"] / row["n"]
+            for row in results.get("per_task") or []
+            if isinstance(row, dict) and isinstance(row.get("n"), int) and row["n"] > 0
+        ]
+        if per_task:
+            job.final_pass_ci = mean_ci95(per_task)[1]
         for family, row in (results.get("cells") or {}).items():
             for language, cell in (row or {}).items():
                 if isinstance(cell, dict):
                     job.cells[f"{family} x {language}"] = finite_number(cell.get("pass@1"))
     rows = read_metrics(folder)
     if rows:
+        passes = train_pass_curve(folder, rows)
         for metric in TRAIN_KEYS:
-            curve = metric_curve(rows, metric)
+            curve = [(p.step, p.rate) for p in passes] if metric == "pass@1" else metric_curve(rows, metric)
             if curve:
                 job.curves[metric] = curve
                 job.finals[metric] = curve[-1][1]
                 job.bests[metric] = max(value for _, value in curve)
+        if passes and passes[-1].episodes is not None:
+            job.final_pass_ci = share_ci95(passes[-1].rate, passes[-1].episodes)
         job.controls = control_rows(rows)
         steps = [int(row["step"]) for row in rows if isinstance(row.get("step"), int)]
         job.steps = max(steps) + 1 if steps else len(rows)

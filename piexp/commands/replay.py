@@ -1,9 +1,11 @@
 """`python -m piexp replay RUN [N ...] [filters] [reward overrides] [--out DIR] [--json]`:
-play an eval or check run's recorded episodes again through today's renderer parse,
-workspace tools, sandbox and reward (`piexp.launch.replay`), and report which replay
-identically and, for each that does not, the first difference. N are row numbers of
-`piexp show RUN`'s listing with the same filters (`--family`, `--lang`, `--policy`,
-`--source`, `--failed`, `--stop-reason`, `--task`). Reward overrides (`reward.NAME=V`)
+play a training, eval or check run's recorded episodes again through today's renderer
+parse, workspace tools, sandbox and reward (`piexp.launch.replay`), and report which
+replay identically and, for each that does not, the first difference. It plays the
+episodes the run's mode played (a training run's training episodes, not its preflight
+check's) unless `--source` names others. N are row numbers of `piexp show RUN --source
+SOURCE`'s listing with the same filters (`--family`, `--lang`, `--policy`, `--failed`,
+`--stop-reason`, `--task`). Reward overrides (`reward.NAME=V`)
 replay under other reward settings. Writes `replay.json` and `replay.md` into `--out`
 (default: a new `replay-<time>` folder in RUN); exits 1 when any episode differs."""
 
@@ -21,6 +23,7 @@ from rich.table import Table
 
 from piexp.console import say
 from piexp.errors import UserError
+from piexp.transcripts.store import SOURCE_TRANSCRIPTS, SOURCE_WORDS, default_source
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,13 +31,15 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m piexp replay",
         description="Replay a run's recorded episodes against today's code and report what changed.",
     )
-    parser.add_argument("run", type=Path, help="an eval or check run folder")
+    parser.add_argument("run", type=Path, help="a training, eval or check run folder")
     parser.add_argument("items", nargs="*", help="row numbers of `piexp show RUN` (same filters), reward overrides")
     parser.add_argument("--family", action="append", help="only this family (repeatable)")
     parser.add_argument("--lang", action="append", help="only this language (repeatable)")
     parser.add_argument("--policy", action="append", help="only this policy (repeatable)")
     parser.add_argument(
-        "--source", choices=("eval", "check", "train"), help="only the eval's, check's or training's episodes"
+        "--source",
+        choices=tuple(SOURCE_TRANSCRIPTS),
+        help="the eval's, check's or training's episodes (default: those the run's mode played)",
     )
     parser.add_argument("--failed", action="store_true", help="only episodes without binary reward 1")
     parser.add_argument("--stop-reason", action="append", help="only this stop reason (repeatable)")
@@ -103,6 +108,8 @@ def main(argv: Sequence[str]) -> int:
         config = config.model_copy(update={"reward": load([*saved_overrides(run), *overrides]).reward})
     view = load_run(run)
     args.episode = None
+    chosen = args.source is not None
+    args.source = args.source or default_source(config.mode.name)
     rows = select(view, args)
     if numbers:
         if any(not 0 <= n < len(rows) for n in numbers):
@@ -113,7 +120,16 @@ def main(argv: Sequence[str]) -> int:
     if missing:
         raise UserError(f"Episode {missing[0]['task_id']} {missing[0]['language']} has no transcript to replay.")
     if not transcripts:
-        raise UserError(f"No episode of {run} matches the filters: nothing to replay.")
+        raise UserError(
+            f"No {SOURCE_WORDS[args.source]} of {run} match the filters: nothing to replay"
+            + ("." if chosen else f" (replay plays the {args.source} episodes by default; --source chooses others).")
+        )
+    where = [f"rows {', '.join(map(str, numbers))} of `piexp show RUN --source {args.source}`"] if numbers else []
+    where += [] if chosen else ["those its mode played; --source chooses others"]
+    say(
+        f"replaying {len(transcripts)} {SOURCE_WORDS[args.source]} of {run}"
+        + (f" ({'; '.join(where)})" if where else "")
+    )
     return _replay(run, config, [t for t in transcripts if t is not None], args)
 
 
@@ -146,6 +162,7 @@ def _replay(run: Path, config: Any, transcripts: list[dict[str, Any]], args: arg
     out.mkdir(parents=True, exist_ok=True)
     report = {
         "run": str(run),
+        "source": args.source,
         "episodes": len(outcomes),
         "identical": sum(o.identical for o in outcomes),
         "outcomes": [o.to_json() for o in outcomes],

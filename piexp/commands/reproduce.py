@@ -23,6 +23,8 @@ to a single run (a job of a preset sweep would otherwise relaunch the whole swee
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import argparse
 import json
 from collections.abc import Sequence
@@ -50,7 +52,7 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "manifest.json"
+    path = run_dir / RunFiles.MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -133,6 +135,7 @@ def _verify_family_origins(run_dir: Path, manifest: dict[str, Any], now: dict[st
         current = now.get(name)
         if not isinstance(then, dict) or current is None:
             continue
+        _refuse_changed_files(run_dir, name, then, current)
         for part in ("code", "references", "params"):
             before, after = (then.get("digest") or {}).get(part), current["digest"].get(part)
             if before != after:
@@ -144,6 +147,34 @@ def _verify_family_origins(run_dir: Path, manifest: dict[str, Any], now: dict[st
                     f"restore the family as it was (origin then: {then.get('target')}, "
                     f"{then.get('package') or then.get('file') or then.get('path')} {then.get('version') or ''})."
                 )
+
+
+def _refuse_changed_files(run_dir: Path, name: str, then: dict[str, Any], current: dict[str, Any]) -> None:
+    """Name the file of a family that changed: a module of its package, or the reference of
+    one language (runs recorded before per-file digests were kept have none to compare)."""
+    before, now = then.get("files"), current.get("files")
+    if not isinstance(before, dict) or not isinstance(now, dict):
+        return
+    changed = []
+    for key in sorted(set(before) | set(now)):
+        old, new = before.get(key) or {}, now.get(key) or {}
+        if old.get("sha256") != new.get("sha256"):
+            what = f"{key.split(' ', 1)[0]} reference" if key.endswith(" reference") else "code"
+            if not old:
+                changed.append(f"its {what} {new.get('file')} is new (not in the run's manifest.json)")
+            elif not new:
+                changed.append(f"its {what} ({old.get('file')}) is gone")
+            else:
+                changed.append(
+                    f"its {what} ({new.get('file')}) has digest {new.get('sha256')} now, {old.get('sha256')} in "
+                    "the run's manifest.json"
+                )
+    if changed:
+        raise UserError(
+            f"Family {name!r} changed since the run in {run_dir}: {'; '.join(changed)}. The run cannot be "
+            f"reproduced with it; restore the family as it was (origin then: {then.get('target')}, "
+            f"{then.get('package') or then.get('file')} {then.get('version') or ''})."
+        )
 
 
 def verify_rl_record(run_dir: Path, config: Any) -> str:

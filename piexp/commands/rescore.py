@@ -1,6 +1,8 @@
-"""`python -m piexp rescore RUN [reward overrides] [--out DIR] [--json]`: what the recorded
-episodes of an eval or check run would earn under other reward settings, without sampling
-or a sandbox (`piexp.launch.rescore`). Overrides are Hydra's, restricted to `reward`:
+"""`python -m piexp rescore RUN [reward overrides] [--source train|eval|check] [--out DIR]
+[--json]`: what the recorded episodes of a training, eval or check run would earn under
+other reward settings, without sampling or a sandbox (`piexp.launch.rescore`). It reads
+the episodes the run's mode played (a training run's training episodes, not its preflight
+check's) unless `--source` names others, and says which and how many. Overrides are Hydra's, restricted to `reward`:
 `reward=binary`, `reward.weights.output=0.4,0.6,0.8` (a comma list is one setting per
 value; several lists, every combination). With none, the run's own settings are rescored,
 which checks that today's reward reproduces the recorded one. Writes `rescore.json`,
@@ -8,6 +10,8 @@ which checks that today's reward reproduces the recorded one. Writes `rescore.js
 RUN)."""
 
 from __future__ import annotations
+
+from piexp.run_files import RunFiles
 
 import argparse
 import json
@@ -17,7 +21,7 @@ from pathlib import Path
 
 from piexp.console import say
 from piexp.errors import UserError
-from piexp.transcripts.store import CHECK_TRANSCRIPTS, EVAL_TRANSCRIPTS, TRAIN_TRANSCRIPTS, read_transcripts
+from piexp.transcripts.store import SOURCE_TRANSCRIPTS, SOURCE_WORDS, default_source, read_transcripts
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,31 +30,36 @@ def _parser() -> argparse.ArgumentParser:
         description="Recompute the rewards of a run's recorded episodes under other reward settings "
         "(no sampling, no sandbox).",
     )
-    parser.add_argument("run", type=Path, help="an eval or check run folder")
+    parser.add_argument("run", type=Path, help="a training, eval or check run folder")
     parser.add_argument(
         "overrides", nargs="*", help="reward overrides, e.g. reward=binary reward.weights.output=0.4,0.6"
+    )
+    parser.add_argument(
+        "--source",
+        choices=tuple(SOURCE_TRANSCRIPTS),
+        help="which recorded episodes: train, eval or check (default: those the run's mode played)",
     )
     parser.add_argument("--out", type=Path, help="folder for rescore.json/.md/.png (default: RUN/rescore-<time>)")
     parser.add_argument("--json", action="store_true", help="print rescore.json instead of the summary")
     return parser
 
 
-def _transcripts(run: Path) -> list[dict]:
-    for name in (EVAL_TRANSCRIPTS, CHECK_TRANSCRIPTS, TRAIN_TRANSCRIPTS):
-        path = run / name
-        if path.is_file():
-            transcripts = [t for t in read_transcripts(path) if "task_id" in t]
-            if transcripts:
-                return transcripts
-    raise UserError(
-        f"{run} holds no recorded episodes ({EVAL_TRANSCRIPTS}, {CHECK_TRANSCRIPTS} or {TRAIN_TRANSCRIPTS}): "
-        "rescore reads the transcripts of an eval, check or training run."
-    )
+def _transcripts(run: Path, source: str) -> list[dict]:
+    path = run / SOURCE_TRANSCRIPTS[source]
+    transcripts = [t for t in read_transcripts(path) if "task_id" in t] if path.is_file() else []
+    if not transcripts:
+        held = [name for name, file in SOURCE_TRANSCRIPTS.items() if name != source and (run / file).is_file()]
+        raise UserError(
+            f"{run} holds no recorded {SOURCE_WORDS[source]} ({SOURCE_TRANSCRIPTS[source]}), which rescore reads "
+            + (f"here; it holds {' and '.join(held)} episodes: choose them with --source {held[0]}." if held else
+               "here; it holds no recorded episodes at all: rescore reads the transcripts of a training, eval or check run.")
+        )  # fmt: skip
+    return transcripts
 
 
 def _digests(run: Path) -> dict[str, list[str]]:
     try:
-        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json.loads((run / RunFiles.MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise UserError(f"{run} has no readable manifest.json: its tasks cannot be verified.") from None
     return dict(manifest.get("task_digests") or {})
@@ -86,7 +95,8 @@ def main(argv: Sequence[str]) -> int:
 
     combinations = _settings(args.overrides)  # refused before anything is read or written
     config = validate_saved(saved_run_config(run), run)
-    transcripts = _transcripts(run)
+    source = args.source or default_source(config.mode.name)
+    transcripts = _transcripts(run, source)
     for transcript in transcripts:
         refuse_cut(transcript)
     tasks = task_answers(config, transcripts, _digests(run))
@@ -107,6 +117,7 @@ def main(argv: Sequence[str]) -> int:
         "run": str(run),
         "sampled_under": config.reward.model_dump(mode="json"),
         "note": "the rollouts were sampled under the run's own reward settings",
+        "source": source,
         "episodes": len(transcripts),
         "reproduced": reproduced,
         "differ": differ,
@@ -127,9 +138,13 @@ def main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
-    say(f"rescored {len(transcripts)} episodes of {run} (sampled under the run's own reward settings)")
+    say(
+        f"rescored {len(transcripts)} {SOURCE_WORDS[source]} of {run} ({SOURCE_TRANSCRIPTS[source]}; "
+        f"{'--source chose them' if args.source else 'those its mode played; --source chooses others'}), "
+        "sampled under the run's own reward settings"
+    )
     say(f"today's reward reproduces {reproduced} of {len(transcripts)} recorded rewards under the run's settings")
     for s in scores:
-        say(f"  {s.label}: mean {sum(s.rewards) / len(s.rewards):.3f}, constant groups {s.constant_groups:.0%}")
+        say(f"  {s.label}: mean {sum(s.rewards) / len(s.rewards):.3f}, constant groups {s.constant_groups_text}")
     say(f"wrote {out / 'rescore.json'}, rescore.md, rescore.png")
     return 0

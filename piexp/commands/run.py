@@ -154,6 +154,13 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
     configs = [config for _, config in jobs]
     if prints_only:
         return None
+    projects = sorted({project for config in configs if (project := getattr(config.mode, "wandb_project", None))})
+    if projects:
+        from piexp.launch.result_logging import offline_note, wandb_credentials
+
+        local_mode = wandb_credentials(f"mode.wandb_project={','.join(projects)}")
+        if local_mode:
+            print(f"piexp: {offline_note(local_mode)}", file=sys.stderr)
     verify_tasks(configs)
     from piexp.harness.base import refuse_unusable_harness
 

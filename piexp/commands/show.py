@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,15 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=160)
 
 
+def _viewer_path(given: str, file_name: str) -> Path:
+    """Where `--html GIVEN` writes: GIVEN itself, or GIVEN/viewer.html when it names a folder
+    (one that exists, or one written with a trailing slash)."""
+    path = Path(given)
+    if path.is_dir() or given.endswith(("/", os.sep)):
+        return path / file_name
+    return path
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="piexp show", description=__doc__.split("\n\n")[1].replace("\n", " "))
     parser.add_argument("run", type=Path, help="an eval or check run folder, or a sweep folder")
@@ -285,11 +295,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--html",
         nargs="?",
-        type=Path,
         const=True,
         default=None,
         metavar="PATH",
-        help="write the run viewer (default RUN/viewer.html) instead",
+        help="write the run viewer (default RUN/viewer.html; a folder, made if missing, gets "
+        "FOLDER/viewer.html) instead",
     )
     parser.add_argument("--against", type=Path, help="with --html: a second run shown side by side")
     args = parser.parse_intermixed_args(list(argv))  # RUN N may follow the options
@@ -300,7 +310,8 @@ def main(argv: Sequence[str]) -> int:
         from piexp.transcripts.viewer import VIEWER_FILE, write_viewer
 
         other = load_run(args.against) if args.against is not None else None
-        target = args.run / VIEWER_FILE if args.html is True else args.html
+        target = args.run / VIEWER_FILE if args.html is True else _viewer_path(args.html, VIEWER_FILE)
+        target.parent.mkdir(parents=True, exist_ok=True)
         print(f"wrote {write_viewer(target, view, other)}")
         return 0
     refuse_absent_values(view, args)

@@ -13,9 +13,13 @@ DIR (any folder holding `.hydra/config.yaml`) and writes, into DIR:
 
 Key metrics, and where they come from:
 
-* `pass@1`: eval runs: `results.json` `overall.pass@1`. Train runs: tinker-cookbook's
-  `metrics.jsonl`, the periodic eval on the eval split (`test/env/all/reward/total`, which
-  piexp grades with the binary reward, one sample per task: that is pass@1).
+* `pass@1`: the share of the eval split's episodes that passed (binary reward 1, one
+  sample a task), with the half-width of its 95% interval (`pass@1_ci95`). Eval runs:
+  `results.json` `overall.pass@1` (the interval over its tasks). Train runs: the periodic
+  eval on the eval split (`metrics.jsonl`'s `test/env/all/passed` over its
+  `total_episodes`, or each step's exported eval rollouts; piexp.run_records.train_pass_curve),
+  never the eval's reward (which holds -0.1 for an episode that overflowed); absent when
+  the run evaluated nothing.
 * `reward`: eval runs: `overall.reward_shaped` (mean shaped reward); train runs:
   `env/all/reward/total` (mean reward of each training batch, in the run's reward mode).
 
@@ -51,6 +55,8 @@ from piexp.errors import UserError
 from piexp.run_records import controls_table, find_job_folders
 from piexp.stats import mean_ci95
 
+# The half-width of the final pass@1's 95% interval (JobSummary.final_pass_ci).
+PASS_CI_COLUMN = "pass@1_ci95"
 # Stem of the files summarize writes: never a run's own `summary.md` (a train run's verdict).
 OUTPUT_STEM = "runs_summary"
 
@@ -66,6 +72,8 @@ def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
     header = ["job", "mode", "state", "overrides", "all_overrides", "steps"]
     for metric in KEY_METRICS:
         header += [f"final_{metric}", f"best_{metric}"]
+        if metric == "pass@1":
+            header.append(PASS_CI_COLUMN)
     header.append("tool_failures")
     rows = []
     for job, varying in zip(jobs, varying_overrides(jobs)):
@@ -79,6 +87,8 @@ def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
         ]
         for metric in KEY_METRICS:
             row += [_fmt(job.finals.get(metric)), _fmt(job.bests.get(metric))]
+            if metric == "pass@1":
+                row.append(_fmt(job.final_pass_ci))
         row.append(job.tool_failures)
         rows.append(row)
     return header, rows
@@ -107,8 +117,9 @@ def markdown(root: Path, header: list[str], rows: list[list[str]], *, training: 
     lines = [
         f"# Summary of {root}",
         "",
-        f"{len(rows)} job(s). pass@1: eval split, binary reward; "
-        "reward: mean reward in the run's reward mode (eval runs) or training-batch reward (train runs).",
+        f"{len(rows)} job(s). pass@1: the share of the eval split's episodes that passed (binary reward 1, "
+        f"one sample a task; train runs: the last periodic eval), `{PASS_CI_COLUMN}` the half-width of its 95% "
+        "interval; reward: mean reward in the run's reward mode (eval runs) or training-batch reward (train runs).",
         "",
         "| " + " | ".join(names) + " |",
         "| " + " | ".join("---" for _ in shown) + " |",

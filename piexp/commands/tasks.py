@@ -23,6 +23,22 @@ def _take(args: list[str], key: str, default: str) -> str:
     return default
 
 
+def _without_preflight(args: list[str]) -> list[str]:
+    """A preview plays no reference: `mode.preflight=false` where the mode has one, so a
+    task file without references previews as it evaluates (with a model, no preflight)."""
+    from piexp.config.argv import rewrite_list_overrides
+    from piexp.config.compose import compose
+
+    if any(arg.split("=", 1)[0].lstrip("+~") == "mode.preflight" for arg in args):
+        return args
+    overrides = [arg for arg in args if not arg.startswith("-") and not arg.startswith(("n=", "split="))]
+    try:
+        mode = compose(rewrite_list_overrides(overrides)).get("mode") or {}
+    except UserError:
+        return args  # the load below reports it
+    return [*args, "mode.preflight=false"] if "preflight" in mode else args
+
+
 def main(argv: Sequence[str]) -> int:
     from piexp.config.argv import rewrite_list_overrides
     from piexp.config.compose import load
@@ -38,6 +54,7 @@ def main(argv: Sequence[str]) -> int:
         print(USAGE)
         return 0
     args = take_config_dir(args)  # --config-dir DIR: families of your own, as in a run
+    args = _without_preflight(args)
     if "--params" in args:
         args.remove("--params")
         from piexp.tasks import get_family

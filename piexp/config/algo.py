@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-NonNegativeFloat = Annotated[float, Field(ge=0)]
+from piexp.config.base import NonNegativeFloat, StrictSettings
+
 NonNegativeInt = Annotated[int, Field(ge=0)]
 # tinker's LossFnType minus cross_entropy (supervised) and custom (needs code, not config).
 RL_LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
@@ -19,11 +20,7 @@ RL_LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_rei
 LIMIT_STOP_REASONS = ("max_tokens", "max_sampled_tokens", "max_turns", "max_tool_calls", "rollout_timeout")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LossFnConfig(_Strict):
+class LossFnConfig(StrictSettings):
     """The loss function's ratio clipping (ppo, cispo, gspo); null = the service's default."""
 
     clip_low_threshold: Annotated[float, Field(gt=0, le=1)] | None = Field(
@@ -38,7 +35,7 @@ class LossFnConfig(_Strict):
         return values or None
 
 
-class KLReference(_Strict):
+class KLReference(StrictSettings):
     """The policy the KL penalty is measured against (used when kl_penalty_coef > 0)."""
 
     base_model: str | None = Field(
@@ -62,7 +59,7 @@ class KLReference(_Strict):
         return self
 
 
-class RolloutErrorTolerance(_Strict):
+class RolloutErrorTolerance(StrictSettings):
     """What a failing rollout (sandbox flake, sampling error) does to its group."""
 
     # model_default: the cookbook's choice for the model (FailFast, MinViableGroup for Inkling);
@@ -79,7 +76,7 @@ class RolloutErrorTolerance(_Strict):
     )
 
 
-class TerminationPolicy(_Strict):
+class TerminationPolicy(StrictSettings):
     """Reward semantics by stop reason (the cookbook's TerminationRewardPolicy)."""
 
     enabled: bool = Field(description="false = the model's default (none, except agentic() for Inkling models)")
@@ -96,7 +93,7 @@ class TerminationPolicy(_Strict):
     )
 
 
-class ParseErrors(_Strict):
+class ParseErrors(StrictSettings):
     """What a malformed model turn (unparsable tool call) does (the cookbook's ParseErrorPolicy)."""
 
     enabled: bool = Field(
@@ -117,7 +114,7 @@ class ParseErrors(_Strict):
         return self
 
 
-class AsyncSettings(_Strict):
+class AsyncSettings(StrictSettings):
     """Off-policy (asynchronous) training; its batch size is mode.groups_per_batch."""
 
     max_steps_off_policy: PositiveInt | None = Field(
@@ -125,13 +122,13 @@ class AsyncSettings(_Strict):
     )
 
 
-class StreamMinibatchSettings(_Strict):
+class StreamMinibatchSettings(StrictSettings):
     """Synchronous training that starts on minibatches as their groups finish."""
 
     num_minibatches: PositiveInt | None = Field(description="forward_backward passes per optimizer substep; null = off")
 
 
-class AlgoSettings(_Strict):
+class AlgoSettings(StrictSettings):
     """The RL recipe (a conf/algo preset plus algo.NAME=VALUE overrides); every preset
     builds on conf/algo/default.yaml, which sets every field."""
 

@@ -1,13 +1,16 @@
 """Compose the Hydra config and turn it into a validated `RunConfig`.
 
 Used before Hydra's own entry point runs (so a bad command writes nothing) and inside
-each job. Hydra's and pydantic's errors become one `UserError` paragraph.
+each job. Hydra's and pydantic's errors become one `UserError` paragraph. Composing
+itself is `piexp.config.hydra_compose`, below the schema (whose defaults are read from
+the composed tree); `compose` and `group_options` are also reached from here.
 """
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import itertools
-import re
 import types
 import typing
 from collections.abc import Iterator, Sequence
@@ -18,97 +21,29 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ValidationError
 
+from piexp.config.hydra_compose import compose, group_options, hydra_error_to_user_error
 from piexp.config.languages import check_configured_languages
-from piexp.config.paths import config_dir
-from piexp.config.presets import preset_names, register_presets
-from piexp.config.search_path import group_options as search_path_group_options
-from piexp.config.search_path import refuse_family_clashes, user_search_path, with_search_path
 from piexp.config.schema import RunConfig
+from piexp.config.search_path import user_search_path, with_search_path
 from piexp.errors import UserError
+
+__all__ = [
+    "MAX_VALIDATED_SWEEP_JOBS",
+    "compose",
+    "declared_sweep",
+    "group_options",
+    "load",
+    "planned_jobs",
+    "saved_run_config",
+    "saved_run_overrides",
+    "sweep_combinations",
+    "validate",
+    "validate_command_line",
+    "validate_saved",
+]
 
 # Sweeps larger than this are validated on their first combinations only.
 MAX_VALIDATED_SWEEP_JOBS = 256
-
-
-def group_options(group: str, overrides: Sequence[str] = ()) -> list[str]:
-    """The options of a config group: piexp's conf/ and the search path `overrides` give."""
-    if group == "experiment":
-        return preset_names()
-    return search_path_group_options(group, user_search_path(overrides))
-
-
-_GROUPS = ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode", "languages", "experiment")
-
-
-def _hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> UserError:
-    from hydra.errors import MissingConfigException
-
-    from piexp.config.suggest import unknown_options_hint
-
-    text = str(error).strip()
-    if isinstance(error, MissingConfigException):
-        for group in _GROUPS:
-            if f"'{group}/" in text or f"'{group}'" in text or f" {group}=" in text:
-                chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
-                hint = unknown_options_hint(group, chosen[-1] if chosen else "", group_options(group, overrides))
-                if group == "family":
-                    hint += (
-                        " A family of your own is a YAML file DIR/family/NAME.yaml naming its code with _target_; "
-                        "select it with --config-dir DIR (see docs/families.md)."
-                    )
-                return UserError(hint)
-    first_line = text.splitlines()[0] if text else type(error).__name__
-    bad_key = re.match(r"Could not override '([^']+)'", first_line)
-    if bad_key:
-        return UserError(
-            f"Unknown key {bad_key[1]!r}: the config has no such option.{_key_hint(bad_key[1], overrides)}"
-        )
-    return UserError(f"Invalid command-line override: {first_line}")
-
-
-def _key_hint(key: str, overrides: Sequence[str]) -> str:
-    """What an unknown key likely meant, from the keys of the config the command's group
-    choices compose (nothing when even those do not compose)."""
-    from piexp.config.suggest import config_keys, unknown_key_hint
-
-    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in (*_GROUPS, "hydra.searchpath")]
-    try:
-        tree = OmegaConf.to_container(compose(choices), resolve=False)
-    except UserError:
-        return ""
-    assert isinstance(tree, dict)
-    return unknown_key_hint(key, config_keys(tree), list(tree.get("family") or {}))
-
-
-def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig:
-    """Compose `conf/config.yaml` with the overrides (list rewriting already applied);
-    `with_hydra` keeps Hydra's own node (sweeper params, run mode)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_presets()
-    overrides = with_search_path(overrides)
-    already = GlobalHydra.instance().is_initialized()
-    if already:
-        # Inside a Hydra job: compose in a fresh context and restore Hydra's afterwards.
-        saved = GlobalHydra.instance().hydra
-        GlobalHydra.instance().clear()
-    failure: Exception | None = None
-    try:
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            try:
-                cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
-            except Exception as error:  # Hydra raises several unrelated types here.
-                failure = error
-            else:
-                refuse_family_clashes(list(cfg.get("family") or {}), overrides)
-                return cfg
-    finally:
-        if already:
-            GlobalHydra.instance().initialize(saved)  # type: ignore[arg-type]
-    # Converted outside Hydra's context: finding the fix composes the config again.
-    raise _hydra_error_to_user_error(failure, overrides) from failure
 
 
 def _format_validation_error(error: ValidationError) -> str:
@@ -133,9 +68,13 @@ def _format_validation_error(error: ValidationError) -> str:
     return "Invalid configuration: " + "; ".join(problems) + "."
 
 
-def validate(cfg: DictConfig) -> RunConfig:
-    """Turn a composed config into a `RunConfig`, or raise one clear `UserError`."""
+def validate(cfg: DictConfig, search_path: Sequence[str] | None = None) -> RunConfig:
+    """Turn a composed config into a `RunConfig`, or raise one clear `UserError`.
+    `search_path`: the config search path it was composed on (None: the running Hydra
+    job's), where task files given relative to their YAML are found."""
     from omegaconf.errors import MissingMandatoryValue
+
+    from piexp.config.search_path import anchor_task_file_paths, running_search_path
 
     plain = {key: value for key, value in cfg.items() if key != "hydra"}
     try:
@@ -143,6 +82,9 @@ def validate(cfg: DictConfig) -> RunConfig:
     except MissingMandatoryValue as error:
         key = getattr(error, "full_key", None) or str(error)
         raise UserError(f"Invalid configuration: {key} must be set (it has no default).") from None
+    if isinstance(data, dict) and isinstance(data.get("family"), dict):
+        entries = running_search_path() if search_path is None else search_path
+        data["family"] = anchor_task_file_paths(data["family"], entries)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as error:
@@ -152,7 +94,35 @@ def validate(cfg: DictConfig) -> RunConfig:
 
 
 def load(overrides: Sequence[str]) -> RunConfig:
-    return validate(compose(overrides))
+    from piexp.tasks.family import ParamValueError
+
+    try:
+        return validate(compose(overrides), user_search_path(with_search_path(overrides)))
+    except ParamValueError as error:
+        where = _param_origin(error.family, error.param, error.value, overrides)
+        raise UserError(error.located(where) if where else str(error)) from None
+
+
+def _param_origin(family: str, param: str, value: Any, overrides: Sequence[str]) -> str:
+    """Where a family parameter's value was set, when not on the command line (which the
+    user has in front of them): the family's YAML file (piexp's or the user's, found on
+    the search path), or a preset; empty when on the command line or not found."""
+    from piexp.config.search_path import family_definitions
+
+    key = f"family.{family}.{param}"
+    if any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides):
+        return ""
+    for path, _target in family_definitions(user_search_path(with_search_path(overrides))).get(family, []):
+        try:
+            entry = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get(family) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+            continue
+        if isinstance(entry, dict) and entry.get(param) == value:
+            return f"set in {path}"
+    presets = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == "experiment"]
+    if presets:
+        return f"set by experiment={presets[-1]}"
+    return ""
 
 
 def sweep_combinations(overrides: Sequence[str]) -> Iterator[list[str]]:
@@ -162,7 +132,7 @@ def sweep_combinations(overrides: Sequence[str]) -> Iterator[list[str]]:
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception as error:
-        raise _hydra_error_to_user_error(error, overrides) from error
+        raise hydra_error_to_user_error(error, overrides) from error
     choices: list[list[str]] = []
     for override in parsed:
         if override.is_sweep_override():
@@ -181,7 +151,7 @@ def declared_sweep(overrides: Sequence[str]) -> tuple[bool, list[str]]:
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception as error:
-        raise _hydra_error_to_user_error(error, overrides) from error
+        raise hydra_error_to_user_error(error, overrides) from error
     cfg = compose([str(o.input_line) for o in parsed if not o.is_sweep_override()], with_hydra=True)
     mode = str(OmegaConf.select(cfg, "hydra.mode") or "")
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
@@ -214,7 +184,7 @@ def planned_jobs(overrides: Sequence[str], *, multirun: bool) -> list[tuple[list
 
 
 def saved_run_config(run_dir: Path) -> DictConfig:
-    path = run_dir / ".hydra" / "config.yaml"
+    path = run_dir / RunFiles.CONFIG
     if not path.is_file():
         raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
     return OmegaConf.load(path)  # type: ignore[return-value]
@@ -222,7 +192,7 @@ def saved_run_config(run_dir: Path) -> DictConfig:
 
 def saved_run_overrides(run_dir: Path) -> list[str]:
     """The command-line overrides a run folder recorded (`.hydra/overrides.yaml`)."""
-    path = run_dir / ".hydra" / "overrides.yaml"
+    path = run_dir / RunFiles.OVERRIDES
     if not path.is_file():
         raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
     try:
@@ -250,7 +220,11 @@ def validate_saved(saved_cfg: DictConfig, run_dir: Path, overrides: Sequence[str
     if isinstance(saved, dict) and isinstance(recomposed, dict):
         saved = _with_missing_fields(saved, recomposed, RunConfig)
         saved["family"] = _with_family_targets(saved.get("family"), recomposed.get("family"))
-    return validate(OmegaConf.create(saved))
+    try:
+        used = saved_run_overrides(run_dir) if overrides is None else list(overrides)
+    except UserError:
+        used = []
+    return validate(OmegaConf.create(saved), user_search_path(with_search_path(used)))
 
 
 def _with_family_targets(saved: Any, recomposed: Any) -> Any:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import functools
 from typing import TypeVar, cast
 
+from omegaconf import OmegaConf
 from pydantic import BaseModel
+
+from piexp.config.hydra_compose import compose
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
@@ -24,10 +27,5 @@ def default_settings(key: str, schema: type[SettingsT], option: str | None = Non
 
 @functools.cache
 def _validated(key: str, schema: type[BaseModel], option: str | None) -> BaseModel:
-    from omegaconf import OmegaConf
-
-    # Imported here: compose validates with the schema, whose validators ask this module.
-    from piexp.config.compose import compose
-
     cfg = compose([f"{key}={option}"] if option is not None else [])
     return schema.model_validate(OmegaConf.to_container(cfg[key], resolve=True, throw_on_missing=True))

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from piexp.config.algo import AlgoSettings
+from piexp.config.base import NonNegativeFloat
+from piexp.config.base import StrictSettings as _Strict
 from piexp.config.capabilities import refuse_unsupported_algo
 from piexp.config.defaults import default_settings
 from piexp.languages import LANGUAGES
 
-NonNegativeFloat = Annotated[float, Field(ge=0)]
 OFFLINE_POLICIES = ("oracle", "guess", "crash", "wrong", "edit")
 EVAL_POLICIES = (*OFFLINE_POLICIES, "model")
 # The scripted policy that states a number without using a tool was called `null`, which
@@ -21,10 +22,6 @@ RENAMED_POLICY_HINT = (
     "the scripted policy that answers without tools is now called `guess` (policy=guess); "
     "`null` is refused because Hydra reads it as no value, which selects the model policy"
 )
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LanguageSettings(_Strict):
@@ -109,8 +106,21 @@ class ServiceSettings(_Strict):
     connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
     start_timeout_s: PositiveFloat = Field(description="local: bound on the server's start-up")
     tcmalloc: bool = Field(description="local: the server allocates with tcmalloc where installed")
-    prefix_cache: bool = Field(description="local: the server prefills only what follows a prompt's kept prefix")
+    prefix_cache: bool = Field(description="removed (only false is accepted): the local server's prefix cache")
     compat_proxy: bool = Field(description="selfhosted: put piexp's SkyRL compatibility proxy in front")
+
+    @field_validator("prefix_cache")
+    @classmethod
+    def _prefix_cache_removed(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "service.prefix_cache=true is no longer available: the local server's prefix cache was "
+                "removed because it measured no gain (about 1.0x the wall time of an "
+                "experiment=learn_offline run, about 0.9x of an eval alone, and sampled tokens that "
+                "differed from a full prefill's in their last bits). Drop the override or set "
+                "service.prefix_cache=false; the server now always prefills every prompt in full."
+            )
+        return value
 
     @model_validator(mode="after")
     def _url_fits_service(self) -> ServiceSettings:
@@ -459,13 +469,36 @@ class RunConfig(_Strict):
         for name, family in families.items():
             has = family.reference_languages()
             missing = [language for language in asked if language not in has]
-            if missing and (has or self.needs_references):
+            if missing and not has and self.needs_references:
+                raise ValueError(self._no_references_at_all(name, family.source_file))
+            if missing and has:
                 raise ValueError(
                     f"family {name} has no reference program in {', '.join(missing)} (it has "
                     f"{', '.join(has) or 'none'}; {family.source_file}), so the run cannot prove its tasks "
                     f"solvable there: drop {', '.join(missing)} from lang/eval_lang, or add the reference"
                     + (f" as {name}.<ext> in {family.refs_dir}" if hasattr(family, "refs_dir") else "")
                 )
+
+    def _no_references_at_all(self, name: str, source: Any) -> str:
+        """Why a run that plays references cannot take a family with none (a task file
+        without `references`), and the setting that lets it run without them."""
+        mode = self.mode
+        elsewhere = "run mode=eval policy=model mode.preflight=false (or mode=train mode.preflight=false)"
+        if mode.name == "check":
+            why, fix = "mode=check proves each task solvable by its reference", elsewhere
+        elif self.warm_start.sft_steps > 0:
+            why, fix = "warm_start.sft_steps imitates the oracle's references", "set warm_start.sft_steps=0"
+        elif mode.name == "eval" and self.eval_policy in ("oracle", "edit"):
+            why, fix = f"policy={self.eval_policy} plays the references", elsewhere
+        else:
+            why, fix = f"mode.preflight runs mode=check's checks before the {mode.name}", "add mode.preflight=false"
+        if fix != elsewhere and getattr(mode, "preflight", False) and "preflight" not in fix:
+            fix += " and mode.preflight=false"
+        return (
+            f"family {name} has no reference program in any language ({source}: its tasks have no "
+            f"`references`), and {why}, so this run cannot take it. A model is evaluated or trained on it "
+            f"without references: {fix}; or add references to its tasks (a `references` field: language -> program)"
+        )
 
     def _refuse_what_the_mode_ignores(self) -> None:
         """A setting the selected mode would silently ignore is refused, in every direction:

@@ -6,7 +6,7 @@ package, and every package an installed distribution declares in the `piexp.fami
 entry-point group (`[project.entry-points."piexp.families"] my_tasks = "my_tasks.conf"`:
 installing it is all it takes). All of them are spelled out as one `hydra.searchpath`
 override, which the validation's composition and Hydra's own app both read. A family
-name defined by two YAML files on that path is refused, naming both files.
+name defined by two YAML files on that path is refused, selected or not, naming both files.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import importlib.util
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -170,20 +171,71 @@ def _defined_families(path: Path, _mtime_ns: int) -> tuple[tuple[str, str | None
 
 
 def refuse_family_clashes(selected: Sequence[str], overrides: Sequence[str]) -> None:
-    """A selected family defined by two YAML files on the search path is refused."""
+    """A family name defined by two YAML files on the search path is refused, selected or
+    not (which family a name means must not depend on the command line), with the fix that
+    fits: a YAML of the user's for one of piexp's names is a built-in's parameters given
+    the wrong way (they are `family.NAME.KEY=VALUE` overrides); two of the user's own
+    files need one renamed."""
     entries = user_search_path(overrides)
     if not entries:
         return  # piexp's own conf/ alone: one file per family
     definitions = family_definitions(entries)
-    for name in selected:
-        places = definitions.get(name, [])
-        if len(places) > 1:
-            first, second = places[0], places[1]
-            raise UserError(
-                f"Family name {name!r} is defined twice on the config search path: in {first[0]} "
-                f"(_target_ {first[1]}) and in {second[0]} (_target_ {second[1]}). Rename one (its YAML file, "
-                "its entry and its Family(name=...)): which one a run gets must not depend on search order."
+    clashes = [name for name, places in definitions.items() if len(places) > 1]
+    # The selected ones first: the clash the command line is about.
+    for name in sorted(clashes, key=lambda name: (name not in selected, name)):
+        first, second = definitions[name][:2]
+        both = (
+            f"Family name {name!r} is defined twice on the config search path: in {first[0]} "
+            f"(_target_ {first[1]}) and in {second[0]} (_target_ {second[1]})"
+        )
+        if first[0].parent.parent == config_dir():
+            overrides_hint = (
+                f"set them on the command line (or in a preset) as family.{name}.KEY=VALUE (`python -m piexp "
+                f"tasks family={name} --params` lists its keys)"
             )
+            if second[1] == first[1]:
+                raise UserError(
+                    f"{both}. {second[0]} targets piexp's own {name}: a built-in's parameters are not changed by "
+                    f"a YAML file of the same name. Delete {second[0]} and {overrides_hint}."
+                )
+            raise UserError(
+                f"{both}. {name} is one of piexp's own families: give yours a name of its own (its YAML file, "
+                f"its entry and its Family(name=...)). To run piexp's {name} with other parameters instead, "
+                f"{overrides_hint}."
+            )
+        raise UserError(
+            f"{both}. Rename one (its YAML file, its entry and its Family(name=...)) or take one folder off the "
+            "search path: which one a run gets must not depend on search order."
+        )
+
+
+def anchor_task_file_paths(family: dict[str, Any], entries: Sequence[str]) -> dict[str, Any]:
+    """`family` (the composed config's entries) with each task file's relative `path`
+    taken from the folder of the YAML file that gives it, where that file exists: a task
+    file beside its YAML (or in the config package an installed distribution ships) is
+    found from any folder. A path set on the command line, or one the YAML's folder does
+    not hold, stays relative to the folder piexp runs in, as before; `pkg://` paths are
+    the task file's own to resolve."""
+    anchored = dict(family)
+    definitions: dict[str, list[tuple[Path, str | None]]] | None = None
+    for name, entry in family.items():
+        if not isinstance(entry, dict) or not str(entry.get("_target_") or "").endswith("TaskFileFamily"):
+            continue
+        path = entry.get("path")
+        if not isinstance(path, str) or not path or "://" in path or Path(path).expanduser().is_absolute():
+            continue
+        if definitions is None:
+            definitions = family_definitions(entries)
+        for yaml_file, _target in definitions.get(name, []):
+            try:
+                given = ((yaml.safe_load(yaml_file.read_text(encoding="utf-8")) or {}).get(name) or {}).get("path")
+            except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+                continue
+            beside = (yaml_file.parent / path).resolve()
+            if given == path and beside.exists():
+                anchored[name] = {**entry, "path": str(beside)}
+                break
+    return anchored
 
 
 def running_search_path() -> list[str]:

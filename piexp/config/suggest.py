@@ -70,6 +70,19 @@ def unknown_key_hint(key: str, keys: Sequence[str], selected_families: Sequence[
     return did_you_mean(key, keys)
 
 
+def other_mode_hint(key: str, current_mode: str, keys_by_mode: Mapping[str, Sequence[str]]) -> str:
+    """The refusal of `key`, an option of other modes than `current_mode` (`mode.max_steps`
+    is a train option): which modes take it, and the fix (empty when none takes it)."""
+    takers = [mode for mode, keys in keys_by_mode.items() if mode != current_mode and key in keys]
+    if not takers or key in keys_by_mode.get(current_mode, ()):
+        return ""
+    named = " or ".join(f"mode={mode}" for mode in takers)
+    return (
+        f"{key} is a {named} option; this command line runs mode={current_mode}, which does not take it. "
+        f"Add {named} to run that mode, or drop {key}."
+    )
+
+
 def unknown_options_hint(group: str, value: str, options: Sequence[str]) -> str:
     """The items of a group choice (`family=arith,graphs`) that are not options, each with
     its closest options."""

@@ -103,11 +103,11 @@ class AdaptiveDifficultyDataset(OutcomeDrivenDataset):
                 metrics[f"{CONTROLS_PREFIX}level_pass_rate/{name}"] = rate
         return metrics
 
-    def batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def batch(self, step: int) -> Sequence[EnvGroupBuilder]:
         chosen: list[EnvGroupBuilder] = []
         size = self.batch_size
         for position in range(size):
-            family_index, occurrence = self.schedule.slot(index * size + position)
+            family_index, occurrence = self.schedule.slot(step * size + position)
             name = self.schedule.families[family_index]
             state = self.levels.get(name)
             groups = self.level_groups[name][state.level] if state is not None else self.base_groups[name]

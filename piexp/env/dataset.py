@@ -1,8 +1,9 @@
 """Datasets of workspace groups, and the RLDatasetBuilder tinker-cookbook's loop calls: it
-builds the splits, the train dataset the `tasks` options choose (task order, family
-weights, difficulty pools or adaptive difficulty), the wrappers the `algo` options add,
-and the record of every graded group's outcomes the online controls and their per-step
-metrics read (`TrainingControls`)."""
+builds the splits, the sampling the `tasks` options choose (task order, family weights,
+difficulty pools or adaptive difficulty: `train_sampling`), and hands it to
+`piexp.env.training_pipeline.training_chain`, which adds every training control in
+order; the online controls' per-step metrics read the run's group records
+(`TrainingControls`)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,12 @@ from piexp.config.schema import RunConfig, TrainMode
 from piexp.env.adaptive_difficulty import AdaptiveDifficultyDataset
 from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
 from piexp.env.family_schedule import FamilySchedule
-from piexp.env.group_outcomes import OUTCOMES_FILE, OutcomeLog, OutcomeRecordingDataset
-from piexp.env.group_wrappers import WrappingDataset
+from piexp.env.group_outcomes import OUTCOMES_FILE, OutcomeLog
+from piexp.env.group_wrappers import Stage
 from piexp.env.rollout_policy import rollout_config
-from piexp.env.shuffled_rewards import ShuffledRewardDataset
 from piexp.env.splits import RunSplits, build_splits
 from piexp.env.task_sampler import DifficultyPoolsDataset, OutcomeDrivenDataset, TrainingControls
-from piexp.sandbox.availability import refuse_down_sandbox
+from piexp.env.training_pipeline import training_chain
 from piexp.sandbox.url import ensure_loopback_url
 from piexp.tasks import Task
 
@@ -46,19 +46,6 @@ def group_builders(
     ]
 
 
-class HealthCheckedDataset(WrappingDataset):
-    """The inner dataset, refusing a batch once the sandbox is marked down, so a sandbox
-    gone for good stops the run (`SandboxDown`) before any sampling is paid for."""
-
-    def __init__(self, inner: RLDataset, sandbox_url: str) -> None:
-        super().__init__(inner)
-        self.sandbox_url = sandbox_url
-
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        refuse_down_sandbox(self.sandbox_url)
-        return super().get_batch(index)
-
-
 class RepeatingDataset(RLDataset):
     """Cycles through its groups; `set_epoch(seed)` shifts where batches start.
 
@@ -72,10 +59,10 @@ class RepeatingDataset(RLDataset):
         self.n_batches = n_batches
         self.offset = 0
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def get_batch(self, step: int) -> Sequence[EnvGroupBuilder]:
         if not self.builders:
             return []
-        start = (index * self.batch_size + self.offset) % len(self.builders)
+        start = (step * self.batch_size + self.offset) % len(self.builders)
         return [
             self.builders[(start + position) % len(self.builders)]
             for position in range(min(self.batch_size, len(self.builders)))
@@ -93,7 +80,7 @@ class RepeatingDataset(RLDataset):
 class WeightedFamilyDataset(RLDataset):
     """`tasks.family_weights`: every batch mixes the families by weight. Each slot goes to
     a family by the `FamilySchedule`, and takes that family's next group in its own
-    cycle. No state: a batch depends only on its index, so a resumed run gets the same
+    cycle. No state: a batch depends only on its step, so a resumed run gets the same
     batches."""
 
     def __init__(
@@ -105,10 +92,10 @@ class WeightedFamilyDataset(RLDataset):
         self.batch_size = batch_size
         self.n_batches = n_batches
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def get_batch(self, step: int) -> Sequence[EnvGroupBuilder]:
         batch: list[EnvGroupBuilder] = []
         for position in range(self.batch_size):
-            family, occurrence = self.schedule.slot(index * self.batch_size + position)
+            family, occurrence = self.schedule.slot(step * self.batch_size + position)
             groups = self.groups[self.families[family]]
             batch.append(groups[occurrence % len(groups)])
         return batch
@@ -153,6 +140,11 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         names its run folder)."""
         return None
 
+    def transcript_stage(self) -> Stage | None:
+        """The stage that records the train episodes (none here; a training run's builder,
+        piexp.launch.train_transcripts, gives one)."""
+        return None
+
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         ensure_loopback_url(self.sandbox_url)
         config = RunConfig.model_validate_json(self.config_json)
@@ -161,15 +153,18 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         assert config.mode.name == "train", "the dataset builder serves training runs"
         folder = self.run_folder()
         log = OutcomeLog(folder / OUTCOMES_FILE if folder is not None else None)
-        train_dataset, sampler = train_sampling(config, splits, settings, log)
-        controls = TrainingControls(log, binary_gate=config.algo.binary_gate, sampler=sampler)
+        sampling, sampler = train_sampling(config, splits, settings, log)
         if folder is not None:  # the step metrics of metrics.jsonl come from here
-            TrainingControls.register(str(folder), controls)
-        if config.algo.shuffle_rewards:  # the control run: rewards permuted within each group
-            train_dataset = ShuffledRewardDataset(train_dataset, config.seed)
-        train_dataset = HealthCheckedDataset(train_dataset, self.sandbox_url)
-        if folder is not None or sampler is not None:  # someone reads the outcomes
-            train_dataset = OutcomeRecordingDataset(train_dataset, log)
+            TrainingControls.register(str(folder), TrainingControls(log, sampler=sampler))
+        train_dataset = training_chain(
+            config,
+            sampling,
+            self.sandbox_url,
+            log,
+            run_dir=folder,
+            record_outcomes=folder is not None or sampler is not None,  # someone reads the records
+            transcripts=self.transcript_stage(),
+        )
         evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
         return train_dataset, RepeatingDataset(evaluation, len(evaluation), None)
 

@@ -17,7 +17,7 @@ from tinker_cookbook.tool_use import build_agent_tool_env
 from piexp.config.schema import LanguageSettings, Limits, RewardSettings
 from piexp.cookbook_compat import RenderHookEnv, adopt_env_class
 from piexp.env.prompt import workspace_prompt
-from piexp.env.reward import WorkspaceReward
+from piexp.env.reward import PASSED_METRIC, WorkspaceReward
 from piexp.env.sampled_context import spliced_observation
 from piexp.env.tools import WorkspaceTools
 from piexp.sandbox.availability import restarts, wait_for_sandbox
@@ -99,6 +99,8 @@ class WorkspaceEnv(RenderHookEnv):
         finally:
             self._action = None
         await self._check_infrastructure()
+        if result.episode_done:
+            result.metrics[PASSED_METRIC] = float(result.metrics.get("functional_correct", 0.0) == 1.0)
         if result.episode_done and self._workspace is not None:
             # Restarts of the run's sandbox so far; the trainer logs its mean per step.
             result.metrics["sandbox_restarts"] = float(restarts(self._workspace.sandbox_url))

@@ -1,30 +1,33 @@
 """Every graded training group's binary outcomes (each episode's `functional_correct`), the
 one record the online controls read: the informative-group fraction of a step, the pass
-rate that moves a task between difficulty pools and the rolling pass rate that moves a
-family's level. `OutcomeRecordingDataset` wraps the run's train groups; each group, once
-graded, becomes a `GroupOutcome` in the run's `OutcomeLog`, kept in memory and appended
-to `group_outcomes.jsonl` in the run folder. A resumed run restarts at a checkpointed
+rate that moves a task between difficulty pools, the rolling pass rate that moves a
+family's level and, with the binary gate on, the gate's decision. The `OutcomeRecord`
+stage of the training chain (`piexp.env.training_pipeline`) makes each graded group a
+`GroupOutcome` in the run's `OutcomeLog`, kept in memory and appended to
+`group_outcomes.jsonl` in the run folder. A resumed run restarts at a checkpointed
 step: `OutcomeLog.resume_at` drops the outcomes of that step and later ones (the
 interrupted work, sampled again), so what the controls rebuild from the file is exactly
 what the uninterrupted run had."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 import threading
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+from tinker_cookbook.rl.types import Trajectory
 
-from piexp.env.episode import WorkspaceGroupBuilder
-from piexp.env.group_wrappers import GroupWrapper, WrappingDataset
+from piexp.env.group_wrappers import GradedGroup, Stage, workspace_group
 from piexp.files import atomic_write_text, read_jsonl
 
+__all__ = ["OUTCOMES_FILE", "GroupOutcome", "OutcomeLog", "OutcomeRecord", "binary_outcome", "workspace_group"]
+
 # A training run's graded groups, one JSON line each, in its run folder.
-OUTCOMES_FILE = "group_outcomes.jsonl"
+OUTCOMES_FILE = RunFiles.GROUP_OUTCOMES
 # The reward metric (piexp.env.reward) that is an episode's binary outcome.
 OUTCOME_METRIC = "functional_correct"
 
@@ -37,17 +40,11 @@ def binary_outcome(trajectory: Trajectory) -> float:
     return 0.0
 
 
-def workspace_group(builder: EnvGroupBuilder) -> WorkspaceGroupBuilder:
-    """The piexp workspace group inside any number of `GroupWrapper`s."""
-    while isinstance(builder, GroupWrapper):
-        builder = builder.inner
-    assert isinstance(builder, WorkspaceGroupBuilder), f"a training group is piexp's, not {type(builder)}"
-    return builder
-
-
 @dataclass(frozen=True)
 class GroupOutcome:
-    """One graded group: where it was in the run (batch index, position) and what it was."""
+    """One graded group: where it was in the run (step: the batch index; group: its place
+    in the batch), what it was, and, with the binary gate on, the gate's decision (the
+    shaped totals it saw and whether it dropped the group; absent otherwise)."""
 
     step: int
     group: int
@@ -56,6 +53,8 @@ class GroupOutcome:
     family: str
     language: str
     outcomes: tuple[float, ...]
+    shaped_totals: tuple[float, ...] | None = None
+    dropped: bool | None = None
 
     @property
     def pass_rate(self) -> float:
@@ -67,11 +66,23 @@ class GroupOutcome:
         return len(set(self.outcomes)) > 1
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "outcomes": list(self.outcomes)}
+        line = {**asdict(self), "outcomes": list(self.outcomes)}
+        if self.dropped is None:  # no gate: the record as before the gate's decisions joined it
+            del line["shaped_totals"], line["dropped"]
+        else:
+            line["shaped_totals"] = list(self.shaped_totals or ())
+        return line
 
     @classmethod
     def from_json(cls, line: dict[str, Any]) -> GroupOutcome:
-        return cls(**{**line, "outcomes": tuple(float(value) for value in line["outcomes"])})
+        totals = line.get("shaped_totals")
+        return cls(
+            **{
+                **line,
+                "outcomes": tuple(float(value) for value in line["outcomes"]),
+                "shaped_totals": None if totals is None else tuple(float(value) for value in totals),
+            }
+        )
 
 
 class OutcomeLog:
@@ -119,38 +130,28 @@ class OutcomeLog:
 
 
 @dataclass(frozen=True)
-class OutcomeRecordingGroupBuilder(GroupWrapper):
-    """The inner group; its binary outcomes go to the run's `OutcomeLog` once graded."""
+class OutcomeRecord(Stage):
+    """Each graded group's binary outcomes (and the gate's decision, if it ran before this
+    stage) into the run's `OutcomeLog`."""
 
-    step: int
-    group: int
     log: OutcomeLog
 
-    async def compute_group_rewards(
-        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
-    ) -> list[tuple[float, Metrics]]:
-        rewards = await self.inner.compute_group_rewards(trajectory_group, env_group)
-        workspace = workspace_group(self.inner)
+    def __call__(self, group: GradedGroup) -> None:
+        workspace = group.workspace
+        gate = group.gate
         self.log.record(
             GroupOutcome(
-                step=self.step,
-                group=self.group,
+                step=group.step,
+                group=group.group,
                 task_id=workspace.task.task_id,
                 task_digest=workspace.task.task_digest,
                 family=workspace.task.family,
                 language=workspace.language,
-                outcomes=tuple(binary_outcome(trajectory) for trajectory in trajectory_group),
+                outcomes=tuple(binary_outcome(trajectory) for trajectory in group.trajectories),
+                shaped_totals=None if gate is None else gate.shaped_totals,
+                dropped=None if gate is None else gate.dropped,
             )
         )
-        return rewards
 
-
-class OutcomeRecordingDataset(WrappingDataset):
-    """The inner dataset's batches, each group's outcomes recorded into `log`."""
-
-    def __init__(self, inner: RLDataset, log: OutcomeLog) -> None:
-        super().__init__(inner)
-        self.log = log
-
-    def wrap(self, builder: EnvGroupBuilder, index: int, position: int) -> EnvGroupBuilder:
-        return OutcomeRecordingGroupBuilder(inner=builder, step=index, group=position, log=self.log)
+    def resume_at(self, step: int) -> None:
+        self.log.resume_at(step)

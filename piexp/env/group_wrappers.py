@@ -1,15 +1,18 @@
-"""One way to wrap a training dataset's groups: `GroupWrapper` delegates every
-`EnvGroupBuilder` call to the group it wraps (a wrapper overrides what it changes, most
-often `compute_group_rewards`), and `WrappingDataset` hands out the inner dataset's
-batches with each group wrapped by `wrap(builder, batch index, position)`. The
-shuffled-reward control, the binary gate and the training record are such wrappers."""
+"""What a training control works on: a graded group (`GradedGroup`: its place in the run,
+its trajectories and the rewards the controls before it left) and the `Stage` a control
+is, which may change those rewards or record what it saw. `GroupWrapper` delegates every
+`EnvGroupBuilder` call to the group it wraps; the train dataset's one wrapper,
+`piexp.env.training_pipeline.TrainingGroup`, runs a run's stages in order once a group is
+graded, and an episode runner keeps a group's envs with another."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
+
+from piexp.env.episode import WorkspaceGroupBuilder
 
 
 def step_and_total_rewards(
@@ -42,20 +45,55 @@ class GroupWrapper(EnvGroupBuilder):
         return self.inner.logging_tags()
 
 
-class WrappingDataset(RLDataset):
-    """The inner dataset's batches, each group passed through `wrap`."""
+def workspace_group(builder: EnvGroupBuilder) -> WorkspaceGroupBuilder:
+    """The piexp workspace group inside any number of `GroupWrapper`s."""
+    while isinstance(builder, GroupWrapper):
+        builder = builder.inner
+    assert isinstance(builder, WorkspaceGroupBuilder), f"a training group is piexp's, not {type(builder)}"
+    return builder
 
-    def __init__(self, inner: RLDataset) -> None:
-        self.inner = inner
 
-    def wrap(self, builder: EnvGroupBuilder, index: int, position: int) -> EnvGroupBuilder:
-        return builder
+@dataclass(frozen=True)
+class GateDecision:
+    """The binary gate's decision on a group: whether it was dropped, and the shaped totals
+    it decided on (each trajectory's, before the gate set a dropped group's to 0)."""
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        return [self.wrap(builder, index, position) for position, builder in enumerate(self.inner.get_batch(index))]
+    dropped: bool
+    shaped_totals: tuple[float, ...]
 
-    def set_epoch(self, seed: int = 0) -> None:
-        self.inner.set_epoch(seed)  # type: ignore[attr-defined]
 
-    def __len__(self) -> int:
-        return len(self.inner)
+@dataclass
+class GradedGroup:
+    """One graded training group as the stages see it, in order: `step` is the batch index
+    (the cookbook's training step) and `group` the group's place in that batch;
+    `rewards` are the final group rewards with their metrics (the cookbook adds each
+    trajectory's step rewards to its final one), which a stage may replace."""
+
+    step: int
+    group: int
+    builder: EnvGroupBuilder  # the dataset's group, piexp's workspace group
+    trajectories: list[Trajectory]
+    envs: Sequence[Env]
+    rewards: list[tuple[float, Metrics]]
+    gate: GateDecision | None = None  # set by the binary gate, when it is on
+
+    @property
+    def workspace(self) -> WorkspaceGroupBuilder:
+        return workspace_group(self.builder)
+
+    def step_and_totals(self) -> tuple[list[float], list[float]]:
+        """Each trajectory's step rewards and its total under the current rewards."""
+        return step_and_total_rewards(self.trajectories, self.rewards)
+
+
+class Stage:
+    """A training control's part in the chain: `__call__` runs on every graded group, in
+    the chain's order; `resume_at` runs once, before the first batch a process trains
+    on (a fresh run: 0; a resumed one: its checkpoint's step), and drops whatever the
+    stage recorded of that step and later ones: they are trained again."""
+
+    def __call__(self, group: GradedGroup) -> None:
+        raise NotImplementedError
+
+    def resume_at(self, step: int) -> None:
+        pass

@@ -22,6 +22,17 @@ REWARD_METRICS = (
     "functional_correct",
     "infrastructure_error",
 )
+# Set on every episode's last transition (piexp.env.episode.WorkspaceEnv): 1 when the
+# episode was graded with all four steps holding, 0 otherwise, an episode that ended
+# before grading (a turn cut at max_tokens, a context overflow, a parse error) included.
+# The cookbook averages a metric over the transitions that report it, so the mean of
+# `functional_correct` leaves out the ungraded episodes; the mean of this one, reported by
+# every episode once, is the binary pass rate (pass@1 of an eval split: one sample a task).
+PASSED_METRIC = "passed"
+# The flags (transition metrics) of a last turn that ended the episode before the reward
+# was graded: its reward is the env's terminal value, the same in shaped and binary mode
+# and under every weight (a turn cut at max_tokens, a context overflow, a parse error).
+UNGRADED_ENDINGS = ("max_tokens_reached", "context_overflow", "parse_error")
 _INTEGER = re.compile(r"(?<!\w)-?\d+(?!\w)")
 
 

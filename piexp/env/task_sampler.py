@@ -44,18 +44,18 @@ class OutcomeDrivenDataset(RLDataset):
     def state_metrics(self) -> dict[str, float]:
         raise NotImplementedError
 
-    def batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def batch(self, step: int) -> Sequence[EnvGroupBuilder]:
         raise NotImplementedError
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def get_batch(self, step: int) -> Sequence[EnvGroupBuilder]:
         if self._next_step is None:  # the first batch of this process: a fresh run, or a resume
-            self.log.resume_at(index)
+            self.log.resume_at(step)
             self._next_step = 0
-        for outcome in self.log.of_steps(self._next_step, index):
+        for outcome in self.log.of_steps(self._next_step, step):
             self.observe(outcome)
-        self._next_step = max(self._next_step, index)
-        self.snapshots[index] = self.state_metrics()
-        return self.batch(index)
+        self._next_step = max(self._next_step, step)
+        self.snapshots[step] = self.state_metrics()
+        return self.batch(step)
 
     def set_epoch(self, seed: int = 0) -> None:
         pass  # batches follow the run's seed and outcomes
@@ -68,7 +68,7 @@ class DifficultyPoolsDataset(OutcomeDrivenDataset):
     """Each (task, language) group is in the easy, normal or hard pool by its latest pass
     rate (normal until graded). A batch draws each slot's pool by weight among the pools
     of positive weight with groups not yet drawn in this batch, then a group of it
-    uniformly, seeded by (run seed, batch index); once every such group is drawn the
+    uniformly, seeded by (run seed, step); once every such group is drawn the
     batch starts over. Only when every group sits in pools of weight 0 are those drawn."""
 
     def __init__(
@@ -108,8 +108,8 @@ class DifficultyPoolsDataset(OutcomeDrivenDataset):
     def state_metrics(self) -> dict[str, float]:
         return {f"{CONTROLS_PREFIX}pool/{name}": float(len(ids)) for name, ids in self.members().items()}
 
-    def batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        rng = random.Random(f"{self.seed}:pools:{index}")  # str seeds hash alike in every process
+    def batch(self, step: int) -> Sequence[EnvGroupBuilder]:
+        rng = random.Random(f"{self.seed}:pools:{step}")  # str seeds hash alike in every process
         members = self.members()
         weighted = [name for name in POOLS if members[name] and self.weights[name] > 0]
         drawable = weighted or [name for name in POOLS if members[name]]
@@ -126,14 +126,14 @@ class DifficultyPoolsDataset(OutcomeDrivenDataset):
 
 
 class TrainingControls:
-    """A training run's online controls in this process, by run folder: the outcome log,
-    the sampler (if `tasks.pools` or `tasks.adaptive` is on) and whether the gate is on."""
+    """A training run's online controls in this process, by run folder: the outcome log
+    (with the gate's decisions, when it is on) and the sampler (if `tasks.pools` or
+    `tasks.adaptive` is on)."""
 
     _runs: ClassVar[dict[str, TrainingControls]] = {}
 
-    def __init__(self, log: OutcomeLog, *, binary_gate: bool, sampler: OutcomeDrivenDataset | None) -> None:
+    def __init__(self, log: OutcomeLog, *, sampler: OutcomeDrivenDataset | None) -> None:
         self.log = log
-        self.binary_gate = binary_gate
         self.sampler = sampler
 
     @classmethod
@@ -159,8 +159,9 @@ class TrainingControls:
             metrics[f"{CONTROLS_PREFIX}groups"] = float(len(outcomes))
             metrics[f"{CONTROLS_PREFIX}informative_fraction"] = informative / len(outcomes)
             metrics[f"{CONTROLS_PREFIX}pass_rate"] = sum(o.pass_rate for o in outcomes) / len(outcomes)
-            if self.binary_gate:
-                metrics[f"{CONTROLS_PREFIX}gate_dropped"] = float(len(outcomes) - informative)
+            gated = [outcome.dropped for outcome in outcomes if outcome.dropped is not None]
+            if gated:  # the gate's own decisions, as recorded
+                metrics[f"{CONTROLS_PREFIX}gate_dropped"] = float(sum(gated))
         if self.sampler is not None:
             metrics.update(self.sampler.snapshots.get(step, {}))
         return metrics

@@ -5,7 +5,9 @@ its checkpoint onto them, an evaluation would mix two models' episodes) as a con
 the run-folder guard. A LoRA adapter on other weights runs without an error and means
 nothing. Local models piexp builds (`learner-local`, `tiny-local`) live in cache
 folders named after their content, so their identity is the folder's name in its
-models folder (the same on another machine or home), and it is known before a build."""
+models folder (the same on another machine or home), and it is known before a fit
+(`learner-local`'s from the content key its sources gave here before, or else from its
+scripted episodes, rolled out first)."""
 
 from __future__ import annotations
 
@@ -34,16 +36,18 @@ def expected_base_model(config: RunConfig) -> str:
 
 
 # Once per process and name: a local model's identity hashes its recipe and sources
-# (0.1 s for learner-local), and the run-folder guard asks for every folder of a sweep.
+# (0.1 s for learner-local, plus a rollout of its episodes where these sources were not
+# rolled out here before), and the run-folder guard asks for every folder of a sweep.
 @functools.lru_cache(maxsize=None)
 def _model_identity(name: str) -> str:
     from piexp.pretrain import LEARNER_MODEL_NAME
     from piexp.service.tiny_model import TINY_LOCAL_NAME, tiny_model_dir
 
     if name == LEARNER_MODEL_NAME:
-        from piexp.pretrain.build import learner_model_dir
+        from piexp.launch.sandbox import run_sandbox
+        from piexp.pretrain.build import data_config, learner_model_dir
 
-        return base_model_identity(str(learner_model_dir()))
+        return base_model_identity(str(learner_model_dir(lambda: run_sandbox(data_config().sandbox))))
     if name == TINY_LOCAL_NAME:
         return base_model_identity(str(tiny_model_dir()))
     return base_model_identity(name)

@@ -40,6 +40,9 @@ class Level:
     params: dict[str, int]
     config: RunConfig
     folder: Path
+    # The overrides `config` was composed from: recorded in the level's folder so that it
+    # is a run folder (`show`, `rescore`, `replay`, `reproduce` recompose it from them).
+    overrides: tuple[str, ...] = ()
 
     def episodes(self) -> int:
         return self.config.tasks.eval_per_family * len(self.config.eval_languages) * self.config.samples_per_task
@@ -89,7 +92,19 @@ def run_levels(levels: Sequence[Level], out: Path) -> None:
             update: dict[str, Any] = {"sandbox": shared.sandbox}
             if resolved is not None:
                 update |= {"service": resolved.service, "model": resolved.model}
+            record_level_config(level)
             _run_mode(level.config.model_copy(update=update), level.folder)
+
+
+def record_level_config(level: Level) -> None:
+    """`.hydra/config.yaml` and `.hydra/overrides.yaml` in the level's folder, as a run of
+    its own writes them: the level's composed config and the overrides it came from."""
+    import yaml
+
+    hydra = level.folder / ".hydra"
+    hydra.mkdir(parents=True, exist_ok=True)
+    (hydra / "config.yaml").write_text(yaml.safe_dump(level.config.model_dump(mode="json"), sort_keys=False))
+    (hydra / "overrides.yaml").write_text(yaml.safe_dump(list(level.overrides)))
 
 
 def _params_text(params: dict[str, int]) -> str:

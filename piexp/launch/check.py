@@ -19,6 +19,8 @@ shows them in a browser.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import asyncio
 import json
 import time
@@ -281,7 +283,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             from piexp.launch.result_logging import check_tables, log_result
 
             metrics, tables = check_tables(report)
-            files = [run_dir / "viewer.html", run_dir / CHECK_FILE]
+            files = [run_dir / RunFiles.VIEWER, run_dir / CHECK_FILE]
             log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
                        tables, files, "check")  # fmt: skip
         say(_table(config, cells, runtimes))

@@ -6,6 +6,8 @@ compare.json and compare.png."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 import statistics
 from collections import defaultdict
@@ -19,7 +21,7 @@ from piexp.files import read_jsonl
 from piexp.run_records import EPISODES_FILE
 from piexp.stats import mean_ci95, pass_at_k
 
-RESULTS_FILE = "results.json"
+RESULTS_FILE = RunFiles.RESULTS
 
 
 class CompareError(UserError):

@@ -16,6 +16,8 @@ record; a resume keeps exactly the transcripts of the records it keeps.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import asyncio
 import json
 import time
@@ -48,7 +50,7 @@ from piexp.transcripts.failures import summarize_failures
 from piexp.transcripts.store import EVAL_TRANSCRIPTS
 
 
-STATE_FILE = "eval_state.json"
+STATE_FILE = RunFiles.EVAL_STATE
 
 
 class EvalIncompleteError(RunIncompleteError):
@@ -175,9 +177,9 @@ def _group(records: Iterable[EpisodeRecord]) -> dict[tuple[str, str], list[Episo
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> None:
-    (run_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (run_dir / "results.md").write_text(results_markdown(results))
-    plot_heatmap(results, run_dir / "results.png")
+    (run_dir / RunFiles.RESULTS).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    (run_dir / RunFiles.RESULTS_MD).write_text(results_markdown(results))
+    plot_heatmap(results, run_dir / RunFiles.RESULTS_PNG)
     from piexp.transcripts.viewer import write_run_viewer
 
     write_run_viewer(run_dir)
@@ -275,12 +277,12 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     results["episodes_failed_to_run"] = len(episodes) - len(records)
     write_results(run_dir, results)
     say(summary_table(results))
-    say(f"wrote {run_dir / 'results.json'}, results.md, results.png, viewer.html")
+    say(f"wrote {run_dir / RunFiles.RESULTS}, {RunFiles.RESULTS_MD}, {RunFiles.RESULTS_PNG}, {RunFiles.VIEWER}")
     if config.mode.wandb_project:
         from piexp.launch.result_logging import eval_tables, log_result
 
         metrics, tables = eval_tables(results)
-        files = [run_dir / name for name in ("viewer.html", "results.md", "results.json")]
+        files = [run_dir / name for name in (RunFiles.VIEWER, RunFiles.RESULTS_MD, RunFiles.RESULTS)]
         url = log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
                          tables, files, "eval")  # fmt: skip
         say(f"logged to Weights & Biases project {config.mode.wandb_project}" + (f": {url}" if url else ""))

@@ -9,6 +9,8 @@ instead of an exit that would take the other parallel jobs down with it."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import os
 import sys
 from pathlib import Path
@@ -20,7 +22,7 @@ from omegaconf import DictConfig
 from piexp.config.compose import validate
 from piexp.config.paths import config_dir
 from piexp.config.presets import register_presets
-from piexp.console import attach_job_log, detach_job_log, set_job_label
+from piexp.console import attach_job_log, detach_job_log, outlive_closed_streams, set_job_label
 from piexp.errors import UserError, deliver_interrupts_quietly, report_user_error
 from piexp.harness.base import refuse_unusable_harness
 from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
@@ -36,6 +38,7 @@ SWEEP_PROCESS_ENV = "PIEXP_SWEEP_PROCESS"
 
 def run_job(cfg: DictConfig) -> float | None:
     deliver_interrupts_quietly()  # a parallel sweep's worker too
+    outlive_closed_streams()  # likewise: a closed console never ends a job
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     job = JobInfo.from_hydra()
     try:
@@ -45,7 +48,7 @@ def run_job(cfg: DictConfig) -> float | None:
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)
-        attach_job_log(run_dir / "job.log")  # what the console shows, as plain text, in the run folder
+        attach_job_log(run_dir / RunFiles.JOB_LOG)  # what the console shows, as plain text, in the run folder
         set_job_label(f"job {job.num}" if job.multirun else None)
         return run_tracked(config, run_dir, job, run_mode)
     except UserError as error:

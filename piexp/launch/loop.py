@@ -15,6 +15,8 @@ each stage did, and which checkpoint the trained evaluation sampled."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 import time
 from collections.abc import Callable
@@ -26,9 +28,9 @@ from piexp.config.defaults import default_settings
 from piexp.config.schema import EvalMode, RunConfig, TrainMode, WarmStartSettings
 from piexp.console import say
 
-BASE_EVAL_DIR = "eval_base"
-TRAINED_EVAL_DIR = "eval_trained"
-LOOP_RECORD = "loop.json"
+BASE_EVAL_DIR = RunFiles.BASE_EVAL_DIR
+TRAINED_EVAL_DIR = RunFiles.TRAINED_EVAL_DIR
+LOOP_RECORD = RunFiles.LOOP_RECORD
 
 RunStage = Callable[[RunConfig, Path], "float | None"]
 
@@ -60,7 +62,7 @@ def _eval_finished(config: RunConfig, eval_dir: Path) -> float | None:
     """pass@1 of a finished eval of `config` in `eval_dir` (every episode recorded, same
     policy, checkpoint and k), else None: the stage then runs, resuming what is there.
     The rest of its settings are the run's own, which the run folder keeps unchanged."""
-    results_path = eval_dir / "results.json"
+    results_path = eval_dir / RunFiles.RESULTS
     if not results_path.is_file():
         return None
     results = json.loads(results_path.read_text())
@@ -108,7 +110,7 @@ def _training_finished(config: RunConfig, run_dir: Path) -> bool:
     assert isinstance(config.mode, TrainMode)
     last = get_last_checkpoint(str(run_dir))
     return (last is not None and last.name == "final" and (last.batch or 0) >= config.mode.max_steps
-            and (run_dir / "summary.md").is_file())  # fmt: skip
+            and (run_dir / RunFiles.SUMMARY).is_file())  # fmt: skip
 
 
 def _run_eval_stage(name: str, config: RunConfig, eval_dir: Path, run_stage: RunStage) -> dict[str, Any]:

@@ -12,6 +12,8 @@ manifest that looks valid, with sorted keys so manifests diff cleanly, and throu
 
 from __future__ import annotations
 
+from piexp.run_files import FORMAT_VERSION, RunFiles
+
 import json
 import os
 import platform
@@ -26,8 +28,8 @@ from piexp.redaction import redact_secrets
 
 __all__ = ["MANIFEST_NAME", "TRACKED_PACKAGES", "build_manifest", "git_state", "package_versions", "write_manifest"]
 
-MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_NAME = RunFiles.MANIFEST
+MANIFEST_VERSION = FORMAT_VERSION
 
 #: Distributions whose versions change results.  Read with importlib.metadata so
 #: nothing is imported (importing torch alone takes seconds and may touch a GPU).

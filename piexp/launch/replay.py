@@ -7,14 +7,18 @@ named (a parse, a tool result, the stop reason, the reward or a reward metric).
 What is compared of a tool result is what the reward reads, so that output that depends
 on wall time or randomness does not count as a change: for `bash`, the status, return
 code, `output_correct` and the last non-empty stdout line; for the other tools, the whole
-result."""
+result. An assistant message's text is compared in Unicode NFC: replay tokenizes the
+recorded text again, and the tokenizer normalizes it to NFC, so a sampled turn whose text
+was not NFC (a CJK compatibility ideograph, a letter followed by its combining accent:
+common in an untrained model's output) comes back normalized, the same text."""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tinker_cookbook import renderers
 from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWithLogprobs
@@ -75,11 +79,17 @@ class ReplayExhaustedError(Exception):
 
 
 class ReplayPolicy(TokenCompleter):
-    """Emits the recorded assistant turns, in order, as the tokens the renderer writes."""
+    """Emits the recorded assistant turns, in order, as the tokens the renderer writes,
+    each with the stop reason it was sampled with: a turn the token limit cut
+    (`max_tokens_reached` in its recorded flags) stops with "length" again, so that the env
+    ends the episode as it did, ungraded, instead of parsing a turn the model never ended."""
 
-    def __init__(self, renderer: renderers.Renderer, messages: Sequence[Message]) -> None:
+    def __init__(
+        self, renderer: renderers.Renderer, messages: Sequence[Message], cut: Sequence[bool] | None = None
+    ) -> None:
         self.renderer = renderer
         self.messages = list(messages)
+        self.cut = list(cut or [False] * len(self.messages))
         self.turn = 0
 
     async def __call__(
@@ -88,8 +98,17 @@ class ReplayPolicy(TokenCompleter):
         if self.turn >= len(self.messages):
             raise ReplayExhaustedError(f"today's env asked for turn {self.turn + 1}; the recording has {self.turn}")
         tokens = render_assistant_tokens(self.renderer, self.messages[self.turn], stop)
+        stop_reason: Literal["length", "stop"] = (
+            "length" if self.turn < len(self.cut) and self.cut[self.turn] else "stop"
+        )
+        if stop_reason == "length":
+            # The cut turn never ended: without its end-of-turn token it parses (in the
+            # recording's transcript) to what the recorded cut tokens parsed to.
+            ends = {s for s in [*(stop or []), *self.renderer.get_stop_sequences()] if isinstance(s, int)}
+            while tokens and tokens[-1] in ends:
+                tokens = tokens[:-1]
         self.turn += 1
-        return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[0.0] * len(tokens))
+        return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[0.0] * len(tokens), stop_reason=stop_reason)
 
 
 def compared_result(result: Any) -> Any:
@@ -110,10 +129,24 @@ def _compared_message(message: dict[str, Any]) -> dict[str, Any]:
         return {"role": "tool", "result": compared_result(message.get("result", message.get("text")))}
     return {
         "role": role,
-        "text": text_before_calls(message),
-        "tool_calls": [(c.get("name"), c.get("arguments")) for c in message.get("tool_calls") or []],
-        "unparsed": [u.get("raw_text") for u in message.get("unparsed_tool_calls") or []],
+        "text": _nfc(text_before_calls(message)),
+        "tool_calls": [
+            (
+                c.get("name"),
+                _nfc(
+                    c.get("arguments")
+                    if isinstance(c.get("arguments"), str)
+                    else json.dumps(c.get("arguments"), sort_keys=True)
+                ),
+            )
+            for c in message.get("tool_calls") or []
+        ],
+        "unparsed": [_nfc(str(u.get("raw_text"))) for u in message.get("unparsed_tool_calls") or []],
     }
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
 
 
 @dataclass
@@ -177,12 +210,18 @@ def first_difference(recorded: dict[str, Any], replayed: dict[str, Any]) -> Diff
     return None
 
 
+def turns_cut_at_max_tokens(transcript: dict[str, Any]) -> list[bool]:
+    """Per recorded turn (one a sampled assistant message, in order), whether the token
+    limit cut it: the cookbook's `max_tokens_reached` flag on the turn."""
+    return [bool((turn.get("flags") or {}).get("max_tokens_reached")) for turn in transcript.get("turns") or []]
+
+
 async def replay_episode(
     transcript: dict[str, Any], task: Task, settings: EpisodeSettings, renderer: renderers.Renderer
 ) -> ReplayOutcome:
     """Play the recorded episode again through today's code; compare."""
     messages = [recorded_message(m) for m in transcript.get("conversation") or [] if m.get("role") == "assistant"]
-    policy = ReplayPolicy(renderer, messages)
+    policy = ReplayPolicy(renderer, messages, turns_cut_at_max_tokens(transcript))
     record: EpisodeRecord = await run_episode(
         policy,
         str(transcript.get("policy")),

@@ -20,14 +20,10 @@ from typing import Any
 from tinker_cookbook.renderers.base import Message
 
 from piexp.config.schema import RewardSettings, RunConfig
-from piexp.env.reward import WorkspaceReward
+from piexp.env.reward import UNGRADED_ENDINGS, WorkspaceReward
 from piexp.errors import UserError
 from piexp.tasks import Task
 from piexp.transcripts.capture import TRANSCRIPT_VERSION
-
-# A turn whose flags hold one of these ended the episode before the reward was graded:
-# its reward is the env's terminal value, the same under every weight.
-UNGRADED_FLAGS = ("context_overflow", "parse_error")
 
 
 def recorded_history(transcript: dict[str, Any]) -> list[Message]:
@@ -82,7 +78,7 @@ def rescored_reward(transcript: dict[str, Any], answer: str, reward: RewardSetti
     """The episode's total reward under `reward` (binary or shaped grading)."""
     turns = transcript.get("turns") or []
     last_flags = (turns[-1].get("flags") or {}) if turns else {}
-    if any(last_flags.get(name) for name in UNGRADED_FLAGS):
+    if any(last_flags.get(name) for name in UNGRADED_ENDINGS):
         return float(transcript["reward"])  # ended before grading: the same in both modes
     earlier = sum(float(turn.get("reward") or 0.0) for turn in turns[:-1])
     grade, _metrics = WorkspaceReward(answer, reward.weights, binary=binary).grade(recorded_history(transcript))
@@ -97,7 +93,15 @@ class SettingScores:
     rewards: list[float]
     cells: dict[str, dict[str, float]] = field(default_factory=dict)  # family -> language -> mean reward
     groups: list[dict[str, Any]] = field(default_factory=list)  # task, language, rewards, advantages
-    constant_groups: float = 0.0  # share of groups (>= 2 samples) whose rewards are all equal
+    # Share of groups (>= 2 samples) whose rewards are all equal; None when there are no
+    # such groups (one sample a task, as an eval at k=1): undefined, shown "n/a".
+    constant_groups: float | None = None
+
+    @property
+    def constant_groups_text(self) -> str:
+        return (
+            "n/a (no groups of two or more samples)" if self.constant_groups is None else f"{self.constant_groups:.0%}"
+        )
 
 
 def group_key(transcript: dict[str, Any]) -> tuple[str, str]:
@@ -210,7 +214,7 @@ def rescore_markdown(run: Path, scores: Sequence[SettingScores], reproduced: int
     lines.append("|---" * (len(cells) + 2) + "|")
     for setting in scores:
         values = [f"{setting.cells.get(f, {}).get(lang, float('nan')):.3f}" for f, lang in cells]
-        lines.append(f"| `{setting.label}` | " + " | ".join(values) + f" | {setting.constant_groups:.0%} |")
+        lines.append(f"| `{setting.label}` | " + " | ".join(values) + f" | {setting.constant_groups_text} |")
     lines += [
         "",
         "A constant group (one task and language, several samples, all rewards equal) has zero advantages: "
@@ -236,7 +240,7 @@ def plot_settings(scores: Sequence[SettingScores], path: Path) -> None:
             [i + index * width for i in range(len(cells))],
             values,
             width=width,
-            label=f"{setting.label} (constant groups {setting.constant_groups:.0%})",
+            label=f"{setting.label} (constant groups {setting.constant_groups_text})",
         )
     axes.set_xticks([i + 0.4 - width / 2 for i in range(len(cells))], labels=[f"{f}\n{lang}" for f, lang in cells])
     axes.set_ylabel("mean reward")

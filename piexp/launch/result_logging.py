@@ -20,6 +20,53 @@ def wandb_installed() -> bool:
     return importlib.util.find_spec("wandb") is not None
 
 
+# The modes in which wandb needs no account: it keeps its files locally (or logs nothing).
+_LOCAL_MODES = ("offline", "dryrun", "disabled")
+
+
+def wandb_credentials(what: str) -> str | None:
+    """Check, before any work, that W&B can log `what` (`mode.wandb_project=P`): returns
+    the offline mode chosen (`WANDB_MODE=offline`, said to the user by the caller), None
+    when credentials are there (`WANDB_API_KEY`, an identity token file, or a `wandb login`
+    entry in the netrc file for the W&B host), and raises `ServiceUnavailableError`
+    otherwise. Nothing is sent: an invalid key is found by W&B itself when the run logs."""
+    import netrc
+    import os
+    from urllib.parse import urlsplit
+
+    from piexp.errors import ServiceUnavailableError
+
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if mode in _LOCAL_MODES:
+        return mode
+    if os.environ.get("WANDB_API_KEY", "").strip() or os.environ.get("WANDB_IDENTITY_TOKEN_FILE", "").strip():
+        return None
+    host = urlsplit(os.environ.get("WANDB_BASE_URL", "").strip() or "https://api.wandb.ai").netloc
+    path = Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        entry = None
+    if entry and entry[2]:
+        return None
+    raise ServiceUnavailableError(
+        f"{what} logs to Weights & Biases, which has no credentials here: no WANDB_API_KEY and no "
+        f"entry for {host} in {path}. Run `wandb login` (or export WANDB_API_KEY=...) in the shell that "
+        "starts piexp; or set WANDB_MODE=offline to keep the W&B files in the run folder's wandb/ "
+        "(`wandb sync` uploads them later); or leave the project unset. Nothing was run."
+    )
+
+
+def offline_note(mode: str) -> str:
+    """What a run with W&B in a local mode says up front."""
+    if mode == "disabled":
+        return "W&B is disabled (WANDB_MODE=disabled): nothing is logged to it."
+    return (
+        f"W&B is offline (WANDB_MODE={mode}): its files stay in each run folder's wandb/; "
+        "`wandb sync RUN/wandb/offline-run-*` uploads them later."
+    )
+
+
 def log_result(
     folder: Path,
     project: str,
@@ -37,7 +84,9 @@ def log_result(
 
     log_dir = folder / LOG_SUBDIR
     log_dir.mkdir(parents=True, exist_ok=True)
-    backend = ml_log.WandbLogger(project=project, config=config, log_dir=log_dir, wandb_name=name)
+    # wandb.init puts its files into DIR/wandb/: handed the folder, they land in
+    # folder/wandb/ beside the JSON log (as a training run's do), not in wandb/wandb/.
+    backend = ml_log.WandbLogger(project=project, config=config, log_dir=folder, wandb_name=name)
     logger = ml_log.MultiplexLogger([ml_log.JsonLogger(log_dir), backend])
     try:
         logger.log_metrics(metrics, step=0)

@@ -6,6 +6,8 @@ in the cookbook's defaults is caught before a rerun, not discovered in its resul
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import dataclasses
 import json
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import Any
 
 import chz
 
-RECORD_NAME = "rl_train_config.json"
+RECORD_NAME = RunFiles.RL_RECORD
 # Values that depend on the machine or the moment rather than on the config (folder,
 # resolved service URL and model folder, warm-start checkpoint); their
 # sources are in .hydra/config.yaml, which reproduce checks on its own.

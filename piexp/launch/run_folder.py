@@ -20,6 +20,8 @@ the folder is free or holds the same run.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -38,7 +40,7 @@ REPLACE_FLAG = "--replace"
 # set by the CLI itself, never needed by hand.
 REPLACE_ENV = "PIEXP_REPLACE_HELD_RUNS"
 # Where a run folder keeps the record of its run (Hydra's own name for it).
-RECORD_SUBDIR = ".hydra"
+RECORD_SUBDIR = RunFiles.RECORD_SUBDIR
 
 
 def take_replace_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
@@ -97,7 +99,7 @@ def _held_run(folder: Path) -> tuple[RunConfig | None, str | None]:
     or (None, why) when its saved config cannot be read by this piexp."""
     from piexp.config.compose import saved_run_config, validate_saved
 
-    if not (folder / RECORD_SUBDIR / "config.yaml").is_file():
+    if not (folder / RunFiles.CONFIG).is_file():
         return None, None
     try:
         return validate_saved(saved_run_config(folder), folder), None

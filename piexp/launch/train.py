@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from piexp.config.schema import RunConfig, TrainMode
+from piexp.run_files import RunFiles
 
 # Fields of rl.train.Config that no config option sets, and why (tests/launch/
 # test_rl_options.py fails on any other field that is not reachable from config):
@@ -109,10 +110,17 @@ class _NoTrajectoryDumps:
 
 def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     import logging
+    import warnings
+
+    from piexp.console import ProgressReport, say
+    from piexp.launch.step_lines import COOKBOOK_TABLE_LOGGER, show_steps_as_lines
 
     from tinker_cookbook.rl import train as rl_train
 
     logging.getLogger(rl_train.__name__).addFilter(_NoTrajectoryDumps())
+    # The tinker SDK marks the calls tinker-cookbook 0.5.8 makes to save checkpoints as
+    # deprecated, a FutureWarning at every save that the user can do nothing about.
+    warnings.filterwarnings("ignore", message=r"DEPRECATED: ", category=FutureWarning)
 
     from piexp.cookbook_compat import extra_step_metrics
     from piexp.env.task_sampler import TrainingControls
@@ -128,12 +136,23 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
             start_from = await warm_start(config, run_dir, sandbox_url) if config.warm_start.sft_steps else None
             train_config = cookbook_config(config, run_dir, sandbox_url, start_from)
             write_rl_record(run_dir, train_config)
-            with extra_step_metrics(lambda step: control_metrics(run_dir, step)):
-                await rl_train.main(train_config)
+            # A line at least every PLAIN_PROGRESS_EVERY_S seconds, and one a step.
+            assert isinstance(config.mode, TrainMode)
+            with ProgressReport("training", config.mode.max_steps, unit="steps", live=False) as progress:
+                lines = show_steps_as_lines(run_dir, progress)
+                try:
+                    with extra_step_metrics(lambda step: control_metrics(run_dir, step)):
+                        await rl_train.main(train_config)
+                finally:
+                    logging.getLogger(COOKBOOK_TABLE_LOGGER).removeFilter(lines)
             write_summary(run_dir)
             from piexp.transcripts.viewer import write_run_viewer
 
             write_run_viewer(run_dir)  # the reward curve, and links to the cookbook's per-iteration pages
+            say(
+                f"wrote {run_dir / RunFiles.METRICS}, {RunFiles.SUMMARY}, {RunFiles.TRAIN_TRANSCRIPTS}, "
+                f"{RunFiles.VIEWER} and the checkpoints ({RunFiles.CHECKPOINTS})"
+            )
         finally:
             await close_sandbox_clients()
             TrainRecorder.close(str(run_dir / TRAIN_TRANSCRIPTS))

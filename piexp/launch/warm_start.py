@@ -11,10 +11,12 @@ The resulting state is saved and RL starts from those weights (tinker-cookbook's
 
 Resumable: `warm_start.json` in the run folder records the saved state; a rerun reuses
 it instead of training again (and once RL has a checkpoint, the RL loop resumes from
-that instead). `summary.md` reports whether reward rose (`write_summary`).
+that instead). `summary.md` reports whether reward changed beyond noise (`write_summary`).
 """
 
 from __future__ import annotations
+
+from piexp.run_files import RunFiles
 
 import json
 import time
@@ -23,10 +25,20 @@ from typing import Any
 
 from piexp.config.schema import RunConfig
 from piexp.console import ProgressReport, say
-from piexp.run_records import control_rows, controls_table, metric_curve, read_metrics
+from piexp.run_records import (
+    TRAIN_ROLLOUTS_SPLIT,
+    control_rows,
+    controls_table,
+    finite_number,
+    metric_curve,
+    read_metrics,
+    step_rollouts,
+    train_pass_curve,
+)
+from piexp.stats import difference_ci95, share_ci95
 
-WARM_START_FILE = "warm_start.json"
-SUMMARY_FILE = "summary.md"
+WARM_START_FILE = RunFiles.WARM_START
+SUMMARY_FILE = RunFiles.SUMMARY
 
 
 def _sft_datums(trajectories: list[Any]) -> list[Any]:
@@ -137,9 +149,38 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
 # --------------------------------------------------------------------------- summary
 
 
+def reward_trend(run_dir: Path, series: list[tuple[int, float]]) -> str:
+    """Whether the training reward changed from the first iteration to the last beyond
+    noise: the difference of the two batches' mean episode rewards with its 95% Welch
+    interval (each batch's episodes from its exported rollouts). A change is claimed only
+    when the interval excludes zero."""
+    (first, start), (last, end) = series[0], series[-1]
+    if first == last:
+        return f"One iteration logged ({first}): no trend to claim yet."
+
+    def rewards(step: int) -> list[float]:
+        values = (finite_number(t.get("total_reward")) for t in step_rollouts(run_dir, TRAIN_ROLLOUTS_SPLIT, step))
+        return [v for v in values if v is not None]
+
+    before, after = rewards(first), rewards(last)
+    span = f"{start:.4f} (iteration {first}) -> {end:.4f} (iteration {last})"
+    if not before or not after:
+        return f"Reward {span}; the batches' episode rewards were not exported (algo.rollout_json_export), so no trend is claimed."
+    difference, half = difference_ci95(before, after)
+    if half is None:
+        return f"Reward {span}; too few episodes for an interval, so no trend is claimed."
+    measured = f"difference {difference:+.4f} ± {half:.4f}, 95% interval over {len(before)} and {len(after)} episodes"
+    if difference - half > 0:
+        return f"Reward rose beyond noise: {span} ({measured})."
+    if difference + half < 0:
+        return f"Reward fell beyond noise: {span} ({measured})."
+    return f"No change beyond noise: reward {span} ({measured})."
+
+
 def write_summary(run_dir: Path) -> str:
-    """`summary.md`: warm start (if any), the RL reward per iteration with whether reward
-    rose (last iteration vs first), and the online controls per iteration (informative
+    """`summary.md`: warm start (if any), the RL reward per iteration with whether it
+    changed beyond noise (`reward_trend`), the eval split's pass@1 per periodic eval with
+    its interval, and the online controls per iteration (informative
     groups, groups the binary gate dropped, pool sizes, levels) where metrics.jsonl has them."""
     lines = ["# Run summary", ""]
     record_path = run_dir / WARM_START_FILE
@@ -154,18 +195,24 @@ def write_summary(run_dir: Path) -> str:
             f"- saved state: `{record['state_path']}`",
             "",
         ]
-    series = metric_curve(read_metrics(run_dir), "reward")
+    rows = read_metrics(run_dir)
+    series = metric_curve(rows, "reward")
     lines += ["## RL reward per iteration", ""]
     if series:
         lines += ["| iteration | mean reward |", "| --- | --- |"]
         lines += [f"| {step} | {reward:.4f} |" for step, reward in series]
-        first, last = series[0][1], series[-1][1]
-        verdict = "rose" if last > first else ("stayed flat" if last == first else "fell")
-        lines += ["", f"Reward {verdict}: {first:.4f} (iteration {series[0][0]}) -> {last:.4f} "
-                  f"(iteration {series[-1][0]})."]  # fmt: skip
+        lines += ["", reward_trend(run_dir, series)]
     else:
         lines += ["No RL iteration logged yet."]
-    controls = control_rows(read_metrics(run_dir))
+    passes = train_pass_curve(run_dir, rows)
+    if passes:
+        lines += ["", "## pass@1 on the eval split per periodic eval", ""]
+        lines += ["| iteration | pass@1 | 95% interval | episodes |", "| --- | --- | --- | --- |"]
+        for point in passes:
+            half = None if point.episodes is None else share_ci95(point.rate, point.episodes)
+            interval = "-" if half is None else f"± {half:.3f}"
+            lines.append(f"| {point.step} | {point.rate:.3f} | {interval} | {point.episodes or '-'} |")
+    controls = control_rows(rows)
     if controls:  # informative groups per step, and what the online controls did (piexp.env.task_sampler)
         lines += ["", "## Online controls per iteration", "", *controls_table(controls)]
     text = "\n".join(lines) + "\n"

@@ -1,11 +1,18 @@
 """The recipe of the `learner-local` base model: its architecture, the episodes it is
-pre-trained on and the optimisation, as one frozen record, and the content digest that
-names its cache entry (the recipe plus every source file that shapes the episodes'
-tokens, so a change to a prompt, a tool, a renderer hook or a reference program builds a
-new model instead of reusing a stale one)."""
+pre-trained on and the optimisation, as one frozen record, and the two digests of its
+cache. A build's folder is named by what the fit consumes (`content_key`: the recipe,
+the tokenizer's files, the token sequences of the scripted episodes and the fit's code),
+so an edit that leaves the episodes' tokens as they were (a comment, a docstring, a
+refactoring) finds the model already built, and any change to those tokens builds a new
+one. Knowing those tokens means rolling the episodes out, so each machine remembers
+which content key the sources it last rolled out gave (`inputs_digest`: the recipe, the
+data config and every source file that could shape the tokens); only when those change
+are the episodes rolled out again, to learn the key, and the model is fitted only if
+the key is new."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -14,8 +21,9 @@ from typing import Any
 
 from piexp.service.tiny_model import TINY_QWEN3_CONFIG
 
-#: The piexp packages whose code decides the pre-training episodes' tokens.
-SOURCE_PACKAGES = ("env", "policies", "tasks", "tokenizer", "pretrain")
+#: The piexp packages whose code can shape the pre-training episodes' tokens (the
+#: sandbox's own code shapes the tool outputs).
+SOURCE_PACKAGES = ("env", "policies", "tasks", "tokenizer", "pretrain", "sandbox")
 SOURCE_MODULES = ("languages.py", "cookbook_compat.py")
 
 
@@ -92,7 +100,7 @@ class LearnerRecipe:
 
 
 def source_digest(package_root: Path) -> str:
-    """SHA-256 over the files (name and bytes) that shape the episodes' tokens."""
+    """SHA-256 over the files (name and bytes) that can shape the episodes' tokens."""
     digest = hashlib.sha256()
     files: list[Path] = []
     for name in SOURCE_PACKAGES:
@@ -106,9 +114,51 @@ def source_digest(package_root: Path) -> str:
     return digest.hexdigest()
 
 
-def recipe_digest(recipe: LearnerRecipe, package_root: Path, data_config: dict[str, Any]) -> str:
-    """The cache key: the recipe, the composed data config and the source digest."""
+def inputs_digest(recipe: LearnerRecipe, package_root: Path, data_config: dict[str, Any]) -> str:
+    """What a machine's memo of content keys is keyed by: the recipe, the composed data
+    config and the source digest. Any change to these may change the episodes' tokens,
+    so it sends the build to roll them out again; it does not by itself fit a model."""
     payload = json.dumps(
         {"recipe": recipe.to_json(), "data_config": data_config, "sources": source_digest(package_root)}, sort_keys=True
     )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def code_behaviour_digest(paths: list[Path]) -> str:
+    """SHA-256 over Python modules as their syntax trees without docstrings: comments,
+    docstrings and layout do not change it, any change to what the code does does. For
+    code only: a file whose text is read as data (a reference program) is hashed by its
+    bytes instead (`source_digest`)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (
+                isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and isinstance(body, list)
+                and body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+        digest.update(path.name.encode() + b"\0" + ast.dump(tree, include_attributes=False).encode() + b"\0")
+    return digest.hexdigest()
+
+
+def files_digest(paths: list[Path]) -> str:
+    """SHA-256 over files' names and bytes (the tokenizer's files a build copies)."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def content_key(recipe: LearnerRecipe, tokenizer: str, data: str, fit: str) -> str:
+    """The name of a build's folder: the recipe, the digests of the tokenizer's files,
+    of the token sequences the fit consumes (`piexp.pretrain.fit_process.data_digest`)
+    and of the fit's behaviour (`piexp.pretrain.fit_process.fit_digest`). The fit is
+    deterministic in these (tests/pretrain checks the bytes), so one key is one model."""
+    payload = json.dumps({"recipe": recipe.to_json(), "tokenizer": tokenizer, "data": data, "fit": fit}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

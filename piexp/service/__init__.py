@@ -6,7 +6,7 @@ started. Modules, one job each:
 
 * `local_venv`: the server's own virtual environment (created once, cached);
 * `tiny_model`: the `tiny-local` model folder (random weights, real Qwen3 tokenizer);
-* `compat`: every SkyRL workaround, pinned and version-checked;
+* `compat`: every SkyRL workaround, and the pins of every third-party hook, checked at start;
 * `local_server`: start / wait / stop of the server process tree.
 """
 
@@ -89,13 +89,15 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     """Make the configured service usable for this run and yield the resolved config."""
     service = config.service
     if service.name == "tinker":
+        from piexp.service.compat.pins import check_service_pins
         from piexp.service.tinker_preflight import preflight_tinker
 
         preflight_tinker(service.base_url, service.connect_timeout_s)
+        check_service_pins(proxy=False)
         yield config
         return
 
-    from piexp.service.compat import SampleIdProxy, check_versions
+    from piexp.service.compat import SampleIdProxy, check_service_pins
 
     if service.name == "selfhosted":
         from piexp.service.tinker_preflight import preflight_tinker
@@ -103,6 +105,7 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
         assert service.url is not None
         with placeholder_api_key(override=False):
             preflight_tinker(service.url, service.connect_timeout_s, url_key="service.url")
+            check_service_pins(proxy=service.compat_proxy)
             if not service.compat_proxy:
                 yield _resolved(config, service.url.rstrip("/"))
                 return
@@ -113,10 +116,10 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
     # service=local
     from piexp.allocator import TCMALLOC
     from piexp.service.local_server import LocalServer
-    from piexp.service.local_venv import ensure_server_venv, server_versions, venv_python
+    from piexp.service.local_venv import ensure_server_venv, venv_python
 
     venv = ensure_server_venv()
-    check_versions(server_versions(venv))
+    check_service_pins(proxy=True, server_python=venv_python(venv))
     model_name = _model_name(config)
     server = LocalServer(
         python=venv_python(venv),
@@ -125,7 +128,6 @@ def open_service(config: RunConfig, run_dir: Path) -> Iterator[RunConfig]:
         max_lora_rank=max(config.model.lora_rank, 8),
         start_timeout_s=service.start_timeout_s,
         tcmalloc=service.tcmalloc,
-        prefix_cache=service.prefix_cache,
     )
     with console.status("starting the local SkyRL server"):  # a spinner on a terminal only
         server.start()

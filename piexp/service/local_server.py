@@ -1,7 +1,7 @@
 """Start SkyRL's Tinker API server + engine on loopback, wait until it answers, stop it.
 
 The server runs from the server venv's own interpreter through the launcher in
-``piexp/service/compat/skyrl_launcher.py``; the API server starts the engine as its
+``piexp/service/compat/skyrl_server/``; the API server starts the engine as its
 child. Both are in a new process group (``start_new_session``) so stopping kills the
 whole group, and both ask the kernel for SIGKILL when their parent dies
 (``PR_SET_PDEATHSIG``), so no orphan is left even if piexp is killed with SIGKILL.
@@ -101,7 +101,8 @@ class LocalServer:
     # machine's memory cannot hold.
     train_micro_batch_size: int = 1
     # Positions per log-softmax chunk: chunks without a loss position are skipped
-    # (piexp/service/compat/, item 6), so smaller chunks skip more of the prompt and observations.
+    # (piexp/service/compat/skyrl_server/speedups.py, item 1), so smaller chunks skip more
+    # of the prompt and observations.
     loss_chunk_size: int = 128
     gradient_checkpointing: bool = False
     # Where compiled JAX programs persist between runs (shared by concurrent servers);
@@ -111,9 +112,6 @@ class LocalServer:
     # Preload tcmalloc into the server where it is installed (piexp.allocator); False
     # keeps glibc's malloc (bench/allocator.py measures both).
     tcmalloc: bool = True
-    # Keep the keys and values of what the engine sampled and prefill only what follows a
-    # prompt's longest kept prefix (piexp/service/compat/, item 12; bench/prefix_cache.py).
-    prefix_cache: bool = False
     host: str = "127.0.0.1"
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
@@ -173,7 +171,6 @@ class LocalServer:
             "PYTHONUNBUFFERED": "1",
             **(compilation_cache_env(self.compilation_cache_dir) if self.compilation_cache_dir else {}),
             **preload,
-            "PIEXP_PREFIX_CACHE": "1" if self.prefix_cache else "0",
         }
         env.pop("TINKER_API_KEY", None)  # the server needs no key; never hand a real one on
         started = time.monotonic()

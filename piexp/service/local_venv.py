@@ -10,7 +10,7 @@ dependencies of its ``tinker`` and ``jax`` extras (plus ``aiohttp`` and ``psutil
 which it imports without declaring), all held to the exact versions in
 ``skyrl-constraints.txt``. ``peft`` (and through it a CUDA torch, about 6.7 GB on
 Python 3.12) is left out: the JAX path only needs two names from them, supplied by
-``piexp/service/compat/skyrl_launcher.py``. Download about 400 MB, about 1.4 GB on
+``piexp/service/compat/skyrl_server/launching.py``. Download about 400 MB, about 1.4 GB on
 disk, about 110 s here (2 cores).
 
 Idempotent: a stamp file keyed to the recipe (constraints, requirements, Python) is
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from piexp.errors import UserError
 from piexp.files import exclusive_lock
-from piexp.service.compat import SKYRL_VERSION
+from piexp.service.compat.versions import SKYRL_VERSION
 
 __all__ = [
     "PYTHON_CANDIDATES",
@@ -42,7 +42,6 @@ __all__ = [
     "ensure_server_venv",
     "find_python312",
     "server_venv_dir",
-    "server_versions",
     "venv_python",
 ]
 
@@ -123,22 +122,6 @@ def _stamp_matches(venv: Path) -> bool:
         stamp.get("skyrl") == SKYRL_VERSION
         and stamp.get("requirements") == _recipe(str(venv_python(venv)))["requirements"]
     )
-
-
-def server_versions(venv: Path | None = None) -> dict[str, str | None]:
-    """Versions of the packages the compat checks care about, as installed in the venv."""
-    python = venv_python(venv)
-    code = (
-        "import json\nfrom importlib.metadata import version, PackageNotFoundError\n"
-        "out = {}\nfor name in ('skyrl', 'tinker', 'jax', 'transformers'):\n"
-        "    try: out[name] = version(name)\n    except PackageNotFoundError: out[name] = None\n"
-        "print(json.dumps(out))"
-    )
-    try:
-        result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
-        return {"skyrl": None}
-    return json.loads(result.stdout)
 
 
 def _run_step(progress, task, description: str, command: list[str], log) -> None:

@@ -36,7 +36,9 @@ _OFFLINE_HINT = (
     "default, `make experiment`: the check, then an eval of the oracle with its tables and "
     "viewer). Other runs that need no model service: `python -m piexp mode=eval policy=oracle` "
     "(score the reference solutions; policy=wrong, crash, guess or edit for the other scripted "
-    "policies) and `python -m piexp mode=check` (validate tasks and sandbox)."
+    "policies) and `python -m piexp mode=check` (validate tasks and sandbox). To train without an "
+    "account: `python -m piexp service=local model=tiny-local family=arith mode.max_steps=2` (a "
+    "Tinker-compatible server and a tiny model on this machine's CPU)."
 )
 
 

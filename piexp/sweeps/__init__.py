@@ -1,7 +1,7 @@
 """Resumable, observable sweeps.
 
 Hydra's multirun can neither resume (Hydra issue 3328) nor show how a sweep is going
-before it ends (issue 2284). piexp adds both around each job, independent of the
+before it ends (Hydra issue 2284). piexp adds both around each job, independent of the
 launcher (joblib on one machine, submitit locally or on SLURM):
 
 * `marker`: a job that finished writes `.piexp/complete.json` with a hash of its

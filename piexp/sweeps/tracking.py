@@ -95,7 +95,14 @@ def _now() -> str:
 
 
 def _error_text(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+    """What `status` shows of a failure: its message, and what it was when the message alone
+    says nothing (a SystemExit's bare status, an exception without text or with a number)."""
+    if isinstance(error, SystemExit):
+        return f"the job exited with status {error.code} before it finished"
+    text = " ".join(str(error).split())
+    if not text or text.lstrip("-").isdigit():
+        return f"{type(error).__name__}{f' {text}' if text else ''} (an error without a message)"
+    return text
 
 
 def _label(job: JobInfo) -> str:

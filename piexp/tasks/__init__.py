@@ -17,13 +17,21 @@ from piexp.errors import UserError
 from piexp.tasks.core import MAX_SAFE_INTEGER, SPLITS, FrozenMap, Task
 from piexp.tasks.difficulty import Difficulty
 from piexp.tasks.family import Family, FamilyDefinitionError, check_split
-from piexp.tasks.families import ALL_FAMILIES, BUILTIN_TARGETS
+from piexp.tasks.families import BUILTIN_TARGETS
 from piexp.tasks.overlap import OverlapReport, assert_no_overlap, check_split_overlap
-from piexp.tasks.registry import TARGET_KEY, AnyFamily, activate, get_family, known_names, split_entry
+from piexp.tasks.registry import TARGET_KEY, AnyFamily, activate, get_family, known_names, load_family, split_entry
 from piexp.tasks.task_file import TaskFileFamily
 
-# piexp's built-in families by name (a run's own families are activated from its config).
-FAMILIES: dict[str, Family] = {family.name: family for family in ALL_FAMILIES}
+
+def _builtin_family(name: str, target: str) -> Family:
+    family = load_family(name, target)
+    assert isinstance(family, Family), f"the built-in {target} is not a generated family"
+    return family
+
+
+# piexp's built-in families by name, in catalogue order (a run's own families are activated
+# from its config).
+FAMILIES: dict[str, Family] = {name: _builtin_family(name, target) for name, target in BUILTIN_TARGETS.items()}
 
 
 def _plain(value: Any) -> Any:

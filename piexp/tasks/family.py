@@ -2,8 +2,8 @@
 user's own code. A family is a `Family` object (a module attribute the YAML's `_target_`
 names): a name, a one-line summary, a frozen dataclass of integer difficulty params (each
 field with a default and a `# one-line meaning` comment) with inclusive `limits` for every
-field, a deterministic `generate(rng, params) -> (instruction, files, answer, used)` that
-draws only from `rng`, and reference programs kept as real source files named
+field, a deterministic `generate(rng, params) -> (instruction, files, answer[, used])` that
+draws only from `rng` (`used`, the per-task choices it made, is optional), and reference programs kept as real source files named
 `<name>.<ext>` in `references_dir` (by default `refs/` beside the generator's module).
 Limits are not cosmetic: they keep every answer within +/-2^53 (exact in every language)
 and workspaces prompt-sized, so values outside them are refused. Whatever a generator
@@ -33,12 +33,33 @@ from piexp.tasks.difficulty import Difficulty
 # The built-in families' reference programs (each family's default `refs/` folder).
 REFS_DIR = Path(__file__).resolve().parent / "families" / "refs"
 
-# generate(rng, params) -> (instruction, files, answer, params_used)
-Generator = Callable[[random.Random, Any], tuple[str, dict[str, str], int, dict[str, Any]]]
+# generate(rng, params) -> (instruction, files, answer) or (instruction, files, answer, params_used)
+Generator = Callable[
+    [random.Random, Any], tuple[str, dict[str, str], int] | tuple[str, dict[str, str], int, dict[str, Any]]
+]
 
 
 class FamilyDefinitionError(UserError):
     """A family object that breaks the protocol (params without bounds, a bad default)."""
+
+
+class ParamValueError(UserError):
+    """A family parameter's value that is not an integer within its limits; says which
+    family and parameter, so the config layer can name where the value was set."""
+
+    def __init__(self, family: str, param: str, value: Any, problem: str) -> None:
+        super().__init__(f"family {family!r}: {param}={value!r} {problem}")
+        self.family, self.param, self.value, self.problem = family, param, value, problem
+
+    def located(self, where: str) -> str:
+        """The message with where the value was set (`set in conf/family/NAME.yaml`)."""
+        return f"family {self.family!r}: {self.param}={self.value!r}, {where}, {self.problem}"
+
+
+class GeneratorError(UserError):
+    """A family's generator that failed on a valid setting (raised, returned the wrong
+    shape, a non-integer answer or one outside +/-2^53): a bug in its code, not a setting
+    to change. Its message starts "generator error"."""
 
 
 @dataclass(frozen=True)
@@ -139,11 +160,14 @@ class Family:
             value = getattr(params, name)
             low, high = self.limits[name]
             if isinstance(value, bool) or not isinstance(value, int):
-                raise UserError(f"family {self.name!r}: {name} must be an integer, got {value!r}")
+                raise ParamValueError(self.name, name, value, "is not an integer; the parameter must be one")
             if not low <= value <= high:
-                raise UserError(
-                    f"family {self.name!r}: {name}={value} is outside [{low}, {high}] "
-                    "(the limits keep answers exact in every language and workspaces prompt-sized)"
+                raise ParamValueError(
+                    self.name,
+                    name,
+                    value,
+                    f"is outside [{low}, {high}] (the limits keep answers exact in every language and "
+                    "workspaces prompt-sized)",
                 )
         check = getattr(params, "check", None)
         if check is not None:
@@ -176,33 +200,40 @@ class Family:
 
     def task(self, split: str, index: int, seed: int, params: Any) -> Task:
         rng, stream = derive_rng(seed, split, self.name, index)
-        where = f"family {self.name!r} ({self.source_file}), task {index} of the {split} split (seed {seed})"
+        where = (
+            f"generator error in family {self.name!r} ({self.source_file}), task {index} of the {split} split "
+            f"(seed {seed})"
+        )
         try:
             produced = self.generate(rng, params)
         except UserError:
             raise
         except Exception as error:  # the user's generator: any exception is a bug to report
-            raise UserError(
+            raise GeneratorError(
                 f"{where}: the generator raised {type(error).__name__}: {error}. Fix generate() in "
                 f"{self.source_file}, then preview with `python -m piexp tasks --config-dir DIR family={self.name}`."
             ) from None
-        if not (isinstance(produced, tuple) and len(produced) == 4):
-            raise UserError(f"{where}: generate() must return (instruction, files, answer, params_used).")
-        instruction, files, answer, used = produced
+        if not (isinstance(produced, tuple) and len(produced) in (3, 4)):
+            raise GeneratorError(
+                f"{where}: generate() must return (instruction, files, answer), or (instruction, files, answer, "
+                f"params_used) with the per-task choices it made; it returned {_shape(produced)}."
+            )
+        # The per-task choices are optional: a generator with none returns three values.
+        instruction, files, answer, used = produced if len(produced) == 4 else (*produced, {})
         if isinstance(answer, bool) or not isinstance(answer, int):
-            raise UserError(
+            raise GeneratorError(
                 f"{where}: the answer {answer!r} is a {type(answer).__name__}, not an integer; "
                 "generate() must return a Python int."
             )
         if not -MAX_SAFE_INTEGER < answer < MAX_SAFE_INTEGER:
-            raise UserError(
+            raise GeneratorError(
                 f"{where}: the answer {answer} lies outside +/-2^53, which JavaScript cannot hold exactly; "
                 "lower the family's limits so every answer stays within it."
             )
         if not isinstance(instruction, str) or not isinstance(files, Mapping) or not isinstance(used, Mapping):
-            raise UserError(f"{where}: instruction must be a str, files and params_used dicts.")
+            raise GeneratorError(f"{where}: instruction must be a str, files and params_used dicts.")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-            raise UserError(f"{where}: files must map file names (str) to contents (str).")
+            raise GeneratorError(f"{where}: files must map file names (str) to contents (str).")
         return Task(
             task_id=f"{split}-{self.name}-{seed}-{index:05d}",
             family=self.name,
@@ -219,6 +250,16 @@ class Family:
         """Where the family's code comes from (module, file, package and version)."""
         return {"kind": "generator", **code_origin(self.generate, self.source_file)}
 
+    def file_digests(self) -> dict[str, dict[str, str]]:
+        """A digest of every file the family runs, each under a key that names what it is:
+        `module NAME` for the generator's module and every module of the user's package it
+        imports (helpers, the package's `__init__.py`), `LANGUAGE reference` for each
+        reference program. `reproduce` compares them to name the one file that changed."""
+        module = getattr(self.generate, "__module__", None) or ""
+        files = {f"module {name}": path for name, path in imported_package_modules(module, self.source_file).items()}
+        files.update({f"{name} reference": self.reference_file(name) for name in self.reference_languages()})
+        return {key: {"file": str(path), "sha256": file_digest(path)} for key, path in files.items()}
+
     def digest(self, params: Any) -> dict[str, str]:
         """Digests of the family's code, its reference programs and the params used."""
         references = {name: file_digest(self.reference_file(name)) for name in self.reference_languages()}
@@ -227,6 +268,13 @@ class Family:
             "references": hashlib.sha256(canonical_json(references).encode()).hexdigest(),
             "params": hashlib.sha256(canonical_json(dataclasses.asdict(params)).encode()).hexdigest(),
         }
+
+
+def _shape(value: Any) -> str:
+    """What a generator returned, for its error: a tuple's length, or the type."""
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} value{'s' if len(value) != 1 else ''}"
+    return f"a {type(value).__name__}"
 
 
 @cache
@@ -256,6 +304,66 @@ def code_origin(obj: Any, source_file: Path) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             version = None
     return {"module": module, "file": str(source_file), "package": distribution, "version": version}
+
+
+def imported_package_modules(module: str, source_file: Path) -> dict[str, Path]:
+    """`module` (defined in `source_file`) and, transitively, every module of its own
+    top-level package that it imports, with the packages' `__init__.py` files that run on
+    the way: the code a family's tasks depend on beyond the file that defines it. Found
+    from the sources' import statements (what another process importing the family runs),
+    not from what this process happens to have imported. piexp's own modules are piexp's
+    version, recorded apart; they are not followed."""
+    import ast
+    import importlib.util
+
+    top = module.split(".")[0]
+    if not module or top == "piexp" or not source_file.is_file():
+        return {module or source_file.stem: source_file}
+
+    def in_package(name: str) -> bool:
+        return name == top or name.startswith(f"{top}.")
+
+    def file_of(name: str) -> Path | None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # an attribute imported from a module, or a broken one
+            return None
+        origin = spec.origin if spec is not None else None
+        return Path(origin).resolve() if origin and origin.endswith(".py") else None
+
+    found: dict[str, Path] = {module: source_file}
+    pending = [module]
+    while pending:
+        name = pending.pop()
+        path = found[name]
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        candidates = [".".join(name.split(".")[:depth]) for depth in range(1, name.count(".") + 1)]
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                candidates += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base_parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*base_parts, *([node.module] if node.module else [])])
+                else:
+                    base = node.module or ""
+                candidates += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        for candidate in candidates:
+            # Importing a.b.c runs a/__init__.py and a/b/__init__.py too.
+            parts = candidate.split(".")
+            for depth in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:depth])
+                if prefix in found or not in_package(prefix):
+                    continue
+                located = file_of(prefix)
+                if located is not None:
+                    found[prefix] = located
+                    pending.append(prefix)
+    return dict(sorted(found.items()))
 
 
 @cache

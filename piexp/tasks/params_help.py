@@ -10,7 +10,7 @@ import inspect
 import re
 
 from piexp.errors import UserError
-from piexp.tasks.family import Family
+from piexp.tasks.family import Family, GeneratorError
 from piexp.tasks.task_file import TaskFileFamily
 
 # `name: int = 150  # what it changes` in a params dataclass.
@@ -34,6 +34,8 @@ def _example(family: Family, params: dict[str, int], label: str, max_chars: int)
         (task,) = build_tasks(
             split="train", tasks_per_family=1, seed=0, families=[family.name], params={family.name: params}
         )
+    except GeneratorError:
+        raise  # the generator's bug, not the setting's: the command fails naming it
     except UserError as error:
         return f"## Example at {label}\n\n(not a valid setting: {error})\n"
     lines = [

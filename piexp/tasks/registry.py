@@ -140,7 +140,10 @@ def known_names() -> list[str]:
 def origin_record(name: str, target: str | None, params: Any) -> dict[str, Any]:
     """The manifest's record of one family: where its code is and digests of what it ran."""
     family = get_family(name)
-    return {"target": target, **family.origin(), "digest": family.digest(params)}
+    record = {"target": target, **family.origin(), "digest": family.digest(params)}
+    if isinstance(family, Family):
+        record["files"] = family.file_digests()
+    return record
 
 
 def is_builtin(name: str, target: str | None) -> bool:

@@ -9,7 +9,8 @@ order or on the process. Everything wrong with the file (its encoding, a line th
 JSON, a missing field, a non-integer answer, repeated ids or contents, a train/eval
 overlap, an empty split) is refused when the run is validated, naming the line or ids.
 The YAML that selects a task file names `TaskFileFamily` with `_target_` and gives
-`path` (best absolute) and `eval_percent`.
+`path` (absolute, relative to the YAML's folder, or `pkg://PACKAGE/FILE` inside an
+importable package) and `eval_percent`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ OPTIONAL_FIELDS = ("references", "split")
 
 @dataclass(frozen=True)
 class TaskFileParams:
-    path: str = ""  # the JSON Lines file (absolute, or relative to the folder piexp runs in)
+    path: str = ""  # the task file: absolute, relative to its YAML's folder, or pkg://PACKAGE/FILE
     eval_percent: int = 20  # percent of the tasks without a `split` field assigned to eval [0..100]
 
 
@@ -89,11 +90,11 @@ class TaskFileFamily:
             raise UserError(
                 f"task-file family {self.name!r}: eval_percent must be an integer in [0, 100], got {percent!r}"
             )
-        self._current = load_task_file(self.name, str(Path(params.path).expanduser().resolve()), percent)
+        self._current = load_task_file(self.name, str(task_file_path(self.name, params.path)), percent)
         return params
 
     def _loaded(self, params: TaskFileParams) -> LoadedTaskFile:
-        loaded = load_task_file(self.name, str(Path(params.path).expanduser().resolve()), params.eval_percent)
+        loaded = load_task_file(self.name, str(task_file_path(self.name, params.path)), params.eval_percent)
         self._current = loaded
         return loaded
 
@@ -136,6 +137,35 @@ class TaskFileFamily:
 def _split_of(files_digest: str, eval_percent: int) -> str:
     bucket = int(sha256_hex(f"piexp.task_file.split.v1:{files_digest}")[:8], 16) % 100
     return "eval" if bucket < eval_percent else "train"
+
+
+PACKAGE_PREFIX = "pkg://"
+
+
+def task_file_path(family: str, path: str) -> Path:
+    """Where `path` is: `pkg://PACKAGE/FILE` is FILE inside an importable package (a task
+    file an installed distribution ships as package data); anything else a path,
+    relative ones from the folder piexp runs in (the config layer has already taken one
+    given by a YAML from that YAML's folder)."""
+    if not path.startswith(PACKAGE_PREFIX):
+        return Path(path).expanduser().resolve()
+    import importlib.util
+
+    package, _, inside = path.removeprefix(PACKAGE_PREFIX).partition("/")
+    try:
+        spec = importlib.util.find_spec(package) if package else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations or not inside:
+        raise UserError(
+            f"task-file family {family!r}: path {path} must be pkg://PACKAGE/FILE with PACKAGE an importable "
+            "package (installed, or on PYTHONPATH) and FILE its task file, e.g. pkg://my_tasks/data/tasks.jsonl."
+        )
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / inside
+        if candidate.exists():
+            return candidate.resolve()
+    return (Path(next(iter(spec.submodule_search_locations))) / inside).resolve()
 
 
 def load_task_file(family: str, path: str, eval_percent: int) -> LoadedTaskFile:

@@ -28,14 +28,16 @@ FAILURE_KINDS: dict[str, str] = {
     "file missing, or not written or edited first)",
     "tool_error": "a read, write or edit call that failed (status error: file not found, path denied, "
     "oldText not matching once)",
-    "context_overflow": "an episode stopped because the conversation outgrew its token budget "
-    "(stop reason context_overflow or max_tokens)",
+    "context_overflow": "an episode stopped because the conversation would outgrow its token budget, "
+    "limits.max_trajectory_tokens (stop reason context_overflow)",
+    "max_tokens": "an episode stopped because a turn reached the generation limit, "
+    "limits.max_generation_tokens, before it ended (stop reason max_tokens; also a prompt too long to start)",
     "max_turns": "an episode stopped at the turn limit (stop reason max_turns)",
     "max_tool_calls": "an episode stopped at the tool-call limit (stop reason max_tool_calls)",
 }
 _STOP_KINDS = {
     "context_overflow": "context_overflow",
-    "max_tokens": "context_overflow",
+    "max_tokens": "max_tokens",
     "max_turns": "max_turns",
     "max_tool_calls": "max_tool_calls",
 }

@@ -6,6 +6,8 @@ reader."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +89,7 @@ def _incomplete_note(folder: Path, job: str) -> str | None:
     """ "INCOMPLETE: ..." for an eval whose results lack episodes piexp's own parts could
     not run (results.json `complete: false`), else None."""
     try:
-        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        results = json.loads((folder / RunFiles.RESULTS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(results, dict) or results.get("complete") is not False:
@@ -132,7 +134,7 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
     if controls:
         view.control_rows[job] = controls
     for page in sorted(folder.rglob("*.html")):
-        if page.name != "viewer.html":
+        if page.name != RunFiles.VIEWER:
             view.train_pages.append(str(page.relative_to(view.root)))
 
 

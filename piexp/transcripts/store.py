@@ -16,6 +16,8 @@ conversation, so the file stays bounded and still has one line per episode.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import gzip
 import json
 import os
@@ -24,9 +26,21 @@ from collections.abc import Callable, Container, Hashable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-EVAL_TRANSCRIPTS = "transcripts.jsonl.gz"
-CHECK_TRANSCRIPTS = "check_transcripts.jsonl.gz"
-TRAIN_TRANSCRIPTS = "train_transcripts.jsonl.gz"  # a training run's episodes, each with its iteration
+EVAL_TRANSCRIPTS = RunFiles.EVAL_TRANSCRIPTS
+CHECK_TRANSCRIPTS = RunFiles.CHECK_TRANSCRIPTS
+TRAIN_TRANSCRIPTS = RunFiles.TRAIN_TRANSCRIPTS  # a training run's episodes, each with its iteration
+# The episodes a run folder can hold, by source: what `show --source`, `rescore --source`
+# and `replay --source` name, and the file each is recorded in.
+SOURCE_TRANSCRIPTS: dict[str, str] = {"train": TRAIN_TRANSCRIPTS, "eval": EVAL_TRANSCRIPTS, "check": CHECK_TRANSCRIPTS}
+SOURCE_WORDS = {"train": "training episodes", "eval": "eval episodes", "check": "check (preflight) episodes"}
+
+
+def default_source(mode: str | None) -> str:
+    """The episodes a command reads of a run by default: those its mode played (a training
+    run's training episodes, not its preflight check's)."""
+    return mode if mode in SOURCE_TRANSCRIPTS else "eval"
+
+
 # Compressed bytes one run's transcript file may reach before episodes are stubbed.
 RUN_BYTES = 512 * 1024 * 1024
 # Which episode a transcript or an episode record is: a stub keeps them, as does an

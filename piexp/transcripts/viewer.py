@@ -11,6 +11,8 @@ opened, so a run of thousands of episodes loads at once and stays responsive.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import json
 import time
 from importlib import resources
@@ -21,7 +23,7 @@ from piexp.errors import UserError
 from piexp.transcripts.failures import FAILURE_KINDS, summarize_failures
 from piexp.transcripts.runs import RunView, load_run
 
-VIEWER_FILE = "viewer.html"
+VIEWER_FILE = RunFiles.VIEWER
 _PAGE = "viewer_page.html"
 
 

@@ -121,8 +121,8 @@ def test_defaults_match_the_reference() -> None:
 
 
 def test_guess_policy_has_one_spelling_and_null_is_refused_with_a_hint() -> None:
-    """Issue 15, observation 2: `policy=oracle,null` in a sweep list silently meant the
-    model policy (YAML null). The policy is now `guess`, alone, in lists and in presets;
+    """`policy=oracle,null` in a sweep list would silently mean the model policy (YAML
+    null), so the policy is `guess`, alone, in lists and in presets;
     `null` is refused wherever it is written, naming the new name."""
     assert load(rewrite_list_overrides(["mode=eval", "policy=guess"])).eval_policy == "guess"
     assert load(["mode=eval"]).eval_policy == "model"

@@ -1,4 +1,4 @@
-"""The config search path families are found on (issue 27): `--config-dir DIR` becomes an
+"""The config search path families are found on: `--config-dir DIR` becomes an
 absolute `hydra.searchpath` entry, entry points of installed distributions are added,
 and the rewriting is idempotent (a reproduction passes the recorded path back)."""
 

@@ -1,4 +1,4 @@
-"""Issue 28, item 4: `tasks.family_weights` mixes families in every training batch by
+"""`tasks.family_weights` mixes families in every training batch by
 weight (a stateless schedule: a batch depends only on its index), instead of the groups'
 task order; bad weights are refused."""
 

@@ -6,6 +6,7 @@ are the true ones. Real cookbook types, real workspace environments; no service.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
 from piexp.config.compose import load
-from piexp.env.shuffled_rewards import ShuffledRewardGroupBuilder
+from piexp.env.shuffled_rewards import ShuffledRewards
+from piexp.env.training_pipeline import TrainingGroup
 from piexp.launch.train import cookbook_config
 
 SANDBOX = "http://127.0.0.1:8080/run_code"
@@ -27,8 +29,11 @@ TOTALS = [0.0, 0.25, 0.6, 1.0]
 def _batch(tmp_path: Path, *overrides: str) -> list[Any]:
     config = load(["mode.group_size=4", "mode.groups_per_batch=4", *overrides])
     train, _ = asyncio.run(cookbook_config(config, tmp_path, SANDBOX).dataset_builder())
-    # inside the recording of the run's episodes and of its groups' outcomes
-    return [builder.inner.inner for builder in train.get_batch(0)]
+    # the training chain's groups without the stages that record (the run's episodes, its groups' outcomes)
+    return [
+        dataclasses.replace(builder, stages=tuple(s for s in builder.stages if isinstance(s, ShuffledRewards)))
+        for builder in train.get_batch(0)
+    ]
 
 
 def _trajectory(total: float) -> Trajectory:
@@ -53,7 +58,8 @@ def _advantages(builder: Any) -> list[float]:
 
 def test_shuffled_advantages_are_a_reproducible_permutation_of_the_true_ones(tmp_path: Path) -> None:
     plain, shuffled = _batch(tmp_path), _batch(tmp_path, "algo.shuffle_rewards=true")
-    assert all(isinstance(builder, ShuffledRewardGroupBuilder) for builder in shuffled)
+    assert all(isinstance(builder, TrainingGroup) and builder.stages for builder in shuffled)
+    assert not any(builder.stages for builder in plain)
     assert len(asyncio.run(shuffled[0].make_envs())) == 4  # the real workspace group underneath
     true_advantages = [round(total - sum(TOTALS) / 4, 6) for total in TOTALS]
     moved = 0
@@ -74,5 +80,11 @@ def test_shuffled_advantages_are_a_reproducible_permutation_of_the_true_ones(tmp
 def test_groups_of_other_batches_shuffle_differently(tmp_path: Path) -> None:
     config = load(["mode.group_size=4", "mode.groups_per_batch=4", "algo.shuffle_rewards=true"])
     train, _ = asyncio.run(cookbook_config(config, tmp_path, SANDBOX).dataset_builder())
-    seeds = {builder.inner.inner.seed for index in range(3) for builder in train.get_batch(index)}
+    seeds = {
+        stage.seed(builder.step, builder.group)
+        for index in range(3)
+        for builder in train.get_batch(index)
+        for stage in builder.stages
+        if isinstance(stage, ShuffledRewards)
+    }
     assert len(seeds) == 12

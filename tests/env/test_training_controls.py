@@ -1,4 +1,4 @@
-"""Issue 28, item 3: the online controls during training. Each training step's row of
+"""The online controls during training. Each training step's row of
 metrics.jsonl (written by the cookbook's own logger) records the informative-group
 fraction, the groups the binary gate dropped, the pool sizes and each adapted family's
 level; difficulty pools move groups as their pass rates change and a resumed run rebuilds
@@ -33,9 +33,10 @@ from piexp.config.compose import load
 from piexp.config.schema import RunConfig
 from piexp.cookbook_compat import extra_step_metrics
 from piexp.env.dataset import episode_settings, train_sampling
-from piexp.env.group_outcomes import OUTCOMES_FILE, OutcomeLog, OutcomeRecordingDataset, workspace_group
+from piexp.env.group_outcomes import OUTCOMES_FILE, OutcomeLog, workspace_group
 from piexp.env.splits import build_splits, level_train_tasks
 from piexp.env.task_sampler import OutcomeDrivenDataset, TrainingControls
+from piexp.env.training_pipeline import training_chain
 from piexp.errors import UserError
 from piexp.launch.warm_start import write_summary
 from piexp.tasks import Task
@@ -68,8 +69,8 @@ def _fixture_trajectories(passes: int, size: int) -> list[Trajectory]:
 
 
 class _Run:
-    """The run's train dataset as the dataset builder makes it (sampler, outcome
-    recording), over a log in `folder`; `step` grades a batch with the fixture."""
+    """The run's train dataset as the dataset builder makes it (sampler, the training
+    chain), over a log in `folder`; `step` grades a batch with the fixture."""
 
     def __init__(self, config: RunConfig, folder: Path | None) -> None:
         self.config = config
@@ -78,8 +79,8 @@ class _Run:
         sampler, found = train_sampling(config, splits, episode_settings(config, SANDBOX), self.log)
         assert isinstance(found, OutcomeDrivenDataset)
         self.sampler: OutcomeDrivenDataset = found
-        self.dataset = OutcomeRecordingDataset(sampler, self.log)
-        self.controls = TrainingControls(self.log, binary_gate=config.algo.binary_gate, sampler=found)
+        self.dataset = training_chain(config, sampler, SANDBOX, self.log, run_dir=folder, record_outcomes=True)
+        self.controls = TrainingControls(self.log, sampler=found)
 
     def step(self, index: int, passes: Callable[[Task], int]) -> list[str]:
         """Batch `index`, each group graded with `passes(task)` passing episodes; the task ids."""

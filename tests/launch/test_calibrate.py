@@ -1,4 +1,4 @@
-"""Issue 28, item 2: `python -m piexp calibrate` through mode=eval's own code on a real
+"""`python -m piexp calibrate` through mode=eval's own code on a real
 sandbox. The oracle passes every level, `wrong` none (no level in band, said so); a
 test-fixture policy whose skill falls with difficulty puts exactly its middle level in the
 band, and the preset it writes composes into a training run; a rerun resumes without
@@ -64,6 +64,17 @@ def test_wrong_fails_every_level(sandbox_url, tmp_path):
     assert all(c["pass@1"] == 0.0 and c["reward_shaped"] > 0.0 for c in data["cells"])
     assert data["proposal"]["arith"]["levels_in_band"] == [] and data["preset"] is None
     assert "every level is below the band" in (tmp_path / "c" / "calibration.md").read_text()
+    # A level's folder is a run folder: show, rescore and replay take it (they refused it:
+    # it had no .hydra record of its config).
+    from piexp.commands.replay import main as replay
+    from piexp.commands.rescore import main as rescore
+    from piexp.commands.show import main as show
+
+    level = tmp_path / "c" / "levels" / "arith" / "level-5"
+    assert show([str(level), "--json"]) == 0
+    assert rescore([str(level), "--out", str(tmp_path / "rescore")]) == 0
+    assert json.loads((tmp_path / "rescore" / "rescore.json").read_text())["reproduced"] == 2
+    assert replay([str(level), "--out", str(tmp_path / "replay")]) == 0
 
 
 def _solved_at_level_3(instruction: str) -> bool:
@@ -144,6 +155,8 @@ def test_a_policy_whose_skill_falls_with_difficulty_puts_its_middle_level_in_ban
         (["mode=train"], "calibrate runs mode=eval"),
         (["family.arith.max_depth=2"], "calibrate sets arith's difficulty parameters"),
         (["--yess"], "Unknown option --yess"),
+        (["hydra.run.dir=elsewhere"], "name two different folders for the calibration"),
+        (["hydra.sweep.dir=elsewhere"], "calibrate is not a sweep"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, args, message):

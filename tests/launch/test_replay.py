@@ -68,5 +68,5 @@ def test_bad_input_is_refused(runs, tmp_path):
         replay([str(runs["oracle"]), "limits.max_turns=2"])
     with pytest.raises(UserError, match="Row numbers run from 0 to"):
         replay([str(runs["oracle"]), "99"])
-    with pytest.raises(UserError, match="No episode"):
+    with pytest.raises(UserError, match="No eval episodes of .* match the filters"):
         replay([str(runs["oracle"]), "--failed"])

@@ -2,7 +2,9 @@
 `ml_log` when a project is set: real `wandb` in offline mode (`WANDB_MODE=offline`), the
 run's records read back from the files it writes: the metrics (pass@k per family x
 language, the check's verdict, the comparison's differences), the tables, and the
-viewer as an artifact. Without a project nothing is logged."""
+viewer as an artifact, into the run folder's `wandb/` (as a training run's). Without a
+project nothing is logged; without credentials (and not offline) a run is refused before
+it does anything."""
 
 from __future__ import annotations
 
@@ -20,12 +22,16 @@ from piexp.launch.result_logging import LOG_SUBDIR
 SMALL = ["family=arith,dates", "lang=python", "tasks.eval_per_family=2", "tasks.train_per_family=1"]
 
 
-def _piexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "WANDB_API_KEY")}
-    env["WANDB_MODE"] = "offline"
+def _piexp(cwd: Path, *args: str, offline: bool = True, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "WANDB_API_KEY", "WANDB_MODE", "NETRC")}
+    if offline:
+        env["WANDB_MODE"] = "offline"
+    if home is not None:
+        env["HOME"] = str(home)  # no ~/.netrc: no `wandb login` credentials either
     done = subprocess.run([sys.executable, "-m", "piexp", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    if offline:
+        assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
@@ -34,7 +40,8 @@ def _records(folder: Path) -> dict:
     from wandb.proto import wandb_internal_pb2
     from wandb.sdk.internal import datastore
 
-    (path,) = glob.glob(str(folder / LOG_SUBDIR / "wandb" / "offline-run-*" / "run-*.wandb"))
+    # RUN/wandb/offline-run-*, as wandb names the runs in the folder it is given.
+    (path,) = glob.glob(str(folder / LOG_SUBDIR / "offline-run-*" / "run-*.wandb"))
     store = datastore.DataStore()
     store.open_for_scan(path)
     history: dict[str, object] = {}
@@ -56,8 +63,9 @@ def _records(folder: Path) -> dict:
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("wandb")
     folders = {name: root / name for name in ("oracle", "wrong", "check", "plain", "compare")}
-    _piexp(root, "mode=eval", "policy=oracle", *SMALL, "mode.preflight=false", "mode.wandb_project=piexp-test",
-           f"hydra.run.dir={folders['oracle']}")  # fmt: skip
+    done = _piexp(root, "mode=eval", "policy=oracle", *SMALL, "mode.preflight=false", "mode.wandb_project=piexp-test",
+                  f"hydra.run.dir={folders['oracle']}")  # fmt: skip
+    (root / "oracle.stderr").write_text(done.stderr)
     _piexp(root, "mode=eval", "policy=wrong", *SMALL, "mode.preflight=false", f"hydra.run.dir={folders['wrong']}")
     _piexp(root, "mode=check", *SMALL, "mode.oracle_tasks_per_cell=1", "mode.wandb_project=piexp-test",
            f"hydra.run.dir={folders['check']}")  # fmt: skip
@@ -90,3 +98,39 @@ def test_a_comparison_logs_its_differences(runs):
 
 def test_without_a_project_nothing_is_logged(runs):
     assert not (runs["wrong"] / LOG_SUBDIR).exists()
+
+
+def test_offline_mode_is_said_up_front(runs):
+    stderr = (runs["oracle"].parent / "oracle.stderr").read_text()
+    first = stderr.splitlines()[0]
+    assert first.startswith("piexp: W&B is offline (WANDB_MODE=offline)"), stderr[:2000]
+    assert "wandb sync RUN/wandb/offline-run-*" in first
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["mode=eval", "policy=oracle", *SMALL, "mode.preflight=false", "mode.wandb_project=piexp-test"],
+        ["mode=check", *SMALL, "mode.wandb_project=piexp-test"],
+    ],
+    ids=["eval", "check"],
+)
+def test_without_credentials_a_run_is_refused_before_it_starts(tmp_path: Path, command: list[str]) -> None:
+    """A project without W&B credentials used to fail after the whole eval had run, with a
+    traceback; now it is one paragraph naming the fixes, exit 3, nothing written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    done = _piexp(work, *command, "hydra.run.dir=run", offline=False, home=tmp_path)
+    assert done.returncode == 3, done.stderr[-3000:]
+    text = " ".join(done.stderr.split())
+    assert text.startswith("piexp: mode.wandb_project=piexp-test logs to Weights & Biases, which has no credentials")
+    assert "wandb login" in text and "WANDB_MODE=offline" in text and "Traceback" not in text
+    assert list(work.iterdir()) == []
+
+
+def test_compare_without_credentials_is_refused_before_it_writes(runs, tmp_path: Path) -> None:
+    done = _piexp(tmp_path, "compare", str(runs["wrong"]), str(runs["oracle"]), "--out", str(tmp_path / "cmp"),
+                  "--wandb-project", "piexp-test", offline=False, home=tmp_path)  # fmt: skip
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "--wandb-project piexp-test logs to Weights & Biases" in " ".join(done.stderr.split())
+    assert not (tmp_path / "cmp").exists()

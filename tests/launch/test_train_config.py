@@ -44,7 +44,7 @@ def test_cookbook_config_mirrors_the_run_config(tmp_path: Path) -> None:
     train, evaluation = asyncio.run(cfg.dataset_builder())
     assert len(train) == 5 and len(train.get_batch(0)) == 2
     # Each group is recorded (train_transcripts.jsonl.gz, group_outcomes.jsonl) around piexp's workspace group.
-    assert all(group.iteration == 0 and workspace_group(group).group_size == 3 for group in train.get_batch(0))
+    assert all(group.step == 0 and workspace_group(group).group_size == 3 for group in train.get_batch(0))
     assert evaluation is not None and all(group.evaluation for group in evaluation.get_batch(0))
 
 

@@ -1,18 +1,21 @@
-"""learner-local's pre-training: the cache key follows everything that shapes the model,
-a build is made once and reused, and the fit learns the data while pushing the rest of
-the vocabulary down (the property whose absence made sampled text wander off)."""
+"""learner-local's pre-training: the cache key follows what the fit consumes (recipe,
+tokenizer, the episodes' tokens, the fit's code) and not edits that leave those as they
+were, a build is made once and reused, and the fit learns the data while pushing the
+rest of the vocabulary down (the property whose absence made sampled text wander off)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from piexp.pretrain import build
 from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows
-from piexp.pretrain.recipe import LearnerRecipe, recipe_digest, source_digest
+from piexp.pretrain.fit_process import FitData, data_digest
+from piexp.pretrain.recipe import LearnerRecipe, code_behaviour_digest, content_key, inputs_digest, source_digest
 
 TINY = dataclasses.replace(
     LearnerRecipe(),
@@ -26,24 +29,58 @@ TINY = dataclasses.replace(
 )
 
 
-def test_digest_follows_recipe_data_config_and_sources(tmp_path: Path) -> None:
+def test_inputs_digest_follows_recipe_data_config_and_sources(tmp_path: Path) -> None:
+    """The memo's key: any source byte that might shape the episodes sends the build to
+    roll them out again (which then finds whether their tokens changed)."""
     root = tmp_path / "piexp"
-    for package in ("env", "policies", "tasks", "tokenizer", "pretrain"):
+    for package in ("env", "policies", "tasks", "tokenizer", "pretrain", "sandbox"):
         (root / package).mkdir(parents=True)
         (root / package / "a.py").write_text("x = 1\n")
     for module in ("languages.py", "cookbook_compat.py"):
         (root / module).write_text("y = 2\n")
     recipe = LearnerRecipe()
-    first = recipe_digest(recipe, root, {"families": ["json_tree"]})
-    assert first == recipe_digest(recipe, root, {"families": ["json_tree"]})
-    assert first != recipe_digest(
+    first = inputs_digest(recipe, root, {"families": ["json_tree"]})
+    assert first == inputs_digest(recipe, root, {"families": ["json_tree"]})
+    assert first != inputs_digest(
         dataclasses.replace(recipe, steps=recipe.steps + 1), root, {"families": ["json_tree"]}
     )
-    assert first != recipe_digest(recipe, root, {"families": ["csv_agg"]})
+    assert first != inputs_digest(recipe, root, {"families": ["csv_agg"]})
     before = source_digest(root)
     (root / "tasks" / "a.py").write_text("x = 3\n")  # a reference program or a prompt changed
     assert source_digest(root) != before
-    assert first != recipe_digest(recipe, root, {"families": ["json_tree"]})
+    assert first != inputs_digest(recipe, root, {"families": ["json_tree"]})
+
+
+def _data(token: int = 7) -> FitData:
+    sequence = TokenSequence("oracle", 1.0, 0, [1, 2, token], [2, token, 9], [0.0, 1.0, 1.0], family="json_tree")
+    return FitData([sequence], [sequence], [], [sequence], [sequence])
+
+
+def test_content_key_follows_the_data_and_the_fits_behaviour_not_its_comments(tmp_path: Path) -> None:
+    """The build folder's name: one episode token, weight, policy or part of the data
+    changed is another model; the fit's code with a comment or docstring edited is the
+    same fit, while a changed statement is not."""
+    recipe = LearnerRecipe()
+    data = data_digest(_data())
+    key = content_key(recipe, "tok", data, "fit")
+    assert key == content_key(recipe, "tok", data_digest(_data()), "fit")
+    assert key != content_key(recipe, "tok", data_digest(_data(token=8)), "fit")
+    moved = _data()
+    assert data_digest(dataclasses.replace(moved, copies=[moved.train[0]])) != data
+    reweighted = dataclasses.replace(moved.train[0], weights=[0.0, 0.0, 1.0])
+    assert data_digest(dataclasses.replace(moved, train=[reweighted])) != data
+    relabelled = dataclasses.replace(moved.train[0], policy="crash")
+    assert data_digest(dataclasses.replace(moved, train=[relabelled])) != data
+    assert key != content_key(recipe, "other tokenizer", data, "fit")
+    assert key != content_key(recipe, "tok", data, "other fit")
+    assert key != content_key(dataclasses.replace(recipe, steps=recipe.steps + 1), "tok", data, "fit")
+    module = tmp_path / "training.py"
+    module.write_text('"""Fit."""\n\ndef step(x):\n    return x + 1\n')
+    before = code_behaviour_digest([module])
+    module.write_text('"""Fit, reworded."""\n\n\ndef step(x):  # why\n    """One step."""\n    return x + 1\n')
+    assert code_behaviour_digest([module]) == before
+    module.write_text('"""Fit."""\n\ndef step(x):\n    return x + 2\n')
+    assert code_behaviour_digest([module]) != before
 
 
 def _pattern(count: int, offset: int) -> list[TokenSequence]:
@@ -161,6 +198,11 @@ def test_answer_turn_of_a_merged_episode_is_its_last_action_in_context() -> None
 
 
 def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build is made once per content key and found again without episodes; sources
+    edited without changing a token roll the episodes out again but fit nothing; a model
+    named before it is built is built from the episodes that named it (left on disk for
+    the build, which may be another process's). Four small builds
+    and two rollouts: 95 s on the 2-core development machine under other work."""
     from piexp.launch.sandbox import run_sandbox
 
     monkeypatch.setattr(build, "_models_root", lambda recipe: tmp_path / "models" / str(bool(recipe.substitutes)))
@@ -190,9 +232,36 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert TINY.bpe_tokens is not None and config["vocab_size"] == len(tokenizer) == TINY.bpe_tokens + 26
     assert config["eos_token_id"] == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert build.ensure_learner_model(open_sandbox, TINY) == path
+    assert build.known_learner_model_dir(TINY) == path  # known without episodes
     assert opened == [1]  # the second call reused the build: no sandbox, no episodes
-    other = build.ensure_learner_model(open_sandbox, dataclasses.replace(TINY, seed=1))
-    assert other != path and not path.exists()  # a new recipe's build replaces the old one
+    # A comment edited in env/ changes the sources but not the episodes' tokens: they are
+    # rolled out again (a sandbox) to find the same key, and nothing is fitted.
+    sources = tmp_path / "sources" / "piexp"
+    shutil.copytree(build.PACKAGE_ROOT, sources, ignore=shutil.ignore_patterns("__pycache__"))
+    episode = sources / "env" / "episode.py"
+    episode.write_text(episode.read_text() + "\n# a comment: no token of any episode changes\n")
+    monkeypatch.setattr(build, "PACKAGE_ROOT", sources)
+    assert build.known_learner_model_dir(TINY) is None
+    weights = (path / "model.safetensors").stat().st_mtime_ns
+
+    def no_fit(*args: object) -> None:
+        raise AssertionError("the same episodes' tokens must not be fitted again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(build, "_fit", no_fit)
+        assert build.ensure_learner_model(open_sandbox, TINY) == path
+    assert opened == [1, 1] and (path / "model.safetensors").stat().st_mtime_ns == weights
+    assert build.known_learner_model_dir(TINY) == path
+    # A new recipe's model, named before it is built (a rollout, no fit), then built from
+    # those episodes without rolling them out again; it replaces the old build.
+    other_recipe = dataclasses.replace(TINY, seed=1)
+    named = build.learner_model_dir(open_sandbox, other_recipe)
+    assert build.read_marker(named) is None and opened == [1, 1, 1]
+    assert build._unfitted_path(other_recipe, build.data_config(other_recipe)).is_file()  # for a job's build
+    other = build.ensure_learner_model(open_sandbox, other_recipe)
+    assert other == named and opened == [1, 1, 1]
+    assert not list((other.parent / build.INPUTS_MEMO).glob("*.episodes.pickle"))  # taken, then removed
+    assert other != path and not path.exists()
     # A variant that withholds csv_agg's oracle program: its episodes come from `wrong`,
     # and it keeps its own builds (learner-local's stays).
     withheld = dataclasses.replace(TINY, substitutes=(("csv_agg", "oracle", "wrong"),))
@@ -202,7 +271,7 @@ def test_build_once_then_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     for bad in (("nope", "oracle", "wrong"), ("csv_agg", "oracle", "nope")):
         with pytest.raises(ValueError, match="nope"):
             build.ensure_learner_model(open_sandbox, dataclasses.replace(TINY, substitutes=(bad,)))
-    assert opened == [1, 1, 1]  # no sandbox for a recipe refused
+    assert opened == [1, 1, 1, 1]  # no sandbox for a recipe refused
 
 
 def _long(count: int, length: int, seed: int) -> list[TokenSequence]:

@@ -64,7 +64,7 @@ def _parent(pid: int) -> int:
 
 def _another_test_sessions(pid: int, me: int) -> bool:
     """Whether `pid` descends from another pytest process than this one (a second test
-    session on the machine); orphans, reparented to init, count as this session's."""
+    session on the machine); orphans, reparented to init, count as this test session's."""
     seen = 0
     while pid > 1 and seen < 64:
         if pid == me:
@@ -90,7 +90,7 @@ def _the_servers(pid: int, server: int) -> bool:
     subreaper, so its runs' orphans stay below it too), or an orphan no other process
     claims (below init and no piexp or pytest process: possibly one of its runs that
     escaped, so counted). The programs of other piexp runs on the machine (an eval beside
-    the suite, a second server of this session) are below their own servers: not its."""
+    the suite, a second server of this test session) are below their own servers: not its."""
     ancestors = _ancestors(pid)
     if server in ancestors:
         return True

@@ -1,7 +1,7 @@
 """What a run can do to the host when the server runs as root (as in CI): nothing that
 needs a host user id, a kernel knob, a keyring, a syscall outside the filter, more disk
 or inodes than its quota, or a cleanup that fails or lingers. Each test is a hostile
-program (or server crash) from issue 12's observations, against both launchers."""
+program (or a server crash), against both launchers."""
 
 from __future__ import annotations
 

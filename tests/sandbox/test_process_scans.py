@@ -1,8 +1,8 @@
-"""The sandbox tests' process scans count only this test session's processes: another
-session's sandboxes on the same machine (a second checkout's tests, another user's)
-once made `assert_clean` fail here (issue 15, observation 9); and `assert_clean` counts
-only the programs of the server under test: the sandboxed programs (`_sandbox_main`) of
-piexp runs beside the suite failed 9 sandbox tests of a fresh `make test` (issue 26, item 5)."""
+"""The sandbox tests' process scans count only this pytest session's processes, since
+another pytest session's sandboxes on the same machine (a second checkout's tests,
+another user's) would make `assert_clean` fail here; and `assert_clean` counts only the
+programs of the server under test, since the sandboxed programs (`_sandbox_main`) of
+piexp runs beside the suite would otherwise fail the sandbox tests of a `make test`."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def test_a_process_scan_sees_this_sessions_processes_and_not_another_sessions(pi
 def test_assert_clean_leaves_another_runs_sandboxed_program_alone(
     work_dir_factory, sandbox_handle_cls, marker, pids_with
 ):
-    """Another piexp run's server (here a second one of this session, which the session-wide
-    scan counts as this session's) runs a program while the server under test is checked."""
+    """Another piexp run's server (here a second one of this pytest session, which the
+    session-wide scan counts as this pytest session's) runs a program while the server under test is checked."""
     other_program = f"import subprocess; subprocess.run(['/bin/sh', '-c', 'sleep 20; : {marker}'])"
     my_dir, their_dir = work_dir_factory("mine"), work_dir_factory("theirs")
     with (

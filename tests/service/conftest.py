@@ -51,28 +51,19 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def run_backend_script(server_venv: Path, tiny_model: Path):
     """Run a check script in the server venv (argv: launcher, tiny model, variant), with
-    the server's allocator, after loading the launcher and, for the `patched` variant,
-    applying its `patch` functions (comma-separated, in order);
-    return the JSON the script prints on its `RESULT ` line."""
-    import json
-    import subprocess
-
+    the server's allocator, after loading the server-side package and, for the `patched`
+    variant, applying its engine patches `patch` (comma-separated names of
+    skyrl_server.ENGINE_PATCHES, applied in that list's order); return the JSON the
+    script prints on its `RESULT ` line."""
+    from piexp.allocator import allocator_env
+    from piexp.service.compat import run_server_script
     from piexp.service.local_venv import venv_python
 
     def run(script: str, launcher: Path, variant: str, patch: str) -> dict:
-        from piexp.allocator import allocator_env
-        from piexp.service.compat import launcher_preamble
-
-        preamble = launcher_preamble() + "if sys.argv[3] == 'patched':\n"
-        preamble += "".join(f"    launcher.{name}()\n" for name in patch.split(","))
-        result = subprocess.run(
-            [str(venv_python(server_venv)), "-c", preamble + script, str(launcher), str(tiny_model), variant],
-            capture_output=True, text=True, timeout=900, check=False,
-            env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin",
-                 **allocator_env()[0]},  # the server's allocator (the same values, faster)
+        return run_server_script(
+            script, [tiny_model, variant], patches=patch.split(",") if variant == "patched" else (),
+            python=venv_python(server_venv), launcher=launcher, timeout_s=900,
+            env=allocator_env()[0],  # the server's allocator (the same values, faster)
         )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-4000:]
-        line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
-        return json.loads(line.removeprefix("RESULT "))
 
     return run

@@ -1,11 +1,12 @@
 """Fast tests of the SkyRL workarounds (no server venv needed): the proxy adds
-`sample_sequence_ids`, maps create-via-load, the version check refuses other versions,
-and the launcher's stand-ins are only what it claims."""
+`sample_sequence_ids`, maps create-via-load, the launcher is written out complete and
+without piexp, and the removed prefix cache is refused by its key."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import Iterator
 
@@ -15,11 +16,9 @@ from piexp.service import LOCAL_API_KEY, placeholder_api_key
 from piexp.service.compat import (
     SKYRL_VERSION,
     TINKER_SDK_VERSION,
-    CompatVersionError,
     SampleIdProxy,
     add_sample_sequence_ids,
-    check_versions,
-    launcher_source,
+    launcher_files,
     write_launcher,
 )
 
@@ -38,16 +37,6 @@ def test_keeps_ids_the_server_sent_and_odd_bodies() -> None:
     assert add_sample_sequence_ids(b"{}", "text") == "text"
 
 
-def test_version_check_accepts_the_pins_only() -> None:
-    check_versions({"skyrl": SKYRL_VERSION}, sdk_version=TINKER_SDK_VERSION)
-    with pytest.raises(CompatVersionError, match="skyrl 0.5.0.*expected 0.4.0"):
-        check_versions({"skyrl": "0.5.0"}, sdk_version=TINKER_SDK_VERSION)
-    with pytest.raises(CompatVersionError, match="tinker SDK 0.39.0"):
-        check_versions({"skyrl": SKYRL_VERSION}, sdk_version="0.39.0")
-    with pytest.raises(CompatVersionError, match="not installed"):
-        check_versions({"skyrl": None}, sdk_version=TINKER_SDK_VERSION)
-
-
 def test_installed_sdk_is_the_pinned_one() -> None:
     """piexp's own environment must carry the SDK the workarounds were made for."""
     from importlib.metadata import version
@@ -55,15 +44,55 @@ def test_installed_sdk_is_the_pinned_one() -> None:
     assert version("tinker") == TINKER_SDK_VERSION
 
 
-def test_launcher_is_written_once_and_compiles(tmp_path) -> None:
+def test_launcher_is_written_once_complete_and_without_piexp(tmp_path) -> None:
+    """The server venv runs the written folder: every file of skyrl_server/ beside the
+    entry point, the pinned version filled in everywhere, no import of piexp (which that
+    venv lacks); a second write finds it complete, and a damaged one is rewritten."""
     path = write_launcher(tmp_path)
-    assert path == write_launcher(tmp_path)
-    source = path.read_text()
-    compile(source, str(path), "exec")
-    assert f'EXPECTED_SKYRL = "{SKYRL_VERSION}"' in source
-    assert "__SKYRL_VERSION__" not in source  # every placeholder filled in
-    assert "import piexp" not in source  # runs in the server venv, without piexp
-    assert source == launcher_source()
+    assert path == write_launcher(tmp_path) and path.name == "launcher.py"
+    files = launcher_files()
+    assert {"launcher.py", "piexp_skyrl_server/__init__.py", "piexp_skyrl_server/fixes.py",
+            "piexp_skyrl_server/speedups.py", "piexp_skyrl_server/launching.py"} <= set(files)  # fmt: skip
+    for name, text in files.items():
+        written = (path.parent / name).read_text()
+        assert written == text, name
+        compile(written, name, "exec")
+        assert "__SKYRL_VERSION__" not in written, name  # every placeholder filled in
+        assert not re.search(r"^\s*(import|from) piexp[.\s]", written, re.MULTILINE), name
+    assert f"skyrl {SKYRL_VERSION}'s Tinker API server" in files["launcher.py"]
+    (path.parent / "piexp_skyrl_server" / "fixes.py").write_text("damaged")
+    assert write_launcher(tmp_path) == path
+    assert (path.parent / "piexp_skyrl_server" / "fixes.py").read_text() == files["piexp_skyrl_server/fixes.py"]
+
+
+def test_the_removed_prefix_cache_is_refused_with_why_and_false_still_accepted() -> None:
+    """`service.prefix_cache` was a command-line key: `false` keeps working, `true` is one
+    paragraph saying the cache was removed because it measured no gain."""
+    from piexp.config.compose import load
+    from piexp.errors import UserError
+
+    assert load(["service=local", "service.prefix_cache=false"]).service.prefix_cache is False
+    with pytest.raises(UserError) as info:
+        load(["service=local", "service.prefix_cache=true"])
+    assert "prefix cache was removed because it measured no gain" in " ".join(str(info.value).split())
+
+
+def test_an_unknown_speedup_flag_is_refused_by_name() -> None:
+    """PIEXP_SKYRL_SPEEDUPS: unset or `all` is every speed-up, names pick some, a typo stops the engine naming it."""
+    from piexp.service.compat.skyrl_server import speedups
+
+    assert speedups.enabled(None) == speedups.enabled("all") == list(speedups.SPEEDUPS)
+    assert speedups.enabled("lora_matmuls, untrained_lora") == ["lora_matmuls", "untrained_lora"]
+    with pytest.raises(SystemExit, match="unknown speed-up lora_matmul "):
+        speedups.enabled("lora_matmul")
+
+
+def test_the_sdk_pin_is_checked_in_piexps_own_environment() -> None:
+    from piexp.pinned_hooks import pin_problems
+    from piexp.service.compat.pins import TINKER_SDK
+
+    assert pin_problems(TINKER_SDK) == []
+    assert pin_problems(TINKER_SDK, installed="0.39.0") == ["tinker 0.39.0 is installed, expected 0.38.0"]
 
 
 def test_placeholder_key_is_restored(monkeypatch) -> None:
@@ -166,7 +195,7 @@ def test_proxy_turns_create_via_load_into_create_then_load(proxied) -> None:
     assert echo == {"echo": {"model_id": "model_new"}}
 
 
-# --------------------------------------------------------------------------- item 10: seeds
+# ------------------------------------------------------------------- proxy.py item 3: seeds
 
 
 def _sample_request(prompt: list[int], seed: int | None = None) -> bytes:

@@ -1,10 +1,11 @@
-"""The local server's losses are Tinker's sums over a datum's tokens (piexp/service/compat/,
-item 9): in skyrl's own JAX backend, on the tiny model, two RL datums over the same
-tokens whose advantages cancel (+1 and -1 on the same span) but whose lengths differ (the
-second carries more observation after the span) give no gradient at all, as
-`-(ratio * advantages).sum()` does; skyrl 0.4.0 alone weighs each datum by one over its
-length, so the pair pushes the span one way. A datum alone trains, and the per-token
-losses and log-probs a client receives are the same with and without the item."""
+"""The local server's losses are Tinker's sums over a datum's tokens (piexp/service/compat/
+skyrl_server/fixes.py, item 1): in skyrl's own JAX backend, on the tiny model, two RL
+datums over the same tokens whose advantages cancel (+1 and -1 on the same span) but
+whose lengths differ (the second carries more observation after the span) give no
+gradient at all, as `-(ratio * advantages).sum()` does; skyrl 0.4.0 alone weighs each
+datum by one over its length, so the pair pushes the span one way. A datum alone trains,
+and the per-token losses and log-probs a client receives are the same with and without
+the item."""
 
 from __future__ import annotations
 
@@ -50,12 +51,14 @@ print("RESULT " + json.dumps(out))
 
 
 def test_advantages_that_cancel_over_the_same_tokens_train_nothing(run_backend_script, tmp_path: Path):
-    """Slow: forward_backward in skyrl's JAX backend on CPU, with and without item 9."""
+    """Slow: forward_backward in skyrl's JAX backend on CPU, with and without the fix."""
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = run_backend_script(CHECK, launcher, "plain", "_cpu_training_speedups")
-    patched = run_backend_script(CHECK, launcher, "patched", "_token_sum_losses,_cpu_training_speedups")
+    plain = run_backend_script(CHECK, launcher, "plain", "needed_logprobs,lora_matmuls,blocked_attention")
+    patched = run_backend_script(
+        CHECK, launcher, "patched", "token_sum_losses,needed_logprobs,lora_matmuls,blocked_attention"
+    )
     # Without the item the pair trains the span (the shorter datum weighs more): the bias.
     alone = plain["one datum"]["grad_norm"]
     assert alone > 0

@@ -1,6 +1,7 @@
-"""The sampling speed-ups of the local server (piexp/service/compat/, items 7 and 8) sample
-from the same distribution and pick the same tokens, and its prompt log-probs (item 11)
-are one per prompt token, aligned with them, a batch scored one sequence at a time: in
+"""The sampling speed-ups of the local server
+(piexp/service/compat/skyrl_server/speedups.py, items 4-6) sample from the same
+distribution and pick the same tokens, and its prompt log-probs (fixes.py, item 2) are
+one per prompt token, aligned with them, a batch scored one sequence at a time: in
 skyrl's own JAX backend, on the tiny model, greedy decoding of a batch of 3 prompts of
 different lengths (padded to a batch of 4 when patched) gives the same tokens and
 log-probs with and without them; the two-level categorical draw matches softmax
@@ -84,9 +85,9 @@ def test_sampling_speedups_keep_tokens_and_distribution(run_backend_script, tmp_
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = run_backend_script(CHECK, launcher, "plain", "_cpu_sampling_speedups")
+    plain = run_backend_script(CHECK, launcher, "plain", "sampling_draws,power_of_two_batches")
     patched = run_backend_script(
-        CHECK, launcher, "patched", "_skip_untrained_lora,_cpu_sampling_speedups,_prompt_logprobs_per_token"
+        CHECK, launcher, "patched", "untrained_lora,sampling_draws,power_of_two_batches,prompt_logprobs_per_token"
     )
     assert sorted(patched["greedy"]) == sorted(plain["greedy"]) == ["r0", "r1", "r2"]
     for request, (tokens, logprobs) in plain["greedy"].items():

@@ -1,4 +1,4 @@
-"""The CPU speed-ups of the local server (piexp/service/compat/, items 6 and 8) change no number
+"""The CPU speed-ups of the local server (piexp/service/compat/skyrl_server/speedups.py, items 1-4) change no number
 that matters: in skyrl's own JAX backend, on the tiny model, one forward_backward with
 and one without them give the same log-probs at every position with a loss, the same
 loss and the same gradient (norm, after an optimizer step), for supervised
@@ -59,8 +59,10 @@ def test_speedups_leave_logprobs_losses_and_gradients_unchanged(run_backend_scri
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = run_backend_script(CHECK, launcher, "plain", "_cpu_training_speedups")
-    patched = run_backend_script(CHECK, launcher, "patched", "_cpu_training_speedups,_skip_untrained_lora")
+    plain = run_backend_script(CHECK, launcher, "plain", "needed_logprobs,lora_matmuls,blocked_attention")
+    patched = run_backend_script(
+        CHECK, launcher, "patched", "needed_logprobs,lora_matmuls,blocked_attention,untrained_lora"
+    )
     for loss in ("cross_entropy", "importance_sampling"):
         assert patched[loss]["grad_norm"] > 0
         assert patched[loss]["grad_norm"] == pytest.approx(plain[loss]["grad_norm"], rel=1e-4), loss
@@ -110,18 +112,56 @@ print("RESULT " + json.dumps(out))
 
 def test_blocked_attention_skips_padding_only_blocks_and_keeps_real_positions(run_backend_script, tmp_path: Path):
     """Slow (about 20 s: prefill and decode compile in skyrl's JAX backend, with and
-    without item 6). The causal attention in query blocks gives skyrl's outputs at every
+    without speed-up 3). The causal attention in query blocks gives skyrl's outputs at every
     real position of a batch of rows of different lengths, and a block in which every row
     is padding is skipped (its outputs zeros, where skyrl's are not); greedy sampling of
     those rows picks the same tokens with the same log-probs."""
     from piexp.service.compat import write_launcher
 
     launcher = write_launcher(tmp_path)
-    plain = run_backend_script(ATTENTION, launcher, "plain", "_cpu_training_speedups")
-    patched = run_backend_script(ATTENTION, launcher, "patched", "_cpu_training_speedups")
+    plain = run_backend_script(ATTENTION, launcher, "plain", "needed_logprobs,lora_matmuls,blocked_attention")
+    patched = run_backend_script(ATTENTION, launcher, "patched", "needed_logprobs,lora_matmuls,blocked_attention")
     assert plain["real_max_diff"] == 0.0  # skyrl's against itself
     assert patched["real_max_diff"] < 1e-5
     assert patched["tail_block_zero"] and not plain["tail_block_zero"]
     for ours, theirs in zip(patched["greedy"], plain["greedy"], strict=True):
         assert ours[0] == theirs[0] and len(ours[0]) == 8
         assert ours[1] == pytest.approx(theirs[1], abs=1e-4)
+
+
+FLAGS = r"""
+import json
+from skyrl.backends import jax as jax_backend
+from skyrl.tx.layers.lora import LoRALinear
+import skyrl.tx.models.qwen3 as qwen3_module
+from skyrl.tx.utils import generator
+original = {"lora": LoRALinear.apply_lora, "attention": qwen3_module.dot_product_attention,
+            "jax": generator.jax, "create": jax_backend.JaxBackendImpl._create_loss_and_grad_fn}
+launcher.engine_patches()
+print("RESULT " + json.dumps({
+    "lora_matmuls": LoRALinear.apply_lora.__name__ == "apply_lora_with_matmuls",
+    "blocked_attention": qwen3_module.dot_product_attention is not original["attention"],
+    "sampling_draws": generator.jax is not original["jax"],
+    "fixes": jax_backend.JaxBackendImpl._create_loss_and_grad_fn is not original["create"],
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("lora_matmuls", {"lora_matmuls": True, "blocked_attention": False, "sampling_draws": False}),
+        ("none", {"lora_matmuls": False, "blocked_attention": False, "sampling_draws": False}),
+        ("all", {"lora_matmuls": False, "blocked_attention": True, "sampling_draws": True}),
+    ],
+)
+def test_each_speedup_is_its_own_flag_and_the_fixes_always_apply(server_venv: Path, setting: str, expected: dict):
+    """PIEXP_SKYRL_SPEEDUPS names the speed-ups the engine applies (all by default), so a
+    bench can measure one against the rest; the correctness fixes apply whatever it says.
+    ("all": untrained_lora wraps lora_matmuls' function, so the name seen is the wrapper's.)
+    About 3 s each (8 s on a busy 2-core machine): the server venv imports skyrl's JAX backend."""
+    from piexp.service.compat import run_server_script
+    from piexp.service.local_venv import venv_python
+
+    applied = run_server_script(FLAGS, python=venv_python(server_venv), env={"PIEXP_SKYRL_SPEEDUPS": setting})
+    assert applied == {**expected, "fixes": True}

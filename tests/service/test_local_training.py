@@ -84,7 +84,13 @@ def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_mo
     """Slow (minutes): real warm-start and RL steps of tiny-local through the local server,
     twice (the run, then its resume), then an eval of the checkpoint on a fresh server."""
     run_dir = tmp_path / "run"
-    _train(run_dir, "mode.max_steps=2")
+    first = _train(run_dir, "mode.max_steps=2")
+    # The console: a line a step instead of the cookbook's table of every metric (which is
+    # in job.log), none of the tinker SDK's deprecation warnings, and a closing line.
+    shown = first.stdout + first.stderr
+    assert "step 0, reward" in shown and "step 1, reward" in shown, shown[-3000:]
+    assert "┃ Metric" not in shown and "FutureWarning" not in shown, shown[-3000:]
+    assert f"wrote {run_dir / 'metrics.jsonl'}" in shown and "┃ Metric" in (run_dir / "job.log").read_text()
 
     warm = json.loads((run_dir / "warm_start.json").read_text())
     assert warm["steps"] and warm["steps"][0]["skyrl.ai/grad_norm"] > 0

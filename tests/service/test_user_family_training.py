@@ -1,4 +1,4 @@
-"""Issue 27's last mile: a family written by `new-family` outside piexp and a JSON Lines
+"""A family written by `new-family` outside piexp and a JSON Lines
 task file train together in the smallest `service=local model=tiny-local` loop (one RL
 step), selected with `--config-dir`; the episodes trained on come from both, the
 manifest records both origins, and `reproduce --check-only` accepts the run. Slow: a

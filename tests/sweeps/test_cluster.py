@@ -1,6 +1,6 @@
 """Sweeps through Hydra's submitit launcher (the `slurm` extra), run with submitit's local
 executor: the same pickling, job folders and result files as on SLURM, in processes on
-this machine (issue 17).
+this machine.
 
 Real processes throughout: a job fails because its service really is unreachable, and
 the kill test sends SIGKILL to a running job's process and to the launching process,

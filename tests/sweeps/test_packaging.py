@@ -65,7 +65,9 @@ def test_the_wheel_carries_every_data_file(tmp_path) -> None:
     expected |= {
         "piexp/sandbox/launchers/zygote.c",
         "piexp/service/skyrl-constraints.txt",
-        "piexp/service/compat/skyrl_launcher.py",
+        "piexp/service/compat/skyrl_server/launching.py",
+        "piexp/service/compat/skyrl_server/fixes.py",
+        "piexp/service/compat/skyrl_server/speedups.py",
     }
     assert len(expected) > 50
     assert not expected - names, sorted(expected - names)

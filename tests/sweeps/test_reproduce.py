@@ -1,6 +1,6 @@
 """`piexp reproduce DIR`: recomposes a run from its folder, from any working directory
 and from an installed (non-editable) piexp, verifies config and task digests, and refuses
-with the first mismatching task when the generators changed (issue 6, item 5)."""
+with the first mismatching task when the generators changed."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_an_old_saved_config_spelling_out_sandbox_ids_still_reproduces(source_ru
 
 
 def test_a_run_saved_before_families_named_their_code_still_reproduces(source_run: Path) -> None:
-    """Configs saved before issue 27 have family entries without `_target_`: they ran the
+    """Configs saved before families named their code have family entries without `_target_`: they ran the
     built-in of that name, which the recomposed YAML names now."""
     path = source_run / ".hydra" / "config.yaml"
     config = yaml.safe_load(path.read_text())

@@ -1,4 +1,4 @@
-"""Parallel, resumable, observable sweeps, and their summary (issue 6, items 2-4).
+"""Parallel, resumable, observable sweeps, and their summary.
 
 One reward sweep (3 jobs, joblib, in parallel) is run with job 1 failing after its run
 and before its completed marker, then run again: only job 1 may run the second time."""
@@ -92,27 +92,83 @@ def test_summary_of_train_runs_uses_metrics_jsonl(tmp_path: Path) -> None:
     (run / ".hydra" / "config.yaml").write_text("mode:\n  name: train\n")
     (run / ".hydra" / "overrides.yaml").write_text("- seed=3\n")
     lines = [
-        {"step": 0, "env/all/reward/total": 0.2, "test/env/all/reward/total": 0.1},
+        {"step": 0, "env/all/reward/total": 0.2, "test/env/all/passed": 0.1, "test/env/all/total_episodes": 10},
         {"step": 1, "env/all/reward/total": 0.7},
-        {"step": 2, "env/all/reward/total": 0.5, "test/env/all/reward/total": 0.4},
+        {"step": 2, "env/all/reward/total": 0.5, "test/env/all/passed": 0.4, "test/env/all/total_episodes": 10},
     ]
     (run / "metrics.jsonl").write_text("\n".join(__import__("json").dumps(x) for x in lines) + "\n{cut")
     (run / "summary.md").write_text("reward rose\n")  # the run's own verdict
     written = summarize(run)
-    # Issue 15, observation 7: summarize never overwrites a run's own summary.md.
+    # summarize never overwrites a run's own summary.md.
     assert (run / "summary.md").read_text() == "reward rose\n"
     with written["csv"].open() as handle:
         (row,) = list(csv.DictReader(handle))
     assert (row["job"], row["mode"], row["overrides"], row["steps"]) == ("run", "train", "seed=3", "3")
     assert (float(row["final_reward"]), float(row["best_reward"])) == (0.5, 0.7)
     assert (float(row["final_pass@1"]), float(row["best_pass@1"])) == (0.4, 0.4)
+    # 4 of 10 eval episodes: the half-width of the 95% interval of a share over 10 values.
+    assert float(row["pass@1_ci95"]) == pytest.approx(2.262 * (10 / 9 * 0.4 * 0.6) ** 0.5 / 10**0.5, rel=1e-4)
     assert written["reward"].is_file() and written["pass@1"].is_file()
 
 
+def _train_run_with_eval_reward_only(tmp_path: Path, exported: list[list[float | None]] | None) -> Path:
+    """A training run folder as tinker-cookbook leaves it when its metrics carry no
+    `passed`: the periodic eval's mean reward (-0.075: overflowed episodes score -0.1) and
+    the mean of `functional_correct` over the episodes that were graded; `exported` holds
+    per eval step each episode's last-turn functional_correct (None: ended ungraded)."""
+    import json
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("mode:\n  name: train\n")
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    rows = [
+        {"step": 0, "env/all/reward/total": -0.06, "test/env/all/reward/total": -0.075,
+         "test/env/all/functional_correct": 1.0},
+        {"step": 1, "env/all/reward/total": -0.05},
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    for step, outcomes in enumerate(exported or []):
+        folder = run / f"iteration_{step:06d}"
+        folder.mkdir()
+        lines = []
+        for outcome in outcomes:
+            metrics = {"stop/max_tokens": 1.0} if outcome is None else {"functional_correct": outcome}
+            lines.append(json.dumps({"total_reward": 0.0, "steps": [{"metrics": metrics}]}))
+        (folder / "eval_test_rollout_summaries.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_the_pass_rate_of_a_training_run_is_never_its_eval_reward(tmp_path: Path) -> None:
+    """summarize showed a training run's pass@1 as -0.075: the periodic eval's reward. Its
+    pass@1 is the share of the eval episodes that passed, an overflowed one counting as
+    failed (the cookbook's mean of functional_correct, 1.0 here, leaves those out)."""
+    from piexp.commands.summarize import summarize
+
+    run = _train_run_with_eval_reward_only(tmp_path, [[1.0, None, None, 0.0]])
+    written = summarize(run)
+    with written["csv"].open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert float(row["final_pass@1"]) == 0.25
+    assert float(row["pass@1_ci95"]) > 0.25
+    assert "-0.075" not in written["md"].read_text()
+
+
+def test_a_training_run_that_evaluated_nothing_has_no_pass_rate(tmp_path: Path) -> None:
+    from piexp.commands.summarize import summarize
+
+    run = _train_run_with_eval_reward_only(tmp_path, None)
+    written = summarize(run)
+    with written["csv"].open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert row["final_pass@1"] == row["best_pass@1"] == row["pass@1_ci95"] == ""
+    assert float(row["final_reward"]) == -0.05
+
+
 def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart(tmp_path: Path) -> None:
-    """Issue 15, observations 6 and 7: in `-m seed=0,1 reward=binary,shaped mode=eval` the
-    binary rows showed the shaped reward; seeds were not averaged; failed jobs hid among
-    incomplete ones; a job of an earlier, larger sweep was included."""
+    """In `-m seed=0,1 reward=binary,shaped mode=eval` the binary rows show the binary
+    reward, seeds are averaged, failed jobs are listed apart from incomplete ones, and a
+    job of an earlier, larger sweep in the same folder is left out."""
     import json
 
     from piexp.commands.summarize import summarize
@@ -157,7 +213,7 @@ def test_summary_groups_seeds_uses_the_runs_reward_mode_and_lists_failures_apart
 
 
 def test_a_bar_plot_of_many_runs_turns_horizontal_with_every_label(tmp_path: Path) -> None:
-    """Issue 15, observation 7: labels stay readable for many runs (one row each)."""
+    """Labels stay readable for many runs (one row each)."""
     import json
 
     from PIL import Image

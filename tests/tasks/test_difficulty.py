@@ -1,4 +1,4 @@
-"""Issue 28, item 1: every built-in family declares its difficulty (which parameters make
+"""Every built-in family declares its difficulty (which parameters make
 it harder, levels 1..L within the parameter bounds, each level at least as hard as the
 one before), a user's family declares it through the same `Family(difficulty=...)`, bad
 declarations are refused when the family is defined, bad levels when they are asked for,

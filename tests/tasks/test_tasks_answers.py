@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from piexp.tasks import FAMILIES, Task, build_tasks, reference_solution
-from piexp.tasks.families import ALL_FAMILIES
 from piexp.tasks.family import REFS_DIR
 
 SEED = 0
@@ -44,7 +43,7 @@ EDGE_PARAMS: dict[str, dict[str, int]] = {
     "number_theory": {"n_ranges": 3, "max_value": 40, "max_divisor": 2},
 }
 JS_DRIVER = Path(__file__).with_name("run_js_references.js")
-GENERATOR_SOURCES = {family.name: Path(family.generate.__code__.co_filename) for family in ALL_FAMILIES}
+GENERATOR_SOURCES = {family.name: Path(family.generate.__code__.co_filename) for family in FAMILIES.values()}
 # Names through which a generator could reach or run a reference program's code.
 REFERENCE_ACCESS = {"REFS_DIR", "reference", "reference_solution", "_read_reference", "exec", "eval"}
 FORBIDDEN_MODULES = ("piexp.tasks.families.refs", "runpy", "importlib")

@@ -1,4 +1,4 @@
-"""Issue 27: families and task files that live outside piexp. A family written in a
+"""Families and task files that live outside piexp. A family written in a
 temporary folder (on PYTHONPATH, selected with --config-dir), one declared by an installed
 distribution's `piexp.families` entry point, and a JSON Lines task file each pass
 mode=check and the oracle's evaluation through the real CLI, sandbox and run folder;
@@ -478,3 +478,252 @@ def test_parquet_file_and_datasets_folder_are_task_files_too(tmp_path: Path) -> 
     datasets.Dataset.from_list([{**row, "answer": str(row["answer"])} for row in flat]).save_to_disk(str(bad))
     with pytest.raises(UserError, match=r"bad_dataset row 1 \(id t0\): answer must be a JSON integer"):
         load_task_file("t", str(bad), 30)
+
+
+def test_a_generator_returning_three_values_previews_and_checks(tmp_path: Path) -> None:
+    """`generate` may return (instruction, files, answer) without the per-task choices:
+    the fourth value is optional (a three-value generator was refused as malformed)."""
+    root = tmp_path / "mine"
+    package = write_family(root, "three")
+    module = root / package / "three.py"
+    module.write_text(module.read_text().replace(", answer, {}\n", ", answer\n"))
+    assert "return instruction, {" in module.read_text() and ", answer, {}" not in module.read_text()
+    conf = str(root / "conf")
+    preview = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=three", "n=1", pythonpath=root)
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert "numbers.txt" in preview.stdout and "answer" in preview.stdout.lower()
+    run = tmp_path / "check"
+    result = run_piexp(
+        tmp_path, "--config-dir", conf, "family=three", "lang=python", "mode=check", *SMALL, f"hydra.run.dir={run}",
+        pythonpath=root,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(run / "check.json")["passed"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "needle"),
+    [("1 // 0", "the generator raised ZeroDivisionError"), ("0.5", "is a float, not an integer")],
+    ids=["raises", "float_answer"],
+)
+def test_params_help_of_a_broken_generator_fails_saying_generator_error(
+    tmp_path: Path, answer: str, needle: str
+) -> None:
+    """`tasks --params` printed a broken generator's failure as "(not a valid setting: ...)"
+    under each example and exited 0, as if the setting were at fault; it is the generator's
+    bug, so the command fails (exit 2) naming it."""
+    root = tmp_path / "mine"
+    write_family(root, "broken", answer=answer)
+    result = run_piexp(
+        tmp_path, "tasks", "--config-dir", str(root / "conf"), "family=broken", "--params", pythonpath=root
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    text = said(result)
+    assert text.startswith("piexp: generator error in family 'broken' (") and needle in text, text
+    assert "not a valid setting" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+
+
+def test_reproduce_names_the_reference_or_the_package_module_that_changed(tmp_path: Path) -> None:
+    """`reproduce` said only that a family's "references" changed (not whether the Python or
+    the JavaScript one), and digested only the file defining the family, so an edit to a
+    helper module of the same package went unnoticed. Every module of the user's package
+    the family imports, and each reference, has a digest of its own in the manifest."""
+    root = tmp_path / "mine"
+    package = write_family(root, "helped", extra_module="\nfrom .helpers import OFFSET  # noqa: E402\n")
+    helper = root / package / "helpers.py"
+    helper.write_text("OFFSET = 0\n")
+    (root / package / "unused.py").write_text("NOT_IMPORTED = 1\n")
+    run = tmp_path / "eval"
+    result = run_piexp(
+        tmp_path, "--config-dir", str(root / "conf"), "family=helped", "lang=python,javascript", "mode=eval",
+        "policy=oracle", *SMALL[:2], f"hydra.run.dir={run}", pythonpath=root,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    files = read_json(run / "manifest.json")["family_origins"]["helped"]["files"]
+    assert set(files) == {
+        f"module {package}",
+        f"module {package}.helped",
+        f"module {package}.helpers",
+        "python reference",
+        "javascript reference",
+    }, files
+    assert files[f"module {package}.helpers"]["file"] == str(helper.resolve())
+
+    def reproduce() -> str:
+        done = run_piexp(tmp_path, "reproduce", str(run), "--check-only", pythonpath=root)
+        assert done.returncode == 2, done.stdout + done.stderr
+        return said(done)
+
+    assert run_piexp(tmp_path, "reproduce", str(run), "--check-only", pythonpath=root).returncode == 0
+    reference = root / package / "refs" / "helped.js"
+    original = reference.read_text()
+    reference.write_text(original + "// an edit\n")
+    text = reproduce()
+    assert f"Family 'helped' changed since the run in {run}: its javascript reference ({reference.resolve()})" in text
+    assert "python reference" not in text
+    reference.write_text(original)
+    helper.write_text("OFFSET = 0  # an edit\n")
+    assert f"its code ({helper.resolve()}) has digest" in reproduce()
+    helper.write_text("OFFSET = 0\n")
+    (root / package / "unused.py").write_text("NOT_IMPORTED = 2\n")  # not imported: not the family's code
+    assert run_piexp(tmp_path, "reproduce", str(run), "--check-only", pythonpath=root).returncode == 0
+
+
+@pytest.mark.parametrize("clash", ["builtin_params", "builtin_name", "two_of_mine"])
+def test_a_name_defined_twice_is_refused_even_unselected_with_the_fix_that_fits(tmp_path: Path, clash: str) -> None:
+    """A clash was refused only when its family was selected, so a run of another family
+    went ahead with a search path on which a name meant two things; and the only advice
+    was a rename, wrong for a YAML that gives a built-in other parameters (that takes
+    `family.NAME.KEY=` overrides)."""
+    root = tmp_path / "mine"
+    package = write_family(root, "evens")
+    search = ["--config-dir", str(root / "conf")]
+    if clash == "builtin_params":
+        yaml_file = root / "conf" / "family" / "arith.yaml"
+        yaml_file.write_text(
+            "# @package family\narith:\n  _target_: piexp.tasks.families.arith.FAMILY\n  n_expressions: 20\n"
+        )
+        needles = [f"{yaml_file} targets piexp's own arith", f"Delete {yaml_file}", "family.arith.KEY=VALUE"]
+    elif clash == "builtin_name":
+        yaml_file = root / "conf" / "family" / "arith.yaml"
+        yaml_file.write_text(f"# @package family\narith:\n  _target_: {package}.evens.FAMILY\n")
+        needles = ["arith is one of piexp's own families: give yours a name of its own", "family.arith.KEY=VALUE"]
+    else:
+        other = tmp_path / "other"
+        write_family(other, "twin")
+        write_family(root, "twin")
+        search += [f"hydra.searchpath=['file://{other / 'conf'}']"]
+        needles = ["'twin' is defined twice", str(other / "conf"), "Rename one"]
+    run = tmp_path / "run"
+    result = run_piexp(
+        tmp_path, *search, "family=evens", "lang=python", "mode=check", *SMALL, f"hydra.run.dir={run}",
+        pythonpath=root,
+    )  # fmt: skip
+    assert_refused(result, run, *needles)
+    if clash == "builtin_params":
+        assert "Rename" not in said(result) and "name of its own" not in said(result)
+
+
+def test_a_value_out_of_range_names_the_yaml_file_it_came_from(tmp_path: Path) -> None:
+    """A family's YAML with a value outside the family's limits was refused as "n_numbers=500
+    is outside [1, 100]", which the command line does not show: it names the file now."""
+    root = tmp_path / "mine"
+    write_family(root, "ranged")
+    yaml_file = root / "conf" / "family" / "ranged.yaml"
+    yaml_file.write_text(yaml_file.read_text().replace("n_numbers: 12", "n_numbers: 500"))
+    conf = str(root / "conf")
+    run = tmp_path / "run"
+    result = run_piexp(
+        tmp_path, "--config-dir", conf, "family=ranged", "mode=check", f"hydra.run.dir={run}", pythonpath=root
+    )
+    assert_refused(result, run, f"family 'ranged': n_numbers=500, set in {yaml_file}, is outside [1, 100]")
+    preview = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=ranged", pythonpath=root)
+    assert preview.returncode == 2 and f"set in {yaml_file}" in said(preview)
+    # Set on the command line, the value is the one the user typed: no file to name.
+    fixed = run_piexp(
+        tmp_path, "tasks", "--config-dir", conf, "family=ranged", "family.ranged.n_numbers=300", pythonpath=root
+    )
+    assert fixed.returncode == 2 and "n_numbers=300 is outside [1, 100]" in said(fixed)
+
+
+def test_a_task_file_without_references_previews_and_a_model_evaluates_it_by_the_hint(tmp_path: Path) -> None:
+    """A task file without `references` could not even be previewed, and a model eval of it
+    was refused with "drop python from lang/eval_lang", which leaves no language at all.
+    The preview plays no reference; the refusal names the setting that lets a model run
+    on it, and that command runs: `service=local model=tiny-local`, the offline model
+    (about 60 s on two busy cores: the local server starts)."""
+    lines = [json.dumps({k: v for k, v in json.loads(line).items() if k != "references"}) for line in good_task_lines()]
+    write_task_file(tmp_path, "bare", lines)
+    conf = str(tmp_path / "conf")
+    preview = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=bare", "n=1")
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert "numbers.txt" in preview.stdout
+    params = run_piexp(tmp_path, "tasks", "--config-dir", conf, "family=bare", "--params")
+    assert params.returncode == 0, params.stderr[-3000:]
+    command = [
+        "--config-dir", conf, "family=bare", "lang=python", "mode=eval", "policy=model", "service=local",
+        "model=tiny-local", "tasks.eval_per_family=1", "tasks.train_per_family=1", "limits.max_turns=1",
+        "limits.max_generation_tokens=16",
+    ]  # fmt: skip
+    run = tmp_path / "eval"
+    refused = run_piexp(tmp_path, *command, f"hydra.run.dir={run}")
+    assert_refused(refused, run, "family bare has no reference program in any language", "add mode.preflight=false")
+    assert "drop python" not in said(refused)
+    result = run_piexp(tmp_path, *command, "mode.preflight=false", f"hydra.run.dir={run}", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(run / "results.json")["overall"]["episodes"] == 1
+
+
+def test_a_task_files_path_is_taken_from_its_yaml_folder(tmp_path: Path) -> None:
+    """A relative `path` in a task file's YAML was taken from the folder piexp runs in, so
+    the family worked only from one folder; beside its YAML, it is found from any (about
+    35 s on two busy cores)."""
+    root = tmp_path / "mine"
+    root.mkdir()
+    write_task_file(root, "beside", good_task_lines())
+    yaml_file = root / "conf" / "family" / "beside.yaml"
+    (root / "beside.jsonl").rename(root / "conf" / "family" / "beside.jsonl")
+    yaml_file.write_text(yaml_file.read_text().replace(f"path: {root / 'beside.jsonl'}", "path: beside.jsonl"))
+    assert "path: beside.jsonl\n" in yaml_file.read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "check"
+    result = run_piexp(
+        elsewhere, "--config-dir", str(root / "conf"), "family=beside", "mode=check", *SMALL, f"hydra.run.dir={run}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    origin = read_json(run / "manifest.json")["family_origins"]["beside"]
+    assert origin["path"] == str(root / "conf" / "family" / "beside.jsonl")
+    assert run_piexp(elsewhere, "reproduce", str(run), "--check-only").returncode == 0
+
+
+def test_the_packaging_guide_installs_a_generator_and_a_task_file_offline(tmp_path: Path) -> None:
+    """docs/families.md's packaging section, followed as written: its layout, its
+    pyproject.toml (read from the page) and its offline pip command install a generator
+    family with its references and a task file named `pkg://...`; both check from a
+    folder that holds neither, with no --config-dir, and the run reproduces."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "families.md").read_text(encoding="utf-8")
+    section = page.split("## Packaging your families", 1)[1]
+    pyproject = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    install = next(line for line in section.splitlines() if "pip install" in line)
+    project = tmp_path / "my-piexp-tasks"
+    package = project / "my_piexp_tasks"
+    for folder in ("refs", "data", "conf/family"):
+        (package / folder).mkdir(parents=True)
+    (project / "pyproject.toml").write_text(pyproject)
+    (package / "__init__.py").write_text("")
+    (package / "conf" / "__init__.py").write_text("")
+    limits = '{"n_numbers": (1, 100), "max_value": (1, 10000)}'
+    answer = "sum(n for n in numbers if n % 2 == 0)"
+    (package / "collatz.py").write_text(GENERATOR.format(name="collatz", answer=answer, limits=limits))
+    for extension, source in REFERENCES.items():
+        (package / "refs" / f"collatz.{extension}").write_text(source)
+    (package / "data" / "puzzles.jsonl").write_text("\n".join(good_task_lines()) + "\n")
+    (package / "conf" / "family" / "collatz.yaml").write_text(
+        "# @package family\ncollatz:\n  _target_: my_piexp_tasks.collatz.FAMILY\n"
+    )
+    (package / "conf" / "family" / "puzzles.yaml").write_text(
+        "# @package family\npuzzles:\n  _target_: piexp.tasks.task_file.TaskFileFamily\n"
+        "  path: pkg://my_piexp_tasks/data/puzzles.jsonl\n"
+    )
+    assert install.split()[:2] == [".venv/bin/python", "-m"] and install.split()[-1] == "./my-piexp-tasks"
+    site = tmp_path / "site"  # the page installs into the venv; a test installs into a folder of its own
+    installed = subprocess.run(
+        [sys.executable, *install.split()[1:-1], "--target", str(site), str(project)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "check"
+    result = run_piexp(
+        elsewhere, "family=collatz,puzzles", "lang=python", "mode=check", *SMALL, f"hydra.run.dir={run}",
+        pythonpath=site,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    origins = read_json(run / "manifest.json")["family_origins"]
+    assert (origins["collatz"]["package"], origins["collatz"]["version"]) == ("my-piexp-tasks", "0.1.0")
+    assert origins["collatz"]["file"] == str(site / "my_piexp_tasks" / "collatz.py")
+    assert origins["puzzles"]["path"] == str(site / "my_piexp_tasks" / "data" / "puzzles.jsonl")
+    reproduced = run_piexp(elsewhere, "reproduce", str(run), "--check-only", pythonpath=site)
+    assert reproduced.returncode == 0, reproduced.stderr[-3000:]

@@ -206,3 +206,14 @@ def test_show_explains_a_bad_folder(tmp_path, target):
         [sys.executable, "-m", "piexp", "show", str(path)], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2 and "Cannot show" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_turn_cut_at_the_generation_limit_is_not_called_a_context_overflow():
+    """The viewer marked episodes whose turn hit max_tokens as `context_overflow` while the
+    metrics said `max_tokens_reached`: two limits, two kinds."""
+    from piexp.transcripts.failures import count_failures
+
+    cut = count_failures([], [{"max_tokens_reached": 1.0}], "max_tokens")
+    overflowed = count_failures([], [{"context_overflow": 1.0}], "context_overflow")
+    assert (cut["max_tokens"], cut["context_overflow"]) == (1, 0)
+    assert (overflowed["max_tokens"], overflowed["context_overflow"]) == (0, 1)

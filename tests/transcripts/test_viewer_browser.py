@@ -116,8 +116,8 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
 
 
 def test_a_passing_check_counts_expectations_met(tmp_path):
-    """Issue 30, rough edge 4: the viewer of a passing `mode=check` counted binary reward
-    (the crash and wrong checks, which pass by earning nothing, showed as failures)."""
+    """The viewer of a passing `mode=check` counts expectations met, not binary reward
+    (the crash and wrong checks pass by earning nothing and must not show as failures)."""
     run = tmp_path / "check"
     result = subprocess.run(
         [sys.executable, "-m", "piexp", "mode=check", "family=arith", "lang=python", f"hydra.run.dir={run}"],

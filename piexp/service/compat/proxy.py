@@ -1,9 +1,28 @@
-"""The client side of piexp's SkyRL workarounds (items 4 and 5 of this package's
-docstring): :class:`SampleIdProxy`, a loopback reverse proxy in piexp's own process that
-passes every request through to the Tinker-compatible server, adds the
-``sample_sequence_ids`` the tinker SDK asserts on to ``asample`` replies, and turns the
-SDK's create-via-load into skyrl's create-then-load, and seeds what the SDK leaves to the
-server's chance (item 10: sampling and LoRA initialisation)."""
+"""The client side of piexp's SkyRL workarounds: :class:`SampleIdProxy`, a loopback
+reverse proxy in piexp's own process that passes every request through to the
+Tinker-compatible server and fixes what the tinker SDK and skyrl disagree on:
+
+1. **``sample_sequence_ids``.** The tinker SDK 0.38 asserts that every ``/api/v1/asample``
+   promise carries one sequence id per requested sample; skyrl 0.4.0 replies without
+   them. The proxy adds ``["<seq_id>-<i>", ...]`` to ``asample`` replies that lack them.
+2. **Create-via-load.** SDK 0.38 resumes a training client (``create_training_client_
+   from_state[_with_optimizer]``) with one ``load_weights`` request addressed by
+   ``session_id`` + ``model_seq_id`` and then calls the model
+   ``"<session_id>:train:<model_seq_id>"``; skyrl 0.4.0 only knows the legacy order
+   (``create_model``, then ``load_weights`` with the returned ``model_id``). The proxy
+   turns the former into the latter (rank and base model from the checkpoint's training
+   run) and maps the SDK's model id to skyrl's in every later request and reply.
+3. **Seeds** (:class:`RequestSeeds`): tinker SDK 0.38 has no sampling seed and
+   tinker-cookbook 0.5.8 sends no LoRA seed, so skyrl drew both at random and one command
+   gave another training curve each time. The proxy gives a sampling request without a
+   seed one from the run's ``seed``, the request's content and how many alike requests
+   came before (a group's episodes send the same first prompt and draw differently; which
+   arrives first does not matter, they are alike), and a LoRA without a seed the run's. A
+   request that carries a seed keeps it. A resumed run's counts start again, so it
+   samples differently from an uninterrupted one from the resume on.
+
+The tinker SDK names it uses are pinned in ``pins.py``.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +39,7 @@ CREATE_MODEL_PATH = "/api/v1/create_model"
 
 
 class RequestSeeds:
-    """Item 10: a seed for every request the SDK sends without one, from the run's seed.
+    """Item 3: a seed for every request the SDK sends without one, from the run's seed.
 
     tinker SDK 0.38 has no sampling seed and tinker-cookbook 0.5.8 sends no LoRA seed, so
     skyrl draws both at random and one command gives another curve each time. A sampling
@@ -100,7 +119,7 @@ def _forward_headers(headers: Iterable[tuple[str, str]], *, request: bool = Fals
 
 
 class SampleIdProxy:
-    """A loopback reverse proxy for ``upstream`` that fixes ``asample`` replies (item 4).
+    """A loopback reverse proxy for ``upstream`` that fixes ``asample`` replies (item 1).
 
     Runs an aiohttp server on its own event loop in a daemon thread of this process, so
     it lives exactly as long as the run that uses it. ``url`` is where clients connect.
@@ -108,12 +127,12 @@ class SampleIdProxy:
 
     def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0, seed: int | None = None) -> None:
         self.upstream = upstream.rstrip("/")
-        # Item 10 (None: the server's chance, as the SDK leaves it).
+        # Item 3 (None: the server's chance, as the SDK leaves it).
         self.seeds = RequestSeeds(seed) if seed is not None else None
         self.host = host
         self.port = port
         self.rewritten = 0  # asample replies that got ids (for tests and logs)
-        self.aliases: dict[str, str] = {}  # SDK model id -> skyrl model id (item 5)
+        self.aliases: dict[str, str] = {}  # SDK model id -> skyrl model id (item 2)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: Any = None
@@ -124,7 +143,7 @@ class SampleIdProxy:
         return f"http://{self.host}:{self.port}"
 
     def _to_upstream_body(self, body: bytes, headers: dict[str, str]) -> bytes:
-        """Map an SDK model id in a request body to skyrl's (item 5): JSON bodies, and the
+        """Map an SDK model id in a request body to skyrl's (item 2): JSON bodies, and the
         protobuf (optionally zstd-compressed) body of ``forward_backward``."""
         if not self.aliases or not body:
             return body
@@ -186,7 +205,7 @@ class SampleIdProxy:
                 return reply.status, text.decode(errors="replace")
 
     async def _create_via_load(self, request: Any, data: dict[str, Any]) -> Any:
-        """Item 5: create the model the legacy way, then load into it."""
+        """Item 2: create the model the legacy way, then load into it."""
         from aiohttp import web
 
         path = str(data.get("path", ""))

@@ -1,0 +1,128 @@
+"""Compose `conf/config.yaml` with Hydra into the config tree, not yet validated (that is
+`piexp.config.compose`, which checks it against the schema): the schema's own defaults
+are read from this tree (`piexp.config.defaults`), so composing needs no schema. Hydra's
+errors become one `UserError` paragraph.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from piexp.config.paths import config_dir
+from piexp.config.presets import preset_names, register_presets
+from piexp.config.search_path import group_options as search_path_group_options
+from piexp.config.search_path import refuse_family_clashes, user_search_path, with_search_path
+from piexp.errors import UserError
+
+__all__ = ["compose", "group_options", "hydra_error_to_user_error"]
+
+
+def group_options(group: str, overrides: Sequence[str] = ()) -> list[str]:
+    """The options of a config group: piexp's conf/ and the search path `overrides` give."""
+    if group == "experiment":
+        return preset_names()
+    return search_path_group_options(group, user_search_path(overrides))
+
+
+_GROUPS = ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode", "languages", "experiment")
+
+
+def hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> UserError:
+    from hydra.errors import MissingConfigException
+
+    from piexp.config.suggest import unknown_options_hint
+
+    text = str(error).strip()
+    if isinstance(error, MissingConfigException):
+        for group in _GROUPS:
+            if f"'{group}/" in text or f"'{group}'" in text or f" {group}=" in text:
+                chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
+                hint = unknown_options_hint(group, chosen[-1] if chosen else "", group_options(group, overrides))
+                if group == "family":
+                    hint += (
+                        " A family of your own is a YAML file DIR/family/NAME.yaml naming its code with _target_; "
+                        "select it with --config-dir DIR (see docs/families.md)."
+                    )
+                return UserError(hint)
+    first_line = text.splitlines()[0] if text else type(error).__name__
+    bad_key = re.match(r"Could not override '([^']+)'", first_line)
+    if bad_key:
+        elsewhere = _other_mode_hint(bad_key[1], overrides)
+        if elsewhere:
+            return UserError(elsewhere)
+        return UserError(
+            f"Unknown key {bad_key[1]!r}: the config has no such option.{_key_hint(bad_key[1], overrides)}"
+        )
+    return UserError(f"Invalid command-line override: {first_line}")
+
+
+def _key_hint(key: str, overrides: Sequence[str]) -> str:
+    """What an unknown key likely meant, from the keys of the config the command's group
+    choices compose (nothing when even those do not compose)."""
+    from piexp.config.suggest import config_keys, unknown_key_hint
+
+    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in (*_GROUPS, "hydra.searchpath")]
+    try:
+        tree = OmegaConf.to_container(compose(choices), resolve=False)
+    except UserError:
+        return ""
+    assert isinstance(tree, dict)
+    return unknown_key_hint(key, config_keys(tree), list(tree.get("family") or {}))
+
+
+def _other_mode_hint(key: str, overrides: Sequence[str]) -> str:
+    """The refusal of a `mode.KEY` that another mode takes (`mode.max_steps` in an eval):
+    which mode takes it, rather than "no such option" (empty when no mode takes it)."""
+    from piexp.config.suggest import config_keys, other_mode_hint
+
+    if not key.startswith("mode."):
+        return ""
+    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in (*_GROUPS, "hydra.searchpath")]
+    keys_by_mode: dict[str, list[str]] = {}
+    current = ""
+    try:
+        tree = OmegaConf.to_container(compose(choices), resolve=False)
+        assert isinstance(tree, dict)
+        current = str(tree["mode"]["name"])
+        others = [c for c in choices if c.split("=", 1)[0].lstrip("+~") != "mode"]
+        for option in group_options("mode", overrides):
+            mode_tree = OmegaConf.to_container(compose([*others, f"mode={option}"]), resolve=False)
+            assert isinstance(mode_tree, dict)
+            keys_by_mode.setdefault(str(mode_tree["mode"]["name"]), []).extend(config_keys(mode_tree["mode"], "mode."))
+    except UserError:
+        return ""
+    return other_mode_hint(key, current, keys_by_mode)
+
+
+def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig:
+    """Compose `conf/config.yaml` with the overrides (list rewriting already applied);
+    `with_hydra` keeps Hydra's own node (sweeper params, run mode)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_presets()
+    overrides = with_search_path(overrides)
+    already = GlobalHydra.instance().is_initialized()
+    if already:
+        # Inside a Hydra job: compose in a fresh context and restore Hydra's afterwards.
+        saved = GlobalHydra.instance().hydra
+        GlobalHydra.instance().clear()
+    failure: Exception | None = None
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            try:
+                cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
+            except Exception as error:  # Hydra raises several unrelated types here.
+                failure = error
+            else:
+                refuse_family_clashes(list(cfg.get("family") or {}), overrides)
+                return cfg
+    finally:
+        if already:
+            GlobalHydra.instance().initialize(saved)  # type: ignore[arg-type]
+    # Converted outside Hydra's context: finding the fix composes the config again.
+    raise hydra_error_to_user_error(failure, overrides) from failure

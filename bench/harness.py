@@ -18,19 +18,8 @@ process tree, their CPU uncounted).
 
     python bench/harness.py [--episodes 16]
 
-Measured at commit 0d124dc on 2026-12-04, on the 2-core AMD EPYC development VM while
-other work kept its load average at 7 to 10 (so rates are low and noisy; CPU per episode
-is the steadier figure), 16 oracle episodes per pass, Python:
-
-    harness  conc  episodes/s  CPU s/episode  Pi peak MB (mean/max)
-    builtin     1        5.85          0.034      -
-    builtin     4        8.81          0.023      -
-    builtin     8        8.97          0.022      -
-    pi          1        0.86          0.837      106 / 107
-    pi          4        0.98          0.887      106 / 107
-    pi          8        1.02          0.852      106 / 108
-    node -e 0 (Pi's node 22.23.5, unsandboxed): 54 ms wall, 24 ms CPU
-
+Read it as: CPU per episode is the steady figure (rates move with whatever else the
+machine runs); the Pi column is what one Pi process holds while it runs.
 A Pi episode costs about 25x the CPU of a builtin one, almost all of it Pi's own start
 and module loading (node alone starts in 24 ms of CPU; `pi --version` takes 0.34 s of
 CPU with an empty compile cache, 0.25 s with a warm one, which each episode's fresh /tmp
@@ -46,6 +35,10 @@ import resource
 import subprocess
 import threading
 import time
+
+from record import record
+from rich.console import Console
+from rich.table import Table
 
 from piexp.config.defaults import default_settings
 from piexp.config.schema import HarnessSettings, LanguageSettings, Limits, RewardSettings
@@ -171,14 +164,19 @@ def main() -> None:
         cpu0, wall0 = _own_cpu(), time.perf_counter()
         subprocess.run([str(install.node), "-e", "0"], check=True)
         starts.append((time.perf_counter() - wall0, _own_cpu() - cpu0))
-    print(f"{'harness':<8} {'conc':>4} {'episodes/s':>10} {'CPU s/episode':>13} {'Pi peak MB (mean/max)':>22}")
+    table = Table(title="oracle episodes, Python: builtin against Pi")
+    for column in ("harness", "concurrency", "episodes/s", "CPU s/episode", "Pi peak MB (mean / max)"):
+        table.add_column(column)
     for name, concurrency, rate, cpu, peak in rows:
         shown = f"{peak[0]:.0f} / {peak[1]:.0f}" if peak else "-"
-        print(f"{name:<8} {concurrency:>4} {rate:>10.2f} {cpu:>13.3f} {shown:>22}")
+        table.add_row(name, str(concurrency), f"{rate:.2f}", f"{cpu:.3f}", shown)
     wall, cpu = (sum(x) / len(x) for x in zip(*starts))
-    print(
+    note = (
         f"node -e 0 (Pi's node {install.node_version}, unsandboxed): {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU"
     )
+    Console().print(table)
+    print(note)
+    record(__file__, [table], [note])
 
 
 if __name__ == "__main__":

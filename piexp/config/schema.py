@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from piexp.config.algo import AlgoSettings
 from piexp.config.base import NonNegativeFloat

@@ -14,6 +14,8 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
+# npm installs the Pi coding agent (harness=pi) from the committed lockfile, below.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 # libseccomp compiles the sandbox's syscall filter (loaded with ctypes: no headers needed).
 ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || missing+=(libseccomp2)
 # tcmalloc is the allocator of the local SkyRL server and the learner build's fit (piexp/allocator.py).

@@ -34,3 +34,18 @@ def test_the_model_policy_plays_through_pi_on_the_local_service(tmp_path):
         assert first["prompt_tokens"] > 1000
         assert 0 < first["sampled_tokens"] <= 48 and first["sampled_logprob"] < 0
         assert transcript["tokens"]["sampled"] == sum(t["sampled_tokens"] for t in transcript["turns"])
+        assert 0 <= transcript["tokens"]["splits"] < len(transcript["turns"])  # at most one per later call
+
+
+def test_a_call_that_does_not_extend_the_last_one_counts_as_a_split():
+    """The split count compares each call's prompt with the previous prompt plus what was
+    sampled after it, token for token."""
+    from piexp.harness.pi.model import SampledCall, sequence_splits
+
+    first = SampledCall(prompt_tokens=[1, 2, 3], sampled_tokens=[4, 5], logprobs=[-0.1, -0.2], stop_reason="stop")
+    extends = SampledCall(prompt_tokens=[1, 2, 3, 4, 5, 9, 9], sampled_tokens=[6], logprobs=[-0.3], stop_reason="stop")
+    rerendered = SampledCall(prompt_tokens=[1, 2, 3, 4, 7, 9], sampled_tokens=[8], logprobs=[-0.4], stop_reason="stop")
+    assert sequence_splits([first, extends]) == 0
+    assert sequence_splits([first, rerendered]) == 1
+    assert sequence_splits([first, extends, rerendered]) == 1
+    assert sequence_splits([first]) == 0

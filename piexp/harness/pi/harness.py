@@ -244,9 +244,12 @@ class PiHarness(Harness):
             for turn, call in zip(record.transcript["turns"], sampled):
                 turn.update(prompt_tokens=len(call.prompt_tokens), sampled_tokens=len(call.sampled_tokens),
                             sampled_logprob=sum(call.logprobs or []))  # fmt: skip
+            from piexp.harness.pi.model import sequence_splits
+
             record.transcript["tokens"] = {
                 "prompt_last": len(sampled[-1].prompt_tokens),
                 "sampled": sum(len(call.sampled_tokens) for call in sampled),
+                "splits": sequence_splits(sampled),
             }
         return record
 

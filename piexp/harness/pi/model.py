@@ -82,6 +82,18 @@ class SampledCall:
     stop_reason: str
 
 
+def sequence_splits(calls: list[SampledCall]) -> int:
+    """How many of an episode's calls do not extend the one before token for token (its
+    prompt does not start with the previous prompt and what was sampled after it): where
+    Pi's re-sent history re-renders to other tokens than the model produced, a training
+    sequence would have to be split, never trained on tokens the model did not sample."""
+    splits = 0
+    for before, after in zip(calls, calls[1:]):
+        sent = before.prompt_tokens + before.sampled_tokens
+        splits += after.prompt_tokens[: len(sent)] != sent
+    return splits
+
+
 @dataclass
 class ModelResponder:
     """An endpoint `Responder` sampling the run's model; `calls` records each call."""

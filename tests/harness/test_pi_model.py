@@ -8,7 +8,15 @@ from __future__ import annotations
 import gzip
 import json
 
-from tests.harness.conftest import requires_pi
+import pytest
+from tinker_cookbook.renderers.base import Message, ToolCall
+
+from piexp.env.episode import get_run_renderer
+from piexp.harness.pi.model import SampledCall, conversation, sequence_splits
+from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.policies import make_policy
+from piexp.policies.scripted import render_assistant_tokens
+from tests.harness.conftest import MODEL, episode_settings, play_all, requires_pi
 from tests.harness.test_pi_runs import piexp
 
 pytestmark = requires_pi
@@ -40,8 +48,6 @@ def test_the_model_policy_plays_through_pi_on_the_local_service(tmp_path):
 def test_a_call_that_does_not_extend_the_last_one_counts_as_a_split():
     """The split count compares each call's prompt with the previous prompt plus what was
     sampled after it, token for token."""
-    from piexp.harness.pi.model import SampledCall, sequence_splits
-
     first = SampledCall(prompt_tokens=[1, 2, 3], sampled_tokens=[4, 5], logprobs=[-0.1, -0.2], stop_reason="stop")
     extends = SampledCall(prompt_tokens=[1, 2, 3, 4, 5, 9, 9], sampled_tokens=[6], logprobs=[-0.3], stop_reason="stop")
     rerendered = SampledCall(prompt_tokens=[1, 2, 3, 4, 7, 9], sampled_tokens=[8], logprobs=[-0.4], stop_reason="stop")
@@ -49,3 +55,41 @@ def test_a_call_that_does_not_extend_the_last_one_counts_as_a_split():
     assert sequence_splits([first, rerendered]) == 1
     assert sequence_splits([first, extends, rerendered]) == 1
     assert sequence_splits([first]) == 0
+
+
+@pytest.mark.parametrize("renderer_name", ["qwen3_instruct", "qwen3"])
+def test_pi_s_resent_history_re_renders_to_the_tokens_sampled(tasks, renderer_name):
+    """Each of Pi's requests, rendered as the model policy renders it, starts with the
+    previous request's tokens plus the tokens the model would have sampled for its answer
+    (the scripted oracle and edit policies' answers rendered as a model emits them): Pi's
+    history (its plain-text tool results, its tool-call ids, its `edits[]`) splits no
+    sequence with either Qwen3 renderer."""
+    renderer = get_run_renderer(renderer_name, "Qwen/Qwen3-8B" if renderer_name == "qwen3" else MODEL[1])
+
+    def episode(policy_name):
+        inner = ScriptedResponder(make_policy(policy_name, renderer, tasks))
+        calls: list[SampledCall] = []
+
+        async def respond(body):
+            system, messages, tools = conversation(body)
+            prefix = renderer.create_conversation_prefix_with_tools(tools, system_prompt=system)
+            prompt = renderer.build_generation_prompt([*prefix, *messages]).to_ints()
+            answer = await inner(body)
+            message = Message(role="assistant", content=answer.get("content") or "")
+            if answer.get("tool_calls"):
+                message["tool_calls"] = [
+                    ToolCall(function=ToolCall.FunctionBody(name=c["function"]["name"],
+                                                            arguments=c["function"]["arguments"]), id=c["id"])
+                    for c in answer["tool_calls"]
+                ]  # fmt: skip
+            sampled = render_assistant_tokens(renderer, message, renderer.get_stop_sequences())
+            calls.append(SampledCall(prompt, sampled, None, "stop"))
+            return answer
+
+        return calls, lambda h: h.play_responder(respond, policy_name, tasks[2], "python", episode_settings())
+
+    (oracle_calls, oracle), (edit_calls, edit) = episode("oracle"), episode("edit")
+    records = play_all([oracle, edit])
+    assert [r.reward for r in records] == [1.0, 1.0]
+    assert (len(oracle_calls), len(edit_calls)) == (4, 6)
+    assert sequence_splits(oracle_calls) == 0 and sequence_splits(edit_calls) == 0

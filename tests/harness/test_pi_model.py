@@ -24,7 +24,7 @@ pytestmark = requires_pi
 
 def test_the_model_policy_plays_through_pi_on_the_local_service(tmp_path):
     """Two episodes of the random-weight tiny-local model (the local server's start-up
-    dominates: 21 s here once its venv is in piexp's cache)."""
+    dominates: 21 s to 31 s here, once its venv is in piexp's cache)."""
     run_dir = tmp_path / "model"
     done = piexp("mode=eval", "harness=pi", "policy=model", "service=local", "model=tiny-local", "family=arith",
                  "lang=python", "tasks.eval_per_family=2", "limits.max_generation_tokens=48", "mode.preflight=false",

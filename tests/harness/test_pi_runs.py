@@ -30,7 +30,7 @@ def piexp(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> 
 @requires_pi
 def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     """Two families x Python and JavaScript, one oracle task per cell and split (24 Pi
-    episodes: 22 s here on 2 idle cores, 38 s on busy ones)."""
+    episodes: 22 s on this 2-core machine idle, up to 63 s while other suites run)."""
     run_dir = tmp_path / "check"
     done = piexp("mode=check", "harness=pi", "family=arith,csv_agg", "lang=python,javascript",
                  "mode.oracle_tasks_per_cell=1", f"hydra.run.dir={run_dir}")  # fmt: skip
@@ -82,8 +82,8 @@ def test_another_pi_version_is_refused_by_name(tmp_path):
 @requires_pi
 def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin(tmp_path):
     """oracle 1.000 and wrong 0.000 through Pi, and `compare` of a builtin and a Pi eval
-    of the oracle on the same tasks (three eval runs and a comparison, 40 s here on 2
-    cores: each run starts its own sandbox server)."""
+    of the oracle on the same tasks (three eval runs and a comparison, 40 s on this
+    2-core machine idle, up to 57 s while other suites run: each run starts its own sandbox server)."""
     common = ["mode=eval", "family=arith", "lang=python,javascript", "tasks.eval_per_family=2", "mode.preflight=false"]
     runs = {}
     for harness, policy in (("pi", "oracle"), ("pi", "wrong"), ("builtin", "oracle")):

@@ -14,6 +14,8 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
+# npm installs the Pi coding agent (harness=pi) from the committed lockfile, below.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 # libseccomp compiles the sandbox's syscall filter (loaded with ctypes: no headers needed).
 ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || missing+=(libseccomp2)
 # tcmalloc is the allocator of the local SkyRL server and the learner build's fit (piexp/allocator.py).
@@ -42,3 +44,12 @@ fi
 # The sandbox's zygote, compiled once per source version into ~/.cache/piexp (instant
 # when it is there; otherwise the first server start would compile it).
 .venv/bin/python -m piexp.sandbox build-zygote || echo "set-up: continuing; the sandbox starts a bwrap per run instead" >&2
+
+# harness=pi: the Pi coding agent and the node 22 it needs, from the npm registry with the
+# committed lockfile (piexp/harness/pi/npm/), into piexp's cache; a no-op when installed
+# (about 28 s the first time here). Runs never install anything.
+if command -v npm >/dev/null 2>&1; then
+  .venv/bin/python -m piexp.harness.pi install || echo "set-up: continuing; harness=pi needs Pi (python -m piexp.harness.pi install)" >&2
+else
+  echo "set-up: npm is missing, so harness=pi cannot be installed (apt-get install npm)" >&2
+fi

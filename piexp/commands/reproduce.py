@@ -90,6 +90,9 @@ def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
             f"{manifest.get('git_commit')}, piexp {(manifest.get('packages') or {}).get('piexp')})."
         )
     rl_record = verify_rl_record(run_dir, config)
+    from piexp.harness.base import refuse_another_harness
+
+    refuse_another_harness(manifest.get("harness"), config.harness, run_dir)
     splits = build_splits(config)
     _verify_family_origins(run_dir, manifest, splits.family_origins)
     built = {"train": splits.train, "eval": splits.eval}

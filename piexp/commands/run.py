@@ -147,7 +147,7 @@ def verify_tasks(configs: Sequence[RunConfig]) -> None:
 
 def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> Path | None:
     """Everything a user can get wrong, checked before Hydra makes a folder: the config of
-    every job, the service key, a remote sandbox that refuses connections, and job
+    every job, its harness (importable, installed), the service key, a remote sandbox that refuses connections, and job
     folders that hold another run (refused, or moved aside with --replace). Returns the
     sweep folder of a sweep (None for a single run, or when only printing)."""
     jobs = planned_jobs(overrides, multirun=multirun)
@@ -162,6 +162,11 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
         if local_mode:
             print(f"piexp: {offline_note(local_mode)}", file=sys.stderr)
     verify_tasks(configs)
+    from piexp.harness.base import refuse_unusable_harness
+
+    for config in configs:
+        # harness=pi before `make setup`, an unknown _target_, training where it cannot
+        refuse_unusable_harness(config.harness, training=config.mode.name == "train")
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()

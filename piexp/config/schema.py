@@ -8,12 +8,12 @@ from __future__ import annotations
 __all__ = [
     "AdaptiveDifficultySettings", "CheckMode", "DifficultyPoolSettings", "EvalMode", "Fraction", "LanguageSettings",
     "Limits", "ModelSettings", "PoolWeights", "RewardSettings", "RewardWeights", "RunConfig", "SandboxSettings",
-    "ServiceSettings", "TaskCounts", "TrainMode", "WarmStartSettings",
+    "ServiceSettings", "TaskCounts", "TrainMode", "WarmStartSettings", "HarnessSettings",
 ]  # fmt: skip
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from piexp.config.algo import AlgoSettings
 from piexp.config.base import NonNegativeFloat
@@ -136,6 +136,25 @@ class SandboxSettings(_Strict):
         return self
 
 
+class HarnessSettings(_Strict):
+    """Which agent plays each episode (conf/harness/): the class its YAML's `_target_`
+    names (checked when a run starts, piexp.harness) and that class's own options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    target: str = Field(alias="_target_", description="the harness's class, an import path (package.module.Class)")
+    name: Annotated[str, Field(min_length=1)] = Field(description="the harness's name (builtin, pi, ...)")
+    options: dict[str, Any] = Field(description="the harness's own settings, validated by its class (docs/harness.md)")
+
+    @field_validator("target")
+    @classmethod
+    def _an_import_path(cls, target: str) -> str:
+        parts = target.replace(":", ".").split(".")
+        if len(parts) < 2 or not all(part.isidentifier() for part in parts):
+            raise ValueError(f"harness._target_ {target!r} is not an import path like package.module.Class")
+        return target
+
+
 class RunConfig(_Strict):
     """The values, and their comments, live in the YAML under conf/: every field that all
     of a group's options set is required here (a composed config that lacks one is
@@ -159,6 +178,9 @@ class RunConfig(_Strict):
     service: ServiceSettings = Field(description="where training and model sampling run")
     warm_start: WarmStartSettings = Field(description="supervised steps on scripted trajectories before RL")
     sandbox: SandboxSettings = Field(description="where programs run")
+    harness: HarnessSettings = Field(
+        description="the agent that plays each episode (builtin: the reference environment)"
+    )
     algo: AlgoSettings = Field(description="RL recipe (mode=train)")
     mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")] = Field(
         description="train | eval | check, with the mode's settings"

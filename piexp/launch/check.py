@@ -37,6 +37,7 @@ from piexp.env.dataset import episode_settings
 from piexp.env.episode import get_run_renderer
 from piexp.env.splits import RunSplits
 from piexp.errors import RunIncompleteError, UserError
+from piexp.harness.base import make_harness
 from piexp.languages import language as registered_language
 from piexp.launch.episodes import Episode, run_episodes
 from piexp.policies import make_policy
@@ -219,13 +220,15 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
         tasks = [*splits.train, *splits.eval]
         policies = {name: make_policy(name, renderer, tasks) for name in ("oracle", *SAMPLED_POLICIES)}
         planned = plan_episodes(config, splits, runnable)
+        harness = make_harness(config.harness)
         try:
             records = await run_episodes(
                 planned,
                 policies,
                 settings,
-                label="check",
+                label="check" if config.harness.name == "builtin" else f"check ({config.harness.name})",
                 max_concurrency=check_settings(config).max_concurrency,
+                play=harness.play,
                 retries=config.sandbox.episode_retries,
             )
         except SandboxDown as down:
@@ -233,6 +236,8 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
                 f"The check stopped: {down}. No episode was judged on the sandbox's failure and no "
                 f"check.json was written; run the same command again once the sandbox is healthy."
             ) from None
+        finally:
+            await harness.aclose()
         unrun = [record for record in records if record.infrastructure_failure]
         if unrun:
             raise RunIncompleteError(

@@ -35,6 +35,7 @@ from piexp.env.episode import get_run_renderer
 from piexp.env.reward import REWARD_METRICS
 from piexp.env.splits import RunSplits
 from piexp.errors import RunIncompleteError, UserError
+from piexp.harness.base import make_harness
 from piexp.launch.episodes import Episode, EpisodeKey, EpisodeLog, run_episodes
 from piexp.launch.eval_report import plot_heatmap, results_markdown, summary_table
 from piexp.policies import make_policy
@@ -67,6 +68,11 @@ def eval_signature(config: RunConfig) -> dict[str, Any]:
         "seed": config.seed,
         "family_params": config.family,
         "reward_weights": config.reward.weights.model_dump(),
+        **(
+            {"harness": config.harness.model_dump(mode="json", by_alias=True)}
+            if config.harness.name != "builtin"
+            else {}
+        ),
     }
 
 
@@ -234,6 +240,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     errors: list[EpisodeRecord] = []
     stopped_by: SandboxDown | ModelServiceFailure | None = None
     started = time.perf_counter()
+    harness = make_harness(config.harness)
     try:
         if todo:
             policy = await _build_policy(config, [*splits.train, *splits.eval])
@@ -253,12 +260,15 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                     label=f"eval {config.eval_policy}",
                     max_concurrency=config.mode.max_concurrency,
                     on_record=store,
-                    play=run_episode,
+                    # The builtin harness's episode is run_episode itself, named here so a
+                    # test's stand-in for it replaces it.
+                    play=run_episode if config.harness.name == "builtin" else harness.play,
                     retries=config.sandbox.episode_retries,
                 )
     except (SandboxDown, ModelServiceFailure) as failure:
         stopped_by = failure  # the finished episodes are kept and reported below
     finally:
+        await harness.aclose()
         await close_sandbox_clients()
     wanted = {episode.key for episode in episodes}
     records = [finished[key] for key in sorted(finished) if key in wanted]

@@ -24,6 +24,7 @@ from piexp.config.paths import config_dir
 from piexp.config.presets import register_presets
 from piexp.console import attach_job_log, detach_job_log, outlive_closed_streams, set_job_label
 from piexp.errors import UserError, deliver_interrupts_quietly, report_user_error
+from piexp.harness.base import refuse_unusable_harness
 from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
 from piexp.launch.run import run_mode
 from piexp.launch.run_folder import claim_job_folder
@@ -43,6 +44,7 @@ def run_job(cfg: DictConfig) -> float | None:
     try:
         config = validate(cfg)
         refuse_checkpoint_of_another_base_model(config)
+        refuse_unusable_harness(config.harness, training=config.mode.name == "train")  # e.g. before `make setup`
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)

@@ -9,6 +9,7 @@ from pathlib import Path
 from piexp.config.schema import RunConfig, TrainMode
 from piexp.config.search_path import running_search_path
 from piexp.env.splits import build_splits
+from piexp.harness.base import harness_manifest
 from piexp.launch.base_model import BASE_MODEL_KEY, base_model_identity, register_local_model_tokenizer
 from piexp.launch.manifest import build_manifest, write_manifest
 from piexp.launch.sandbox import run_sandbox
@@ -78,6 +79,7 @@ def _run_mode(config: RunConfig, run_dir: Path) -> float | None:
                 # and the config search path that found their YAML.
                 "family_origins": splits.family_origins,
                 "config_search_path": running_search_path(),
+                **({"harness": harness} if (harness := harness_manifest(config.harness)) else {}),
             },
         ),
     )

@@ -80,8 +80,10 @@ def _settings(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
 def _schema_field(model: type[BaseModel], keys: tuple[str, ...]) -> tuple[type[BaseModel], FieldInfo] | None:
     """The model and field `keys` name from `model` down; None inside a free-form table."""
     for index, key in enumerate(keys):
-        assert key in model.model_fields, f"{'.'.join(keys)}: {model.__name__} has no field {key!r}"
-        field = model.model_fields[key]
+        # A field the YAML spells by its alias (harness `_target_`) is found by it.
+        fields = {field.alias or name: field for name, field in model.model_fields.items()}
+        assert key in fields, f"{'.'.join(keys)}: {model.__name__} has no field {key!r}"
+        field = fields[key]
         rest = keys[index + 1 :]
         if not rest:
             return model, field

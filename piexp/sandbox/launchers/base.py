@@ -65,6 +65,9 @@ class Launch:
     pooled: bool = True
     proc: Optional[SpawnedChild] = None  # the sandbox's leading process, once started
     error: Optional[str] = None  # why the program must not run (or did not start)
+    # More launcher options for a command other than a program file (bwrap: binds and
+    # environment; see build_bwrap_argv).
+    extra_args: tuple[str, ...] = ()
 
     @property
     def run_dir(self) -> str:
@@ -109,17 +112,29 @@ class Launcher(ABC):
         return None
 
     async def prepare(
-        self, language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int, stdin_pipe: bool, t: Timings
+        self,
+        language: str,
+        runtime: Runtime,
+        memory_mb: int,
+        cpu_time_s: int,
+        stdin_pipe: bool,
+        t: Timings,
+        *,
+        command: Optional[tuple[list[str], Limits]] = None,
+        extra_args: tuple[str, ...] = (),
     ) -> Union[Launch, RunCodeResponse]:
         """Create the run dir and cgroups and start what the launcher starts ahead of
-        the files; a `Launch`, or a SandboxError response."""
+        the files; a `Launch`, or a SandboxError response. `command`: (argv, limits) of a
+        command other than the language's program file, with the launcher's `extra_args`."""
         host, s = self.host, self.host.settings
         try:
             run = host.area.new_run()
         except OSError as exc:
             return sandbox_error(f"could not create the run's directories: {exc}")
-        command, limits = run_command(language, runtime, memory_mb, cpu_time_s, s, host.cgroups)
-        launch = self._new_launch(run=run, command=command, limits=limits, memory_mb=memory_mb, stdin_pipe=stdin_pipe)
+        argv, limits = command or run_command(language, runtime, memory_mb, cpu_time_s, s, host.cgroups)
+        launch = self._new_launch(
+            run=run, command=argv, limits=limits, memory_mb=memory_mb, stdin_pipe=stdin_pipe, extra_args=extra_args
+        )
         try:
             cgroups = host.cgroups
             if cgroups is not None:
@@ -127,7 +142,7 @@ class Launcher(ABC):
                     launch.cgroup_dirs = cgroups.create(memory_mb << 20, s.max_processes)
                 except OSError as exc:
                     log.warning("could not create a cgroup for a run (%s); rlimits only", exc)
-                    if cgroups.limits_memory:
+                    if cgroups.limits_memory and command is None:
                         launch.command, launch.limits = run_command(language, runtime, memory_mb, cpu_time_s, s, None)
                 # A pre-started sandbox must be confined exactly like a cold one.
                 launch.pooled = bool(launch.cgroup_dirs) or not cgroups.limits_memory

@@ -83,6 +83,7 @@ def build_bwrap_argv(
     block_fd: Optional[int] = None,
     seccomp_fd: Optional[int] = None,
     etc_copies: Sequence[tuple[int, str]] = (),
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The bubblewrap command line for one run (see the module docstring for why).
 
@@ -91,7 +92,10 @@ def build_bwrap_argv(
     `info_fd`/`block_fd`: bwrap writes the sandbox init's pid to `info_fd` and, once the
     sandbox is set up, waits for a byte on `block_fd` before it starts the program; the
     runner applies rlimits and cgroups in between (`confine_blocked_child`).
-    `seccomp_fd`: the syscall filter (classic BPF) bwrap installs just before the exec."""
+    `seccomp_fd`: the syscall filter (classic BPF) bwrap installs just before the exec.
+    `extra_args`: more bwrap options (binds, environment) a launch of a command other than
+    a program file adds (a harness: piexp.harness.pi.sandbox), placed before the root is
+    made read-only."""
     argv = [
         bwrap,
         "--unshare-all",
@@ -111,6 +115,7 @@ def build_bwrap_argv(
         "--bind",
         run_dir,
         SANDBOX_WORKDIR,
+        *extra_args,
         # bwrap's root is a tmpfs holding the mount points (/etc, /sandbox, ...): make it
         # read-only too, so /, /etc etc. are not scratch space; /tmp and the run dir are
         # separate mounts and stay writable.
@@ -282,6 +287,7 @@ class BwrapLauncher(Launcher):
                 block_fd=block_r,
                 seccomp_fd=seccomp_fd,
                 etc_copies=etc_copies,
+                extra_args=launch.extra_args,
             )
             attach_later = cgroups.joined_dirs(launch.cgroup_dirs) if cgroups and launch.cgroup_dirs else []
             join_now: list[str] = []

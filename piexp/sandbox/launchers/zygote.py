@@ -79,10 +79,23 @@ class ZygoteLauncher(Launcher):
         """Nothing starts before the files: the run's init is confined before its program runs."""
 
     async def prepare(
-        self, language: str, runtime: Runtime, memory_mb: int, cpu_time_s: int, stdin_pipe: bool, t: Timings
+        self,
+        language: str,
+        runtime: Runtime,
+        memory_mb: int,
+        cpu_time_s: int,
+        stdin_pipe: bool,
+        t: Timings,
+        *,
+        command: Optional[tuple[list[str], Limits]] = None,
+        extra_args: tuple[str, ...] = (),
     ) -> Union[Launch, RunCodeResponse]:
-        if self.zygote is None:  # it failed and no new one started
-            return await self.fallback.prepare(language, runtime, memory_mb, cpu_time_s, stdin_pipe, t)
+        # A command other than a program file (with its own binds) goes to bwrap: the
+        # zygote's root layout is fixed when it starts.
+        if self.zygote is None or command is not None:  # or: it failed and no new one started
+            return await self.fallback.prepare(
+                language, runtime, memory_mb, cpu_time_s, stdin_pipe, t, command=command, extra_args=extra_args
+            )
         return await super().prepare(language, runtime, memory_mb, cpu_time_s, stdin_pipe, t)
 
     def _restart(self, failure: Exception) -> bool:

@@ -1,0 +1,135 @@
+"""What a harness is: the agent that plays an episode (docs/harness.md).
+
+A harness is chosen like a task family: `conf/harness/NAME.yaml` names its class with
+`_target_`, and that class, a subclass of `Harness`, is built from the run's
+`HarnessSettings` (its own `options` included). `mode=check` and `mode=eval` hand every
+episode to `Harness.play`, which has the signature of `piexp.policies.rollout.run_episode`
+and returns the same `EpisodeRecord` (rewards, the reward metrics of piexp.env.reward,
+stop reason, transcript), so episodes of every harness are stored, shown, summarized and
+compared alike. A failure of the harness's own machinery (its process crashed or hung,
+its model endpoint died, the sandbox failed) is a record with `infrastructure_failure`
+set: played again, never scored.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from tinker_cookbook.completers import TokenCompleter
+
+from piexp.config.schema import HarnessSettings
+from piexp.env.episode import EpisodeSettings
+from piexp.errors import UserError
+from piexp.policies.rollout import EpisodeRecord
+from piexp.tasks import Task
+
+
+class Harness(ABC):
+    """One run's harness. Subclasses set `name` and implement `play`; a harness that
+    needs something installed or started says so in `refuse_unusable` (before anything
+    of the run is written) and releases what it started in `aclose`."""
+
+    name: ClassVar[str] = ""
+    # Whether `mode=train` can train in this harness (its episodes become the RL loop's
+    # trajectories); a harness that cannot is refused for training, not silently swapped.
+    trains: ClassVar[bool] = False
+
+    def __init__(self, settings: HarnessSettings) -> None:
+        self.settings = settings
+
+    @classmethod
+    def refuse_unusable(cls, settings: HarnessSettings) -> None:
+        """Raise a `UserError` naming the fix when this harness cannot run here (not
+        installed, bad options). Called when a run starts, before its folder is written."""
+
+    def manifest(self) -> dict[str, Any]:
+        """What the run's manifest records of the harness (versions, config); `reproduce`
+        refuses a rerun whose harness records other values."""
+        return {"name": self.name, "settings": self.settings.model_dump(mode="json", by_alias=True)}
+
+    @abstractmethod
+    async def play(
+        self,
+        policy: TokenCompleter,
+        policy_name: str,
+        task: Task,
+        language: str,
+        settings: EpisodeSettings,
+        *,
+        sample: int = 0,
+        record_transcript: bool = True,
+    ) -> EpisodeRecord:
+        """One evaluation episode; never raises for a failed episode (its record says)."""
+
+    async def aclose(self) -> None:
+        """Stop what the harness started for the run."""
+
+
+_classes: dict[str, type[Harness]] = {}
+
+
+def harness_class(settings: HarnessSettings) -> type[Harness]:
+    """The class `settings.target` names, imported once; a target that does not import
+    or is no `Harness` is the user's error."""
+    target = settings.target.replace(":", ".")
+    if target in _classes:
+        return _classes[target]
+    module_name, _, attribute = target.rpartition(".")
+    where = f"harness {settings.name!r}: _target_ {settings.target}"
+    try:
+        obj = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise UserError(
+            f"{where} does not import ({type(error).__name__}: {error}). Check the spelling "
+            "(package.module.Class) and that its package is installed or on PYTHONPATH; piexp's own "
+            "harnesses are conf/harness/builtin.yaml and conf/harness/pi.yaml (see docs/harness.md)."
+        ) from None
+    if not (isinstance(obj, type) and issubclass(obj, Harness)):
+        raise UserError(f"{where} is not a piexp.harness.Harness subclass (see docs/harness.md)")
+    _classes[target] = obj
+    return obj
+
+
+def make_harness(settings: HarnessSettings) -> Harness:
+    """The run's harness, refused with the fix named where it cannot run."""
+    cls = harness_class(settings)
+    cls.refuse_unusable(settings)
+    return cls(settings)
+
+
+def refuse_unusable_harness(settings: HarnessSettings, *, training: bool = False) -> None:
+    """`make_harness`'s checks alone, for a job before its folder is claimed; `training`:
+    the run trains (mode=train), which only a harness that `trains` can."""
+    cls = harness_class(settings)
+    cls.refuse_unusable(settings)
+    if training and not cls.trains:
+        raise UserError(
+            f"mode=train cannot train in harness={settings.name} yet: its episodes are not turned into the RL "
+            "loop's trajectories. Train with harness=builtin, and evaluate in "
+            f"harness={settings.name} (mode=eval harness={settings.name} checkpoint=RUN_FOLDER)."
+        )
+
+
+def harness_manifest(settings: HarnessSettings) -> dict[str, Any] | None:
+    """The manifest's `harness` entry of a run (None for the builtin harness, whose runs'
+    manifests stay as they were)."""
+    if settings.name == "builtin":
+        return None
+    return make_harness(settings).manifest()
+
+
+def refuse_another_harness(recorded: Any, settings: HarnessSettings, run_dir: Any) -> None:
+    """`reproduce`: refuse a rerun whose harness would be another version than the one
+    the run's manifest records (each versioned field, named)."""
+    if not isinstance(recorded, dict):
+        return
+    now = harness_manifest(settings) or {"name": settings.name}
+    for key, before in recorded.items():
+        if key.endswith("_version") and now.get(key) != before:
+            raise UserError(
+                f"The run in {run_dir} was played by {recorded.get('name')} with {key.removesuffix('_version')} "
+                f"{before}; this piexp has {now.get(key)}. It cannot be reproduced with another version; use the "
+                "piexp (and its lockfile) the run used, and run `make setup`."
+            )

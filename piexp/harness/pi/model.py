@@ -1,0 +1,144 @@
+"""The `model` policy answering Pi: each chat request is rendered with the run's renderer,
+sampled through the run's token completer (its service: Tinker, `service=local`,
+`service=selfhosted`) and parsed back into an OpenAI-style message. Every call records
+its prompt tokens, sampled tokens and their logprobs (`SampledCall`).
+
+This is what tinker-cookbook's `capture/proxy` does for a harness (render with
+`create_conversation_prefix_with_tools`, sample, `parse_response`); piexp does it here
+instead of mounting that proxy because the proxy samples through a `SamplingClient` and
+records into the capture store, while an episode needs the run's own token completer
+(its retries and service-failure handling, piexp.policies.model) and its tokens and
+logprobs in the episode's record. Its request parsing is private to the proxy's module;
+this is a small subset of it: text, tool calls and tool results.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinker_cookbook import renderers
+from tinker_cookbook.completers import TokenCompleter
+from tinker_cookbook.renderers.base import Message, ToolCall, ToolSpec
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
+
+
+def conversation(body: dict[str, Any]) -> tuple[str, list[Message], list[ToolSpec]]:
+    """(system text, messages, tool specs) of an OpenAI chat request."""
+    system: list[str] = []
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    for raw in body.get("messages") or []:
+        role = raw.get("role")
+        text = _text(raw.get("content"))
+        if role in ("system", "developer"):
+            system.append(text)
+        elif role == "user":
+            messages.append(Message(role="user", content=text))
+        elif role == "assistant":
+            message = Message(role="assistant", content=text)
+            calls = []
+            for call in raw.get("tool_calls") or []:
+                function = call.get("function") or {}
+                names[str(call.get("id"))] = str(function.get("name"))
+                calls.append(
+                    ToolCall(
+                        function=ToolCall.FunctionBody(
+                            name=str(function.get("name")), arguments=str(function.get("arguments") or "{}")
+                        ),
+                        id=str(call.get("id")),
+                    )
+                )
+            if calls:
+                message["tool_calls"] = calls
+            messages.append(message)
+        elif role == "tool":
+            call_id = str(raw.get("tool_call_id"))
+            messages.append(Message(role="tool", content=text, tool_call_id=call_id, name=names.get(call_id, "")))
+    tools = [
+        ToolSpec(
+            name=str((t.get("function") or {}).get("name")),
+            description=str((t.get("function") or {}).get("description") or ""),
+            parameters=(t.get("function") or {}).get("parameters") or {"type": "object", "properties": {}},
+        )
+        for t in body.get("tools") or []
+    ]
+    return "\n\n".join(system), messages, tools
+
+
+@dataclass
+class SampledCall:
+    """One model call of an episode: the tokens the model saw and the ones it sampled."""
+
+    prompt_tokens: list[int]
+    sampled_tokens: list[int]
+    logprobs: list[float] | None
+    stop_reason: str
+
+
+def sequence_splits(calls: list[SampledCall]) -> int:
+    """How many of an episode's calls do not extend the one before token for token (its
+    prompt does not start with the previous prompt and what was sampled after it): where
+    Pi's re-sent history re-renders to other tokens than the model produced, a training
+    sequence would have to be split, never trained on tokens the model did not sample."""
+    splits = 0
+    for before, after in zip(calls, calls[1:]):
+        sent = before.prompt_tokens + before.sampled_tokens
+        splits += after.prompt_tokens[: len(sent)] != sent
+    return splits
+
+
+@dataclass
+class ModelResponder:
+    """An endpoint `Responder` sampling the run's model; `calls` records each call."""
+
+    policy: TokenCompleter
+    renderer: renderers.Renderer
+    max_tokens: int
+    calls: list[SampledCall] = field(default_factory=list)
+
+    async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        system, messages, tools = conversation(body)
+        prefix = self.renderer.create_conversation_prefix_with_tools(tools, system_prompt=system) if tools else []
+        if not tools and system:
+            prefix = [Message(role="system", content=system)]
+        model_input = self.renderer.build_generation_prompt([*prefix, *messages])
+        stop = self.renderer.get_stop_sequences()
+        sampled = await self.policy(model_input, stop, max_tokens=self.max_tokens)
+        self.calls.append(
+            SampledCall(
+                prompt_tokens=model_input.to_ints(),
+                sampled_tokens=list(sampled.tokens),
+                logprobs=list(sampled.maybe_logprobs) if sampled.maybe_logprobs is not None else None,
+                stop_reason=str(getattr(sampled, "stop_reason", "stop")),
+            )
+        )
+        message, _termination = self.renderer.parse_response(list(sampled.tokens))
+        answer: dict[str, Any] = {"content": renderers.get_text_content(message) or None}
+        calls = message.get("tool_calls") or []
+        if calls:
+            answer["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{len(self.calls)}_{index}",
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": _json_object(call.function.arguments)},
+                }
+                for index, call in enumerate(calls)
+            ]
+        return answer
+
+
+def _json_object(arguments: str) -> str:
+    """The call's arguments as the model wrote them when they are a JSON object; else an
+    object holding them, so Pi reports the bad call to the model instead of failing."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return json.dumps({"_raw_arguments": arguments})
+    return arguments if isinstance(value, dict) else json.dumps({"_raw_arguments": arguments})

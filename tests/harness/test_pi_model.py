@@ -1,0 +1,95 @@
+"""The `model` policy through Pi: Pi's requests (its system prompt, its tools, the
+history) are rendered with the run's renderer, sampled from the run's service
+(`service=local model=tiny-local`, offline) and parsed back into Pi's tool calls; every
+call's prompt and sampled tokens and logprobs are recorded in the episode's transcript."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from tinker_cookbook.renderers.base import Message, ToolCall
+
+from piexp.env.episode import get_run_renderer
+from piexp.harness.pi.model import SampledCall, conversation, sequence_splits
+from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.policies import make_policy
+from piexp.policies.scripted import render_assistant_tokens
+from tests.harness.conftest import MODEL, episode_settings, play_all, requires_pi
+from tests.harness.test_pi_runs import piexp
+
+pytestmark = requires_pi
+
+
+def test_the_model_policy_plays_through_pi_on_the_local_service(tmp_path):
+    """Two episodes of the random-weight tiny-local model (the local server's start-up
+    dominates: 21 s to 31 s here, once its venv is in piexp's cache)."""
+    run_dir = tmp_path / "model"
+    done = piexp("mode=eval", "harness=pi", "policy=model", "service=local", "model=tiny-local", "family=arith",
+                 "lang=python", "tasks.eval_per_family=2", "limits.max_generation_tokens=48", "mode.preflight=false",
+                 f"hydra.run.dir={run_dir}", timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["overall"]["episodes"] == 2 and results["episodes_failed_to_run"] == 0
+    with gzip.open(run_dir / "transcripts.jsonl.gz", "rt") as f:
+        transcripts = [json.loads(line) for line in f]
+    assert len(transcripts) == 2
+    for transcript in transcripts:
+        assert transcript["harness"] == "pi" and transcript["turns"]
+        first = transcript["turns"][0]
+        # Pi's system prompt and its four tools rendered: well over a thousand tokens.
+        assert first["prompt_tokens"] > 1000
+        assert 0 < first["sampled_tokens"] <= 48 and first["sampled_logprob"] < 0
+        assert transcript["tokens"]["sampled"] == sum(t["sampled_tokens"] for t in transcript["turns"])
+        assert 0 <= transcript["tokens"]["splits"] < len(transcript["turns"])  # at most one per later call
+
+
+def test_a_call_that_does_not_extend_the_last_one_counts_as_a_split():
+    """The split count compares each call's prompt with the previous prompt plus what was
+    sampled after it, token for token."""
+    first = SampledCall(prompt_tokens=[1, 2, 3], sampled_tokens=[4, 5], logprobs=[-0.1, -0.2], stop_reason="stop")
+    extends = SampledCall(prompt_tokens=[1, 2, 3, 4, 5, 9, 9], sampled_tokens=[6], logprobs=[-0.3], stop_reason="stop")
+    rerendered = SampledCall(prompt_tokens=[1, 2, 3, 4, 7, 9], sampled_tokens=[8], logprobs=[-0.4], stop_reason="stop")
+    assert sequence_splits([first, extends]) == 0
+    assert sequence_splits([first, rerendered]) == 1
+    assert sequence_splits([first, extends, rerendered]) == 1
+    assert sequence_splits([first]) == 0
+
+
+@pytest.mark.parametrize("renderer_name", ["qwen3_instruct", "qwen3"])
+def test_pi_s_resent_history_re_renders_to_the_tokens_sampled(tasks, renderer_name):
+    """Each of Pi's requests, rendered as the model policy renders it, starts with the
+    previous request's tokens plus the tokens the model would have sampled for its answer
+    (the scripted oracle and edit policies' answers rendered as a model emits them): Pi's
+    history (its plain-text tool results, its tool-call ids, its `edits[]`) splits no
+    sequence with either Qwen3 renderer."""
+    renderer = get_run_renderer(renderer_name, "Qwen/Qwen3-8B" if renderer_name == "qwen3" else MODEL[1])
+
+    def episode(policy_name):
+        inner = ScriptedResponder(make_policy(policy_name, renderer, tasks))
+        calls: list[SampledCall] = []
+
+        async def respond(body):
+            system, messages, tools = conversation(body)
+            prefix = renderer.create_conversation_prefix_with_tools(tools, system_prompt=system)
+            prompt = renderer.build_generation_prompt([*prefix, *messages]).to_ints()
+            answer = await inner(body)
+            message = Message(role="assistant", content=answer.get("content") or "")
+            if answer.get("tool_calls"):
+                message["tool_calls"] = [
+                    ToolCall(function=ToolCall.FunctionBody(name=c["function"]["name"],
+                                                            arguments=c["function"]["arguments"]), id=c["id"])
+                    for c in answer["tool_calls"]
+                ]  # fmt: skip
+            sampled = render_assistant_tokens(renderer, message, renderer.get_stop_sequences())
+            calls.append(SampledCall(prompt, sampled, None, "stop"))
+            return answer
+
+        return calls, lambda h: h.play_responder(respond, policy_name, tasks[2], "python", episode_settings())
+
+    (oracle_calls, oracle), (edit_calls, edit) = episode("oracle"), episode("edit")
+    records = play_all([oracle, edit])
+    assert [r.reward for r in records] == [1.0, 1.0]
+    assert (len(oracle_calls), len(edit_calls)) == (4, 6)
+    assert sequence_splits(oracle_calls) == 0 and sequence_splits(edit_calls) == 0

@@ -1,0 +1,114 @@
+"""`harness=pi` on the command line: `mode=check` passes through the real Pi, an eval
+records Pi's and node's versions in the manifest and its episodes for `show`, and bad
+input (an unknown harness, a Pi that is not installed) is one paragraph, exit 2, with
+nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.conftest import requires_pi
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def piexp(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "piexp", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@requires_pi
+def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
+    """Two families x Python and JavaScript, one oracle task per cell and split (24 Pi
+    episodes: 22 s on this 2-core machine idle, up to 63 s while other suites run)."""
+    run_dir = tmp_path / "check"
+    done = piexp("mode=check", "harness=pi", "family=arith,csv_agg", "lang=python,javascript",
+                 "mode.oracle_tasks_per_cell=1", f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((run_dir / "check.json").read_text())
+    assert report["passed"] and report["oracle_pass_rate"] == 1.0
+    assert {(e["policy"], e["language"]) for e in report["episodes"]} >= {
+        (p, lang) for p in ("oracle", "guess", "crash", "wrong", "edit") for lang in ("python", "javascript")
+    }
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["harness"]["name"] == "pi"
+    assert manifest["harness"]["pi_version"] == "1.6.0" and manifest["harness"]["node_version"].startswith("22.")
+    shown = piexp("show", str(run_dir), "0")
+    assert shown.returncode == 0, shown.stderr
+    assert "Use python to complete this workspace task" in shown.stdout
+    # A rerun with another Pi than the run's is refused by name, before anything runs.
+    manifest["harness"]["pi_version"] = "1.5.0"
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    again = piexp("reproduce", str(run_dir), timeout=300)
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert "pi 1.5.0" in again.stderr and "this piexp has 1.6.0" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_an_unknown_harness_is_refused_before_anything_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    done = piexp("mode=check", "harness=codex", f"hydra.run.dir={run_dir}", timeout=120)
+    assert done.returncode == 2
+    assert "harness" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()
+
+
+def test_pi_not_installed_names_make_setup_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    done = piexp("mode=check", "harness=pi", f"hydra.run.dir={run_dir}",
+                 env={"PIEXP_CACHE_DIR": str(tmp_path / "empty-cache")}, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "make setup" in done.stderr and "not installed" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()
+
+
+def test_another_pi_version_is_refused_by_name(tmp_path):
+    run_dir = tmp_path / "run"
+    done = piexp("mode=check", "harness=pi", "harness.options.version=1.7.0", f"hydra.run.dir={run_dir}", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Pi 1.7.0" in done.stderr and "pins Pi 1.6.0" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()
+
+
+@requires_pi
+def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin(tmp_path):
+    """oracle 1.000 and wrong 0.000 through Pi, and `compare` of a builtin and a Pi eval
+    of the oracle on the same tasks (three eval runs and a comparison, 40 s on this
+    2-core machine idle, up to 57 s while other suites run: each run starts its own sandbox server)."""
+    common = ["mode=eval", "family=arith", "lang=python,javascript", "tasks.eval_per_family=2", "mode.preflight=false"]
+    runs = {}
+    for harness, policy in (("pi", "oracle"), ("pi", "wrong"), ("builtin", "oracle")):
+        run_dir = runs[harness, policy] = tmp_path / f"{harness}-{policy}"
+        done = piexp(*common, f"harness={harness}", f"policy={policy}", f"hydra.run.dir={run_dir}")
+        assert done.returncode == 0, done.stderr[-3000:]
+    pi_oracle = json.loads((runs["pi", "oracle"] / "results.json").read_text())
+    pi_wrong = json.loads((runs["pi", "wrong"] / "results.json").read_text())
+    assert pi_oracle["overall"]["pass@1"] == 1.0 and pi_oracle["overall"]["episodes"] == 4
+    assert pi_wrong["overall"]["pass@1"] == 0.0 and pi_wrong["overall"]["reward_shaped"] > 0
+    builtin = json.loads((runs["builtin", "oracle"] / "results.json").read_text())
+    assert pi_oracle["overall"]["metrics"] == builtin["overall"]["metrics"]
+    compared = piexp(
+        "compare", str(runs["builtin", "oracle"]), str(runs["pi", "oracle"]), "--out", str(tmp_path / "cmp")
+    )
+    assert compared.returncode == 0, compared.stderr
+    assert "| overall | 4 | pi-oracle | 1.000 |" in compared.stdout
+
+
+def test_training_in_pi_is_refused_not_swapped_for_builtin(tmp_path):
+    """Until Pi's episodes become the RL loop's trajectories, mode=train harness=pi stops
+    with the way out named, instead of training in the reference environment."""
+    run_dir = tmp_path / "run"
+    done = piexp("harness=pi", "service=local", "model=tiny-local", "mode.max_steps=2", f"hydra.run.dir={run_dir}",
+                 timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "mode=train cannot train in harness=pi" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists()

@@ -103,7 +103,10 @@ def main(argv: Sequence[str]) -> int:
     from piexp.config.compose import load, saved_run_config, validate_saved
     from piexp.transcripts.runs import load_run
 
+    from piexp.launch.rescore import refuse_other_harness
+
     config = validate_saved(saved_run_config(run), run)
+    refuse_other_harness(config, "replay")
     if overrides:
         config = config.model_copy(update={"reward": load([*saved_overrides(run), *overrides]).reward})
     view = load_run(run)

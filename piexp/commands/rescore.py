@@ -86,6 +86,7 @@ def main(argv: Sequence[str]) -> int:
     from piexp.launch.rescore import (
         plot_settings,
         refuse_cut,
+        refuse_other_harness,
         rescore_markdown,
         rescored_reward,
         reproduction_check,
@@ -95,6 +96,7 @@ def main(argv: Sequence[str]) -> int:
 
     combinations = _settings(args.overrides)  # refused before anything is read or written
     config = validate_saved(saved_run_config(run), run)
+    refuse_other_harness(config, "rescore")
     source = args.source or default_source(config.mode.name)
     transcripts = _transcripts(run, source)
     for transcript in transcripts:

@@ -43,6 +43,18 @@ def recorded_history(transcript: dict[str, Any]) -> list[Message]:
     return history
 
 
+def refuse_other_harness(config: RunConfig, command: str) -> None:
+    """Rescore and replay read an episode's tool results as the reference environment
+    answers them (JSON of the builtin harness): an episode another harness played (Pi's
+    plain-text results, its general shell) would be graded wrong, so its run is refused."""
+    if config.harness.name != "builtin":
+        raise UserError(
+            f"This run's episodes were played by harness={config.harness.name}; {command} reads tool results as "
+            "the builtin harness (the reference environment) answers them, so it would grade them wrong. "
+            f"{command} takes runs of harness=builtin; rerun the episodes with `python -m piexp reproduce` instead."
+        )
+
+
 def refuse_cut(transcript: dict[str, Any]) -> None:
     """A transcript of another format version, a stub, or one whose caps cut text (a tool
     result, the final message) cannot be rescored or replayed faithfully: refuse it,

@@ -46,6 +46,12 @@ def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     shown = piexp("show", str(run_dir), "0")
     assert shown.returncode == 0, shown.stderr
     assert "Use python to complete this workspace task" in shown.stdout
+    # rescore and replay grade the builtin harness's JSON tool results: a Pi run's plain-text
+    # ones would be graded wrong, so they refuse it, in one paragraph.
+    for command in ("rescore", "replay"):
+        refused = piexp(command, str(run_dir), timeout=300)
+        assert refused.returncode == 2 and "harness=pi" in refused.stderr, refused.stderr[-2000:]
+        assert "Traceback" not in refused.stderr
     # A rerun with another Pi than the run's is refused by name, before anything runs.
     manifest["harness"]["pi_version"] = "1.5.0"
     (run_dir / "manifest.json").write_text(json.dumps(manifest))

@@ -190,8 +190,12 @@ def to_job_log(*objects: Any, **kwargs: Any) -> None:
 
 
 def say(*objects: Any, **kwargs: Any) -> None:
-    """Print to the console and into the run's job.log (a table labelled with its sweep job)."""
+    """Print to the console and into the run's job.log (a table labelled with its sweep job).
+    A line of text is never wrapped (a path cut in two cannot be copied or searched for);
+    a table keeps to the console's width."""
     objects = tuple(_labelled(item) if isinstance(item, Table) else item for item in objects)
+    if all(isinstance(item, str) for item in objects):
+        kwargs.setdefault("soft_wrap", True)
     console.print(*objects, **kwargs)
     _to_job_log(*objects, **kwargs)
 

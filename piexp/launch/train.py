@@ -118,9 +118,10 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     from tinker_cookbook.rl import train as rl_train
 
     logging.getLogger(rl_train.__name__).addFilter(_NoTrajectoryDumps())
-    # The tinker SDK marks the calls tinker-cookbook 0.5.8 makes to save checkpoints as
-    # deprecated, a FutureWarning at every save that the user can do nothing about.
-    warnings.filterwarnings("ignore", message=r"DEPRECATED: ", category=FutureWarning)
+    # The tinker SDK marks calls tinker-cookbook 0.5.8 makes (saving checkpoints, sampling
+    # through a SamplingClient's future) as deprecated: FutureWarnings, raised from the
+    # cookbook's code, at every save and step, that the user can do nothing about.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"tinker(_cookbook)?(\.|$)")
 
     from piexp.cookbook_compat import extra_step_metrics
     from piexp.env.task_sampler import TrainingControls

@@ -73,7 +73,11 @@ def test_wrong_fails_every_level(sandbox_url, tmp_path):
     level = tmp_path / "c" / "levels" / "arith" / "level-5"
     assert show([str(level), "--json"]) == 0
     assert rescore([str(level), "--out", str(tmp_path / "rescore")]) == 0
-    assert json.loads((tmp_path / "rescore" / "rescore.json").read_text())["reproduced"] == 2
+    report = json.loads((tmp_path / "rescore" / "rescore.json").read_text())
+    assert report["reproduced"] == 2
+    # One sample a task (k=1): no group to be constant, so the share is undefined, not 0%.
+    assert report["settings"][0]["constant_groups"] is None
+    assert "n/a (no groups of two or more samples)" in (tmp_path / "rescore" / "rescore.md").read_text()
     assert replay([str(level), "--out", str(tmp_path / "replay")]) == 0
 
 

@@ -166,7 +166,11 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
 
     for config in configs:
         # harness=pi before `make setup`, an unknown _target_, training where it cannot
-        refuse_unusable_harness(config.harness, training=config.mode.name == "train")
+        refuse_unusable_harness(
+            config.harness,
+            training=config.mode.name == "train",
+            concurrency=getattr(config.mode, "max_concurrency", None),
+        )
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()

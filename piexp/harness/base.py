@@ -44,6 +44,12 @@ class Harness(ABC):
         """Raise a `UserError` naming the fix when this harness cannot run here (not
         installed, bad options). Called when a run starts, before its folder is written."""
 
+    @classmethod
+    def refuse_concurrency(cls, settings: HarnessSettings, concurrency: int) -> None:
+        """Raise a `UserError` when `concurrency` episodes at once would exhaust this
+        machine (a harness whose episodes are processes of their own says how much each
+        holds); called with the run's `mode.max_concurrency` before its folder is written."""
+
     def manifest(self) -> dict[str, Any]:
         """What the run's manifest records of the harness (versions, config); `reproduce`
         refuses a rerun whose harness records other values."""
@@ -99,11 +105,16 @@ def make_harness(settings: HarnessSettings) -> Harness:
     return cls(settings)
 
 
-def refuse_unusable_harness(settings: HarnessSettings, *, training: bool = False) -> None:
+def refuse_unusable_harness(
+    settings: HarnessSettings, *, training: bool = False, concurrency: int | None = None
+) -> None:
     """`make_harness`'s checks alone, for a job before its folder is claimed; `training`:
-    the run trains (mode=train), which only a harness that `trains` can."""
+    the run trains (mode=train), which only a harness that `trains` can; `concurrency`:
+    the episodes the run plays at once, which must fit the machine."""
     cls = harness_class(settings)
     cls.refuse_unusable(settings)
+    if concurrency is not None:
+        cls.refuse_concurrency(settings, concurrency)
     if training and not cls.trains:
         raise UserError(
             f"mode=train cannot train in harness={settings.name} yet: its episodes are not turned into the RL "

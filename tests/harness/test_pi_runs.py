@@ -68,6 +68,17 @@ def test_an_unknown_harness_is_refused_before_anything_is_written(tmp_path):
     assert not run_dir.exists()
 
 
+@requires_pi
+def test_a_concurrency_that_would_exhaust_memory_is_refused_before_anything_is_written(tmp_path):
+    """A Pi episode holds about 110 MB: 100,000 at once would need terabytes."""
+    run_dir = tmp_path / "run"
+    done = piexp("mode=eval", "harness=pi", "policy=oracle", "family=arith", "mode.max_concurrency=100000",
+                 f"hydra.run.dir={run_dir}", timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "would hold about" in done.stderr and "Set mode.max_concurrency=" in done.stderr
+    assert "Traceback" not in done.stderr and not run_dir.exists()
+
+
 def test_pi_not_installed_names_make_setup_and_writes_nothing(tmp_path):
     run_dir = tmp_path / "run"
     done = piexp("mode=check", "harness=pi", f"hydra.run.dir={run_dir}",

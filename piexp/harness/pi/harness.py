@@ -62,6 +62,25 @@ class PiOptions(BaseModel):
     output_cap_mb: PositiveInt = Field(default=32, description="Pi's JSON events kept per episode")
 
 
+# What one Pi episode holds while it runs: node with Pi loaded, its tools' children
+# (bench/harness.py: about 106 MB at concurrency 1-8, 2026-12-04, the 2-core machine),
+# rounded up; and the share of the machine's available memory a run's episodes may take.
+PI_EPISODE_MB = 128
+MEMORY_SHARE = 0.8
+
+
+def available_memory_mb() -> float | None:
+    """MemAvailable of /proc/meminfo in MB (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class PiHarness(Harness):
     name = "pi"
 
@@ -93,6 +112,21 @@ class PiHarness(Harness):
                 f"harness=pi needs Pi {options.version} with node {options.node_version}, which is not installed "
                 f"in {install_dir(options.version)}. Run `make setup` (or `python -m piexp.harness.pi install`): it "
                 "installs them from the npm registry with the committed lockfile; runs never install anything."
+            )
+
+    @classmethod
+    def refuse_concurrency(cls, settings: HarnessSettings, concurrency: int) -> None:
+        available = available_memory_mb()
+        if available is None:
+            return
+        needed = concurrency * PI_EPISODE_MB
+        if needed > MEMORY_SHARE * available:
+            fits = max(1, int(MEMORY_SHARE * available // PI_EPISODE_MB))
+            raise UserError(
+                f"harness=pi with mode.max_concurrency={concurrency} would hold about {needed / 1024:.1f} GB at once "
+                f"(a Pi episode holds about {PI_EPISODE_MB} MB, bench/harness.py), more than "
+                f"{MEMORY_SHARE:.0%} of the {available / 1024:.1f} GB this machine has available: its episodes would "
+                f"be killed for memory. Set mode.max_concurrency={fits} or less."
             )
 
     def manifest(self) -> dict[str, Any]:

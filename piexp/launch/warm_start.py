@@ -25,6 +25,7 @@ from typing import Any
 
 from piexp.config.schema import RunConfig
 from piexp.console import ProgressReport, say
+from piexp.errors import UserError
 from piexp.run_records import (
     TRAIN_ROLLOUTS_SPLIT,
     control_rows,
@@ -92,7 +93,44 @@ async def oracle_trajectories(config: RunConfig, sandbox_url: str) -> tuple[list
     from piexp.pretrain.data import scripted_trajectories
 
     tasks = list(build_splits(config).train)[: config.warm_start.tasks]
+    if config.harness.name != "builtin":
+        return await harness_trajectories(config, sandbox_url, tasks)
     return await scripted_trajectories(config, sandbox_url, tasks, [config.warm_start.policy] * len(tasks))
+
+
+async def harness_trajectories(config: RunConfig, sandbox_url: str, tasks: list[Any]) -> tuple[list[Any], list[float]]:
+    """The warm start's episodes played in the run's harness (Pi): the model imitates the
+    policy in the prompt, tools and results it trains in, not the reference environment's."""
+    import asyncio
+
+    from piexp.env.dataset import episode_settings
+    from piexp.env.episode import get_run_renderer
+    from piexp.env.splits import build_splits
+    from piexp.harness.base import run_harness
+    from piexp.harness.pi.env import scripted_trajectory
+    from piexp.harness.pi.harness import PiHarness
+    from piexp.policies import make_policy
+    from piexp.policies.scripted import ScriptedPolicy
+
+    harness = run_harness(config.harness)
+    if not isinstance(harness, PiHarness):
+        raise UserError(
+            f"warm_start.sft_steps needs scripted episodes played in harness={config.harness.name}, which it cannot "
+            "play as imitation data; set warm_start.sft_steps=0 for it."
+        )
+    settings = episode_settings(config, sandbox_url)
+    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+    splits = build_splits(config)
+    policy = make_policy(config.warm_start.policy, renderer, [*splits.train, *splits.eval, *tasks])
+    assert isinstance(policy, ScriptedPolicy)
+    languages = config.train_languages
+    played = await asyncio.gather(
+        *(
+            scripted_trajectory(harness, policy, task, languages[index % len(languages)], settings, renderer)
+            for index, task in enumerate(tasks)
+        )
+    )
+    return [trajectory for trajectory, _ in played], [reward for _, reward in played]
 
 
 async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str | None:
@@ -119,7 +157,7 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
     service_client = tinker.ServiceClient(base_url=config.service.base_url)
     user_metadata: dict[str, str] = {}
     checkpoint_utils.add_renderer_name_to_user_metadata(user_metadata, config.model.renderer)
-    training_client = await service_client.create_lora_training_client_async(
+    training_client = await service_client.create_lora_training_client(
         config.model.name, rank=config.model.lora_rank, user_metadata=user_metadata
     )
     learning_rate = settings.learning_rate or config.model.learning_rate
@@ -130,7 +168,7 @@ async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str 
         for step in range(settings.sft_steps):
             steps.append(await _sft_step(training_client, datums, learning_rate, step, tokens))
             progress.advance(note=f"nll {steps[-1]['nll']:.4f}")
-    saved = await (await training_client.save_state_async("warm_start")).result_async()
+    saved = await training_client.save_state("warm_start")
     record = {
         "state_path": saved.path,
         "sft_steps": settings.sft_steps,

@@ -16,7 +16,7 @@ from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilde
 
 from piexp.config.schema import RunConfig, TrainMode
 from piexp.env.adaptive_difficulty import AdaptiveDifficultyDataset
-from piexp.env.episode import EpisodeSettings, WorkspaceGroupBuilder
+from piexp.env.episode import EpisodeEnvFactory, EpisodeSettings, WorkspaceGroupBuilder, reference_env
 from piexp.env.family_schedule import FamilySchedule
 from piexp.env.group_outcomes import OUTCOMES_FILE, OutcomeLog
 from piexp.env.group_wrappers import Stage
@@ -35,11 +35,18 @@ def group_builders(
     group_size: int,
     *,
     evaluation: bool,
+    episode_env: EpisodeEnvFactory = reference_env,
 ) -> list[WorkspaceGroupBuilder]:
-    """One group per (task, language), languages in schedule order within each task."""
+    """One group per (task, language), languages in schedule order within each task, each
+    episode built by `episode_env`."""
     return [
         WorkspaceGroupBuilder(
-            task=task, language=language, settings=settings, group_size=group_size, evaluation=evaluation
+            task=task,
+            language=language,
+            settings=settings,
+            group_size=group_size,
+            evaluation=evaluation,
+            episode_env=episode_env,
         )
         for task in tasks
         for language in languages
@@ -140,6 +147,11 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         names its run folder)."""
         return None
 
+    def episode_env(self, config: RunConfig) -> EpisodeEnvFactory:
+        """What plays each episode (the reference environment here; a training run's
+        builder gives its harness's `training_env`)."""
+        return reference_env
+
     def transcript_stage(self) -> Stage | None:
         """The stage that records the train episodes (none here; a training run's builder,
         piexp.launch.train_transcripts, gives one)."""
@@ -153,7 +165,8 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
         assert config.mode.name == "train", "the dataset builder serves training runs"
         folder = self.run_folder()
         log = OutcomeLog(folder / OUTCOMES_FILE if folder is not None else None)
-        sampling, sampler = train_sampling(config, splits, settings, log)
+        episode_env = self.episode_env(config)
+        sampling, sampler = train_sampling(config, splits, settings, log, episode_env)
         if folder is not None:  # the step metrics of metrics.jsonl come from here
             TrainingControls.register(str(folder), TrainingControls(log, sampler=sampler))
         train_dataset = training_chain(
@@ -165,12 +178,18 @@ class WorkspaceDatasetBuilder(RLDatasetBuilder):
             record_outcomes=folder is not None or sampler is not None,  # someone reads the records
             transcripts=self.transcript_stage(),
         )
-        evaluation = group_builders(splits.eval, config.eval_languages, settings, 1, evaluation=True)
+        evaluation = group_builders(
+            splits.eval, config.eval_languages, settings, 1, evaluation=True, episode_env=episode_env
+        )
         return train_dataset, RepeatingDataset(evaluation, len(evaluation), None)
 
 
 def train_sampling(
-    config: RunConfig, splits: RunSplits, settings: EpisodeSettings, log: OutcomeLog
+    config: RunConfig,
+    splits: RunSplits,
+    settings: EpisodeSettings,
+    log: OutcomeLog,
+    episode_env: EpisodeEnvFactory = reference_env,
 ) -> tuple[RLDataset, OutcomeDrivenDataset | None]:
     """The train dataset the run's `tasks` options choose, and the outcome-driven sampler
     among them (difficulty pools or adaptive difficulty), if any."""
@@ -178,7 +197,9 @@ def train_sampling(
     mode, tasks = config.mode, config.tasks
 
     def groups_of(of: Sequence[Task]) -> list[WorkspaceGroupBuilder]:
-        return group_builders(of, config.train_languages, settings, mode.group_size, evaluation=False)
+        return group_builders(
+            of, config.train_languages, settings, mode.group_size, evaluation=False, episode_env=episode_env
+        )
 
     train = groups_of(splits.train)
     if tasks.pools.enabled:  # groups drawn from easy / normal / hard pools by weight

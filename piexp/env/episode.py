@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import tinker
 from tinker_cookbook import model_info, renderers, tokenizer_utils
@@ -186,26 +186,41 @@ def build_workspace_env(
     return adopted
 
 
+class EpisodeEnvFactory(Protocol):
+    """Builds one episode's `Env`: `build_workspace_env` (the reference environment), or
+    a harness's `training_env` (piexp.harness.base.Harness), which the training run's
+    dataset builder passes in from the layer above."""
+
+    def __call__(
+        self, task: Task, language: str, settings: EpisodeSettings, renderer: renderers.Renderer, *, evaluation: bool
+    ) -> Env: ...
+
+
+def reference_env(
+    task: Task, language: str, settings: EpisodeSettings, renderer: renderers.Renderer, *, evaluation: bool
+) -> Env:
+    """The reference environment's episode (`build_workspace_env`) as an `EpisodeEnvFactory`."""
+    return build_workspace_env(
+        task=task, language=language, settings=settings, renderer=renderer, evaluation=evaluation
+    )
+
+
 @dataclass(frozen=True)
 class WorkspaceGroupBuilder(EnvGroupBuilder):
-    """`group_size` episodes of one (task, language); evaluation groups grade binary."""
+    """`group_size` episodes of one (task, language); evaluation groups grade binary.
+    `episode_env` builds each episode (the reference environment unless a harness's)."""
 
     task: Task
     language: str
     settings: EpisodeSettings
     group_size: int
     evaluation: bool = False
+    episode_env: EpisodeEnvFactory = reference_env
 
     async def make_envs(self) -> Sequence[Env]:
         renderer = get_run_renderer(self.settings.resolved_renderer_name(), self.settings.model_name)
         return [
-            build_workspace_env(
-                task=self.task,
-                language=self.language,
-                settings=self.settings,
-                renderer=renderer,
-                evaluation=self.evaluation,
-            )
+            self.episode_env(self.task, self.language, self.settings, renderer, evaluation=self.evaluation)
             for _ in range(self.group_size)
         ]
 

@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from tinker_cookbook.completers import TokenCompleter
+from tinker_cookbook.renderers import Renderer
+from tinker_cookbook.rl.types import Env
 
 from piexp.config.schema import HarnessSettings
 from piexp.env.episode import EpisodeSettings
@@ -69,6 +71,15 @@ class Harness(ABC):
     ) -> EpisodeRecord:
         """One evaluation episode; never raises for a failed episode (its record says)."""
 
+    def training_env(
+        self, task: Task, language: str, settings: EpisodeSettings, renderer: Renderer, *, evaluation: bool
+    ) -> Env:
+        """One episode as a tinker-cookbook `Env` the RL loop steps (its observations the
+        tokens the model is sampled on, its actions the tokens it sampled, its last step
+        the episode's reward): what `mode=train` trains on, and the eval split it
+        evaluates during training. A harness that `trains` implements it."""
+        raise NotImplementedError(f"harness {self.name} does not train")
+
     async def aclose(self) -> None:
         """Stop what the harness started for the run."""
 
@@ -105,6 +116,25 @@ def make_harness(settings: HarnessSettings) -> Harness:
     return cls(settings)
 
 
+_run_harnesses: dict[str, Harness] = {}  # a training run's harness, by its settings
+
+
+def run_harness(settings: HarnessSettings) -> Harness:
+    """The harness a training run's episodes are played by: one per process and
+    settings (its sandbox shared by every episode), until `close_run_harnesses`."""
+    key = settings.model_dump_json(by_alias=True)
+    if key not in _run_harnesses:
+        _run_harnesses[key] = make_harness(settings)
+    return _run_harnesses[key]
+
+
+async def close_run_harnesses() -> None:
+    """Stop what the training run's harnesses started (called when the run ends)."""
+    while _run_harnesses:
+        _key, harness = _run_harnesses.popitem()
+        await harness.aclose()
+
+
 def refuse_unusable_harness(
     settings: HarnessSettings, *, training: bool = False, concurrency: int | None = None
 ) -> None:
@@ -117,9 +147,10 @@ def refuse_unusable_harness(
         cls.refuse_concurrency(settings, concurrency)
     if training and not cls.trains:
         raise UserError(
-            f"mode=train cannot train in harness={settings.name} yet: its episodes are not turned into the RL "
-            "loop's trajectories. Train with harness=builtin, and evaluate in "
-            f"harness={settings.name} (mode=eval harness={settings.name} checkpoint=RUN_FOLDER)."
+            f"mode=train cannot train in harness={settings.name}: its class ({settings.target}) does not train (its "
+            "`trains` is False; a harness trains by implementing `training_env`, docs/harness.md). Train in a "
+            f"harness that does (harness=pi or harness=builtin), and evaluate in harness={settings.name} "
+            f"(mode=eval harness={settings.name} checkpoint=RUN_FOLDER)."
         )
 
 

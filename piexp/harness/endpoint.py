@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
@@ -27,6 +27,25 @@ from aiohttp import web
 Responder = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 _MAX_REQUEST_BYTES = 64 << 20  # a whole re-sent history; far above any episode's
+
+
+@runtime_checkable
+class PlaysThroughEndpoint(Protocol):
+    """A harness whose episodes ask an endpoint `Responder` for every model turn (Pi's):
+    `play_responder` plays one episode with its requests answered by `responder` and
+    returns its record (`piexp.policies.rollout.EpisodeRecord`)."""
+
+    async def play_responder(
+        self,
+        responder: Responder,
+        policy_name: str,
+        task: Any,
+        language: str,
+        settings: Any,
+        *,
+        sample: int = 0,
+        record_transcript: bool = True,
+    ) -> Any: ...
 
 
 class LimitReached(Exception):

@@ -124,6 +124,7 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"tinker(_cookbook)?(\.|$)")
 
     from piexp.cookbook_compat import extra_step_metrics
+    from piexp.harness.base import close_run_harnesses
     from piexp.env.task_sampler import TrainingControls
     from piexp.launch.rl_record import write_rl_record
     from piexp.launch.train_transcripts import TrainRecorder
@@ -155,6 +156,7 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
                 f"{RunFiles.VIEWER} and the checkpoints ({RunFiles.CHECKPOINTS})"
             )
         finally:
+            await close_run_harnesses()
             await close_sandbox_clients()
             TrainRecorder.close(str(run_dir / TRAIN_TRANSCRIPTS))
             TrainingControls.forget(str(run_dir))

@@ -11,12 +11,17 @@ and recorded anew."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import chz
+
+from piexp.config.schema import RunConfig
+from piexp.env.episode import EpisodeEnvFactory
+from piexp.harness.base import run_harness
 
 from piexp.env.dataset import WorkspaceDatasetBuilder
 from piexp.env.group_wrappers import GradedGroup, Stage
@@ -87,9 +92,15 @@ class TranscriptRecord(Stage):
         transcripts = []
         _steps, totals = group.step_and_totals()
         for sample, (trajectory, env, total) in enumerate(zip(group.trajectories, group.envs, totals, strict=True)):
-            record = EpisodeRecord.of(TRAIN_POLICY, task, language, sample)
-            fill_record(record, trajectory, total, env, task, workspace.settings)
+            played = getattr(env, "played", None)
+            if isinstance(played, EpisodeRecord):
+                # A harness's episode (Pi) carries its own record, graded from its trace.
+                record = dataclasses.replace(played, sample=sample)
+            else:
+                record = EpisodeRecord.of(TRAIN_POLICY, task, language, sample)
+                fill_record(record, trajectory, total, env, task, workspace.settings)
             assert record.transcript is not None
+            record.transcript["sample"] = sample
             transcripts.append(
                 {**record.transcript, "iteration": group.step, "group": group.group, "trained_reward": total}
             )
@@ -111,3 +122,8 @@ class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
 
     def transcript_stage(self) -> Stage | None:
         return TranscriptRecord(str(Path(self.run_dir) / TRAIN_TRANSCRIPTS))
+
+    def episode_env(self, config: RunConfig) -> EpisodeEnvFactory:
+        if config.harness.name == "builtin":
+            return super().episode_env(config)
+        return run_harness(config.harness).training_env

@@ -108,12 +108,12 @@ async def harness_trajectories(config: RunConfig, sandbox_url: str, tasks: list[
     from piexp.env.splits import build_splits
     from piexp.harness.base import run_harness
     from piexp.harness.pi.env import scripted_trajectory
-    from piexp.harness.pi.harness import PiHarness
+    from piexp.harness.endpoint import PlaysThroughEndpoint
     from piexp.policies import make_policy
     from piexp.policies.scripted import ScriptedPolicy
 
     harness = run_harness(config.harness)
-    if not isinstance(harness, PiHarness):
+    if not isinstance(harness, PlaysThroughEndpoint):
         raise UserError(
             f"warm_start.sft_steps needs scripted episodes played in harness={config.harness.name}, which it cannot "
             "play as imitation data; set warm_start.sft_steps=0 for it."

@@ -9,10 +9,9 @@ import gzip
 import json
 
 import pytest
-from tinker_cookbook.renderers.base import Message, ToolCall
 
 from piexp.env.episode import get_run_renderer
-from piexp.harness.pi.model import SampledCall, conversation, sequence_splits
+from piexp.harness.pi.model import SampledCall, assistant_message, render_request, sequence_splits
 from piexp.harness.pi.scripted import ScriptedResponder
 from piexp.policies import make_policy
 from piexp.policies.scripted import render_assistant_tokens
@@ -71,18 +70,9 @@ def test_pi_s_resent_history_re_renders_to_the_tokens_sampled(tasks, renderer_na
         calls: list[SampledCall] = []
 
         async def respond(body):
-            system, messages, tools = conversation(body)
-            prefix = renderer.create_conversation_prefix_with_tools(tools, system_prompt=system)
-            prompt = renderer.build_generation_prompt([*prefix, *messages]).to_ints()
+            prompt = render_request(renderer, body).to_ints()
             answer = await inner(body)
-            message = Message(role="assistant", content=answer.get("content") or "")
-            if answer.get("tool_calls"):
-                message["tool_calls"] = [
-                    ToolCall(function=ToolCall.FunctionBody(name=c["function"]["name"],
-                                                            arguments=c["function"]["arguments"]), id=c["id"])
-                    for c in answer["tool_calls"]
-                ]  # fmt: skip
-            sampled = render_assistant_tokens(renderer, message, renderer.get_stop_sequences())
+            sampled = render_assistant_tokens(renderer, assistant_message(answer), renderer.get_stop_sequences())
             calls.append(SampledCall(prompt, sampled, None, "stop"))
             return answer
 

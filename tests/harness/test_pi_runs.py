@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from piexp.harness.pi.harness import PiHarness
 from tests.harness.conftest import requires_pi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +85,8 @@ def test_pi_not_installed_names_make_setup_and_writes_nothing(tmp_path):
     done = piexp("mode=check", "harness=pi", f"hydra.run.dir={run_dir}",
                  env={"PIEXP_CACHE_DIR": str(tmp_path / "empty-cache")}, timeout=120)  # fmt: skip
     assert done.returncode == 2, done.stderr
-    assert "make setup" in done.stderr and "not installed" in done.stderr and "Traceback" not in done.stderr
+    said = " ".join(done.stderr.split())  # the paragraph is wrapped to the terminal's width
+    assert "make setup" in said and "not installed" in said and "Traceback" not in said
     assert not run_dir.exists()
 
 
@@ -120,12 +122,18 @@ def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin
     assert "| overall | 4 | pi-oracle | 1.000 |" in compared.stdout
 
 
-def test_training_in_pi_is_refused_not_swapped_for_builtin(tmp_path):
-    """Until Pi's episodes become the RL loop's trajectories, mode=train harness=pi stops
-    with the way out named, instead of training in the reference environment."""
+class EvalOnlyHarness(PiHarness):
+    """A user's harness that plays episodes but does not train (`trains` False)."""
+
+    trains = False
+
+
+def test_training_in_a_harness_that_does_not_train_is_refused_not_swapped_for_builtin(tmp_path):
+    """mode=train in a harness whose class does not train stops with the way out named
+    before anything is written, instead of training in the reference environment."""
     run_dir = tmp_path / "run"
-    done = piexp("harness=pi", "service=local", "model=tiny-local", "mode.max_steps=2", f"hydra.run.dir={run_dir}",
-                 timeout=120)  # fmt: skip
+    done = piexp("harness=pi", "harness._target_=tests.harness.test_pi_runs.EvalOnlyHarness", "service=local",
+                 "model=tiny-local", "mode.max_steps=2", f"hydra.run.dir={run_dir}", timeout=120)  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     assert "mode=train cannot train in harness=pi" in done.stderr and "Traceback" not in done.stderr
     assert not run_dir.exists()

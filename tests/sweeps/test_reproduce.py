@@ -85,7 +85,10 @@ def test_changed_generator_is_detected(source_run: Path, monkeypatch: pytest.Mon
     target = BUILTIN_TARGETS["arith"]
     edited = dataclasses.replace(family, generate=changed, references_dir=family.refs_dir)
     monkeypatch.setitem(registry._imported, target, edited)
-    with pytest.raises(UserError, match=r"Family 'arith' changed since the run.*arith\.py\) is gone; its code .*test_reproduce\.py is new"):
+    with pytest.raises(
+        UserError,
+        match=r"Family 'arith' changed since the run.*arith\.py\) is gone; its code .*test_reproduce\.py is new",
+    ):
         verify(source_run)
     manifest = read_json(source_run / "manifest.json")
     manifest.pop("family_origins")  # a run recorded before family origins were kept

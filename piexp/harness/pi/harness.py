@@ -27,6 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 from tinker_cookbook.completers import TokenCompleter
+from tinker_cookbook.renderers import Renderer
+from tinker_cookbook.rl.types import Env
 
 from piexp.config.schema import HarnessSettings
 from piexp.env.episode import EpisodeSettings
@@ -83,6 +85,7 @@ def available_memory_mb() -> float | None:
 
 class PiHarness(Harness):
     name = "pi"
+    trains = True
 
     def __init__(self, settings: HarnessSettings) -> None:
         super().__init__(settings)
@@ -92,6 +95,13 @@ class PiHarness(Harness):
         self.install: PiInstall = found
         self._sandbox: PiSandbox | None = None
         self._sandbox_lock = asyncio.Lock()
+        # Episodes at once, at most as many as the machine's memory holds: a training
+        # batch starts all its episodes together (groups x group size), the eval split
+        # too; the rest wait for a slot.
+        available = available_memory_mb()
+        self._slots = asyncio.Semaphore(
+            max(1, int(MEMORY_SHARE * available // PI_EPISODE_MB)) if available is not None else 64
+        )
 
     @classmethod
     def refuse_unusable(cls, settings: HarnessSettings) -> None:
@@ -158,6 +168,13 @@ class PiHarness(Harness):
             sandbox, self._sandbox = self._sandbox, None
             await sandbox.aclose()
 
+    def training_env(
+        self, task: Task, language: str, settings: EpisodeSettings, renderer: Renderer, *, evaluation: bool
+    ) -> Env:
+        from piexp.harness.pi.env import PiEpisodeEnv
+
+        return PiEpisodeEnv(self, task, language, settings, renderer, evaluation=evaluation)
+
     def responder(self, policy: TokenCompleter, settings: EpisodeSettings) -> Responder:
         """The endpoint's answerer for `policy` in one episode: a scripted policy reads
         Pi's requests directly; any other token completer (the `model` policy) samples
@@ -215,15 +232,16 @@ class PiHarness(Harness):
         )
         try:
             await endpoint.start()
-            run = await sandbox.run(
-                pi_argv(self.install, MODEL_ID, prompt),
-                dict(task.files),
-                {"models.json": dump_models_json(MODEL_ID)},
-                dirs,
-                memory_mb=self.options.memory_mb,
-                max_processes=self.options.max_processes,
-                wall_time_s=self.options.wall_time_s,
-            )
+            async with self._slots:
+                run = await sandbox.run(
+                    pi_argv(self.install, MODEL_ID, prompt),
+                    dict(task.files),
+                    {"models.json": dump_models_json(MODEL_ID)},
+                    dirs,
+                    memory_mb=self.options.memory_mb,
+                    max_processes=self.options.max_processes,
+                    wall_time_s=self.options.wall_time_s,
+                )
         finally:
             await endpoint.close()
             sandbox.release_dirs(dirs)

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import tinker
 from tinker_cookbook import renderers
 from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.renderers.base import Message, ToolCall, ToolSpec
@@ -94,6 +95,52 @@ def sequence_splits(calls: list[SampledCall]) -> int:
     return splits
 
 
+def render_request(renderer: renderers.Renderer, body: dict[str, Any]) -> tinker.ModelInput:
+    """The tokens the model sees for one of Pi's chat requests: its system prompt with its
+    tools, then the history, as the run's renderer writes them, ready for a reply."""
+    system, messages, tools = conversation(body)
+    prefix = renderer.create_conversation_prefix_with_tools(tools, system_prompt=system) if tools else []
+    if not tools and system:
+        prefix = [Message(role="system", content=system)]
+    return renderer.build_generation_prompt([*prefix, *messages])
+
+
+def answer_message(renderer: renderers.Renderer, tokens: list[int], call_index: int) -> dict[str, Any]:
+    """The OpenAI-style assistant message Pi gets for sampled `tokens`: their text and
+    tool calls as the renderer parses them (a call without an id is given one)."""
+    message, _termination = renderer.parse_response(list(tokens))
+    answer: dict[str, Any] = {"content": renderers.get_text_content(message) or None}
+    calls = message.get("tool_calls") or []
+    if calls:
+        answer["tool_calls"] = [
+            {
+                "id": call.id or f"call_{call_index}_{index}",
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": _json_object(call.function.arguments)},
+            }
+            for index, call in enumerate(calls)
+        ]
+    return answer
+
+
+def assistant_message(answer: dict[str, Any]) -> Message:
+    """An OpenAI-style assistant message (an endpoint's answer) as the renderer's `Message`."""
+    message = Message(role="assistant", content=_text(answer.get("content")))
+    calls = [
+        ToolCall(
+            function=ToolCall.FunctionBody(
+                name=str((call.get("function") or {}).get("name")),
+                arguments=str((call.get("function") or {}).get("arguments") or "{}"),
+            ),
+            id=call.get("id"),
+        )
+        for call in answer.get("tool_calls") or []
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
 @dataclass
 class ModelResponder:
     """An endpoint `Responder` sampling the run's model; `calls` records each call."""
@@ -104,11 +151,7 @@ class ModelResponder:
     calls: list[SampledCall] = field(default_factory=list)
 
     async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
-        system, messages, tools = conversation(body)
-        prefix = self.renderer.create_conversation_prefix_with_tools(tools, system_prompt=system) if tools else []
-        if not tools and system:
-            prefix = [Message(role="system", content=system)]
-        model_input = self.renderer.build_generation_prompt([*prefix, *messages])
+        model_input = render_request(self.renderer, body)
         stop = self.renderer.get_stop_sequences()
         sampled = await self.policy(model_input, stop, max_tokens=self.max_tokens)
         self.calls.append(
@@ -119,19 +162,7 @@ class ModelResponder:
                 stop_reason=str(getattr(sampled, "stop_reason", "stop")),
             )
         )
-        message, _termination = self.renderer.parse_response(list(sampled.tokens))
-        answer: dict[str, Any] = {"content": renderers.get_text_content(message) or None}
-        calls = message.get("tool_calls") or []
-        if calls:
-            answer["tool_calls"] = [
-                {
-                    "id": call.id or f"call_{len(self.calls)}_{index}",
-                    "type": "function",
-                    "function": {"name": call.function.name, "arguments": _json_object(call.function.arguments)},
-                }
-                for index, call in enumerate(calls)
-            ]
-        return answer
+        return answer_message(self.renderer, list(sampled.tokens), len(self.calls))
 
 
 def _json_object(arguments: str) -> str:

@@ -1,0 +1,261 @@
+"""A Pi episode as a tinker-cookbook `Env`, so the RL loop trains in the real Pi.
+
+The loop drives an `Env` (observation, sample, step, ...) while Pi drives its own run
+(it sends a chat request and waits for the answer). `PiEpisodeEnv` joins the two: its
+first observation starts the episode (`PiHarness.play_responder`) and waits for Pi's
+first request; each request, rendered with the run's renderer (`render_request`), is an
+observation; each sampled action is parsed (`answer_message`) and sent back to Pi as its
+answer; when Pi ends, the last step is done, with the reward graded from what Pi did
+(`piexp.harness.pi.trace`). The episode is the same one `mode=eval harness=pi` plays,
+limits, sandbox and grading included.
+
+Token-exact: an observation is exactly the tokens the model is sampled on and an action
+exactly the tokens it sampled. Where Pi's re-sent history re-renders to other tokens than
+the previous observation plus the action, the cookbook's `trajectory_to_data` starts a new
+sequence there (it merges turns only while each observation extends the previous one), so
+no token the model did not sample is trained on; the episode's `sequence_splits` metric
+counts those places.
+
+Ends: Pi's run over (graded: reward, metrics), or a failure of piexp's own parts (Pi
+crashed, its sandbox failed: `InfrastructureFailure`, retried or masked by the rollout
+strategy as for the reference environment, or scored with
+`reward.weights.infrastructure_error` under `algo.infrastructure_errors=penalize`). A
+prompt longer than `limits.max_trajectory_tokens` is not sampled: the episode ends with
+stop reason `context_overflow` and `reward.context_overflow_reward`, as in the reference
+environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import tinker
+from tinker_cookbook import renderers
+from tinker_cookbook.completers import TokensWithLogprobs
+from tinker_cookbook.rl.types import Env, StepResult, Trajectory, Transition
+
+from piexp.env.episode import EpisodeSettings, InfrastructureFailure
+from piexp.env.reward import PASSED_METRIC, REWARD_METRICS
+from piexp.harness.endpoint import LimitReached, PlaysThroughEndpoint
+from piexp.harness.pi.model import (
+    SampledCall,
+    answer_message,
+    assistant_message,
+    render_request,
+    sequence_splits,
+)
+from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.policies.rollout import EpisodeRecord
+from piexp.policies.scripted import ScriptedPolicy, render_assistant_tokens
+from piexp.tasks import Task
+
+TRAIN_POLICY = "model"  # the policy name a sampled episode is recorded under
+CONTEXT_OVERFLOW = "context_overflow"
+
+
+class _Request:
+    """One of Pi's requests, waiting for the loop's action."""
+
+    def __init__(self, observation: tinker.ModelInput) -> None:
+        self.observation = observation
+        self.answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+
+class PiEpisodeEnv(Env):
+    """One Pi episode, stepped by the RL loop. `played` is the episode's record (with its
+    transcript and each call's tokens) once Pi has ended."""
+
+    def __init__(
+        self,
+        harness: PlaysThroughEndpoint,
+        task: Task,
+        language: str,
+        settings: EpisodeSettings,
+        renderer: renderers.Renderer,
+        *,
+        evaluation: bool,
+    ) -> None:
+        self.harness = harness
+        self.task = task
+        self.language = language
+        self.settings = settings
+        self.renderer = renderer
+        self.evaluation = evaluation
+        self.calls: list[SampledCall] = []
+        self.played: EpisodeRecord | None = None
+        self._events: asyncio.Queue[_Request | EpisodeRecord | BaseException] | None = None
+        self._pending: _Request | None = None
+        self._episode: asyncio.Task[None] | None = None
+
+    @property
+    def stop_condition(self) -> list[int] | list[str]:
+        return self.renderer.get_stop_sequences()
+
+    async def initial_observation(self) -> tuple[tinker.ModelInput, Any]:
+        self._events = asyncio.Queue()
+        self._episode = asyncio.create_task(self._play())
+        event = await self._next()
+        if not isinstance(event, _Request):
+            # Pi ended before asking the model anything: no action to train on, and no
+            # episode of the model's to score.
+            raise InfrastructureFailure(f"Pi ended before its first model call: {event.error or 'no error recorded'}")
+        return event.observation, self.stop_condition
+
+    async def step(self, action: Any, *, extra: Any = None) -> StepResult:
+        pending, self._pending = self._pending, None
+        assert pending is not None, "step() follows an observation"
+        tokens = [int(t) for t in action]
+        self.calls[-1].sampled_tokens = tokens
+        if extra is not None and getattr(extra, "stop_reason", None):
+            self.calls[-1].stop_reason = str(extra.stop_reason)
+        pending.answer.set_result(answer_message(self.renderer, tokens, len(self.calls)))
+        event = await self._next()
+        if isinstance(event, _Request):
+            return StepResult(
+                reward=0.0,
+                episode_done=False,
+                next_observation=event.observation,
+                next_stop_condition=self.stop_condition,
+            )
+        return self._final_step(event)
+
+    async def _respond(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The endpoint's responder: each request becomes the loop's next observation."""
+        assert self._events is not None
+        observation = render_request(self.renderer, body)
+        if observation.length > self.settings.limits.max_trajectory_tokens:
+            raise LimitReached(CONTEXT_OVERFLOW)
+        self.calls.append(SampledCall(observation.to_ints(), [], None, "stop"))
+        request = _Request(observation)
+        await self._events.put(request)
+        return await request.answer
+
+    async def _play(self) -> None:
+        assert self._events is not None
+        try:
+            record = await self.harness.play_responder(
+                self._respond, TRAIN_POLICY, self.task, self.language, self.settings
+            )
+        except BaseException as error:  # noqa: BLE001 - handed to the loop's step
+            await self._events.put(error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        await self._events.put(record)
+
+    async def _next(self) -> _Request | EpisodeRecord:
+        assert self._events is not None
+        try:
+            event = await self._events.get()
+        except asyncio.CancelledError:
+            # The loop left the episode (its rollout timeout): Pi is stopped now, not
+            # left waiting for an answer until its wall-time limit.
+            await asyncio.shield(self.close())
+            raise
+        if isinstance(event, BaseException):
+            raise event
+        if isinstance(event, _Request):
+            self._pending = event
+        return event
+
+    def _final_step(self, record: EpisodeRecord) -> StepResult:
+        """The last step: the episode's reward from Pi's trace, or piexp's failure raised."""
+        self._attach_tokens(record)
+        if record.stop_reason == "completed" and self.calls and self.calls[-1].stop_reason == "length":
+            # The model's last turn was cut at limits.max_generation_tokens and Pi ended
+            # on its text: the reference environment's name for that end.
+            record.stop_reason = "max_tokens"
+            if record.transcript is not None:
+                record.transcript["stop_reason"] = "max_tokens"
+        self.played = record
+        settings = self.settings
+        if record.infrastructure_failure or record.error is not None:
+            if self.evaluation or settings.infrastructure_errors != "penalize":
+                raise InfrastructureFailure(record.error or "Pi's episode failed")
+            reward = settings.reward.weights.infrastructure_error
+            metrics = {name: 0.0 for name in REWARD_METRICS} | {"infrastructure_error": 1.0}
+        elif record.stop_reason == CONTEXT_OVERFLOW:
+            reward = settings.reward.context_overflow_reward
+            metrics = dict(record.metrics)
+        else:
+            binary = self.evaluation or settings.reward.mode == "binary"
+            reward = record.reward if binary else record.shaped
+            metrics = dict(record.metrics)
+        metrics[PASSED_METRIC] = float(metrics.get("functional_correct", 0.0) == 1.0)
+        metrics["sequence_splits"] = float(sequence_splits(self.calls))
+        metrics["turns"] = float(record.turns)
+        metrics["tool_calls"] = float(record.tool_calls)
+        return StepResult(
+            reward=reward,
+            episode_done=True,
+            next_observation=tinker.ModelInput.empty(),
+            next_stop_condition=self.stop_condition,
+            metrics=metrics,
+            logs={"stop_reason": str(record.stop_reason), "harness": "pi"},
+        )
+
+    def _attach_tokens(self, record: EpisodeRecord) -> None:
+        """The calls' tokens in the transcript, as an eval's model episodes have them."""
+        sampled = [call for call in self.calls if call.sampled_tokens]
+        transcript = record.transcript
+        if transcript is None or not sampled:
+            return
+        for turn, call in zip(transcript["turns"], sampled):
+            turn.update(prompt_tokens=len(call.prompt_tokens), sampled_tokens=len(call.sampled_tokens))
+        transcript["tokens"] = {
+            "prompt_last": len(sampled[-1].prompt_tokens),
+            "sampled": sum(len(call.sampled_tokens) for call in sampled),
+            "splits": sequence_splits(sampled),
+        }
+
+    async def close(self) -> None:
+        """Stop the episode if the loop left it before Pi ended (a rollout timeout)."""
+        episode, self._episode = self._episode, None
+        if episode is not None and not episode.done():
+            if self._pending is not None and not self._pending.answer.done():
+                self._pending.answer.set_exception(LimitReached("rollout_timeout"))
+            episode.cancel()
+            try:
+                await episode
+            except BaseException:  # noqa: BLE001 - the episode is being abandoned
+                pass
+
+
+async def scripted_trajectory(
+    harness: PlaysThroughEndpoint,
+    policy: ScriptedPolicy,
+    task: Task,
+    language: str,
+    settings: EpisodeSettings,
+    renderer: renderers.Renderer,
+) -> tuple[Trajectory, float]:
+    """A scripted policy's episode through Pi as a trajectory the model could have sampled
+    (imitation data: the warm start's, when a run trains in Pi): each of Pi's requests
+    rendered as `PiEpisodeEnv` renders it, each answer as the tokens a model emits for it
+    (`render_assistant_tokens`). Returns it with its shaped reward; piexp's own failure
+    raises `InfrastructureFailure`."""
+    responder = ScriptedResponder(policy)
+    stops = renderer.get_stop_sequences()
+    transitions: list[Transition] = []
+
+    async def respond(body: dict[str, Any]) -> dict[str, Any]:
+        observation = render_request(renderer, body)
+        answer = await responder(body)
+        tokens = render_assistant_tokens(renderer, assistant_message(answer), stops)
+        transitions.append(
+            Transition(
+                ob=observation,
+                ac=TokensWithLogprobs(tokens=tokens, maybe_logprobs=[0.0] * len(tokens)),
+                reward=0.0,
+                episode_done=False,
+            )  # fmt: skip
+        )
+        return answer
+
+    record = await harness.play_responder(respond, policy.name, task, language, settings, record_transcript=False)
+    if record.infrastructure_failure or record.error is not None or not transitions:
+        raise InfrastructureFailure(record.error or "Pi made no model call")
+    transitions[-1].reward = record.shaped
+    transitions[-1].episode_done = True
+    return Trajectory(transitions=transitions, final_ob=tinker.ModelInput.empty()), record.shaped

@@ -1,7 +1,7 @@
 """The code's own checks, run with the tests so CI fails on them: the import layers
 written in pyproject.toml (`lint-imports`), that every module of piexp is in one of them
 and no import circle joins piexp's modules, the lint rules (`ruff check`), the formatter
-(`ruff format --check`) and the type checker (`mypy`), each over the whole configured
+(`ruff format --check`) and the type checker (`mypy`, over every package of piexp), each over the whole configured
 tree."""
 
 from __future__ import annotations
@@ -50,6 +50,19 @@ def test_every_top_level_module_is_in_a_layer() -> None:
     assert not modules - layered, (
         f"add to a layer of [tool.importlinter] in pyproject.toml: {sorted(modules - layered)}"
     )
+
+
+def test_every_top_level_module_is_type_checked() -> None:
+    """mypy checks only the packages pyproject.toml lists: a package left out of the list
+    is never type-checked, and nothing says so."""
+    checked = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]["packages"])
+    package = ROOT / "piexp"
+    modules = {
+        f"piexp.{path.stem if path.is_file() else path.name}"
+        for path in package.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").is_file()
+    }
+    assert not modules - checked, f"add to [tool.mypy] packages in pyproject.toml: {sorted(modules - checked)}"
 
 
 def test_no_import_circle() -> None:

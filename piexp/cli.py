@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from piexp.commands import SUBCOMMANDS
+from piexp.console import quiet_third_party_deprecations
 from piexp.errors import deliver_interrupts_quietly, exit_on_user_error
 
 
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(args: list[str]) -> int:
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    quiet_third_party_deprecations()
     if args and args[0] in SUBCOMMANDS:
         command = _subcommand(args[0])
         return exit_on_user_error(lambda: command(args[1:]))

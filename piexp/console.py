@@ -169,6 +169,17 @@ class _OutlivesItsReader:
 _surviving: dict[str, _OutlivesItsReader] = {}
 
 
+def quiet_third_party_deprecations() -> None:
+    """The tinker SDK marks calls tinker-cookbook 0.5.8 makes (saving checkpoints, sampling
+    through a SamplingClient's future) as deprecated: FutureWarnings raised from their
+    code at every save and sampling call, which the user can do nothing about. Filtered
+    by the module that raises them, so a warning from piexp's own calls still shows (and
+    fails the tests that look for it)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"tinker(_cookbook)?(\.|$)")
+
+
 def outlive_closed_streams() -> None:
     """From now on a closed stdout or stderr never stops this process (see
     `_OutlivesItsReader`): for a run, a sweep job or any command that does work. Log

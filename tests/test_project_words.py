@@ -101,3 +101,15 @@ def test_the_project_does_not_narrate_its_making() -> None:
                 continue
             found.extend(f"{relative}:{number}: {hit}" for hit in narration_in(line))
     assert not found, "say what it does and why, or what was measured (commit, date, machine):\n" + "\n".join(found)
+
+
+def test_no_file_name_narrates_the_project_s_making() -> None:
+    """A file's name is read like its text (`test_` + "rough_edges.py" would be a
+    numbered complaint list's name): underscores and hyphens read as spaces."""
+    found = [
+        f"{relative}: {hit}"
+        for path in scanned_files()
+        for relative in [path.relative_to(REPO).as_posix()]
+        for hit in narration_in(re.sub(r"[_/.-]", " ", relative))
+    ]
+    assert not found, "name the file for what it holds:\n" + "\n".join(found)

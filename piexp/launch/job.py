@@ -22,7 +22,13 @@ from omegaconf import DictConfig
 from piexp.config.compose import validate
 from piexp.config.paths import config_dir
 from piexp.config.presets import register_presets
-from piexp.console import attach_job_log, detach_job_log, outlive_closed_streams, set_job_label
+from piexp.console import (
+    attach_job_log,
+    detach_job_log,
+    outlive_closed_streams,
+    quiet_third_party_deprecations,
+    set_job_label,
+)
 from piexp.errors import UserError, deliver_interrupts_quietly, report_user_error
 from piexp.harness.base import refuse_unusable_harness
 from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
@@ -39,6 +45,7 @@ SWEEP_PROCESS_ENV = "PIEXP_SWEEP_PROCESS"
 def run_job(cfg: DictConfig) -> float | None:
     deliver_interrupts_quietly()  # a parallel sweep's worker too
     outlive_closed_streams()  # likewise: a closed console never ends a job
+    quiet_third_party_deprecations()  # likewise (a sweep's job process starts here)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     job = JobInfo.from_hydra()
     try:

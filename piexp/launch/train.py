@@ -110,7 +110,6 @@ class _NoTrajectoryDumps:
 
 def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     import logging
-    import warnings
 
     from piexp.console import ProgressReport, say
     from piexp.launch.step_lines import COOKBOOK_TABLE_LOGGER, show_steps_as_lines
@@ -118,10 +117,6 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     from tinker_cookbook.rl import train as rl_train
 
     logging.getLogger(rl_train.__name__).addFilter(_NoTrajectoryDumps())
-    # The tinker SDK marks calls tinker-cookbook 0.5.8 makes (saving checkpoints, sampling
-    # through a SamplingClient's future) as deprecated: FutureWarnings, raised from the
-    # cookbook's code, at every save and step, that the user can do nothing about.
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"tinker(_cookbook)?(\.|$)")
 
     from piexp.cookbook_compat import extra_step_metrics
     from piexp.harness.base import close_run_harnesses

@@ -105,7 +105,7 @@ def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_mo
     assert {row["batch"] for row in checkpoints} >= {1, 2}
     assert all(row["state_path"].startswith("tinker://") for row in checkpoints)
     summary = (run_dir / "summary.md").read_text()
-    assert "Warm start" in summary and "Reward" in summary
+    assert "Warm start" in summary and "RL reward per iteration" in summary
     assert _server_processes(run_dir) == []
 
     second = _train(run_dir, "mode.max_steps=3")

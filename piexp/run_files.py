@@ -36,6 +36,8 @@ class RunFiles:
     # Train.
     METRICS: Final = "metrics.jsonl"  # tinker-cookbook's per-step metrics
     CHECKPOINTS: Final = "checkpoints.jsonl"  # tinker-cookbook's checkpoint records
+    # A step's episodes as tinker-cookbook exports them (algo.rollout_json_export), by step and split.
+    COOKBOOK_ROLLOUTS: Final = "iteration_{step:06d}/{split}_rollout_summaries.jsonl"
     TRAIN_TRANSCRIPTS: Final = "train_transcripts.jsonl.gz"
     GROUP_OUTCOMES: Final = "group_outcomes.jsonl"  # every graded group's outcomes, the gate's decisions
     RL_RECORD: Final = "rl_train_config.json"
@@ -45,3 +47,31 @@ class RunFiles:
     LOOP_RECORD: Final = "loop.json"
     BASE_EVAL_DIR: Final = "eval_base"
     TRAINED_EVAL_DIR: Final = "eval_trained"
+    # The run's record as Hydra writes it beside CONFIG and OVERRIDES.
+    HYDRA_CONFIG: Final = ".hydra/hydra.yaml"
+    # Markers and servers inside a run folder.
+    COMPLETE_MARKER: Final = ".piexp/complete.json"  # the job finished (piexp.sweeps.marker)
+    LOCAL_SERVICE_DIR: Final = "local_service"  # service=local's server state and checkpoints
+    SERVER_LOG: Final = "local_service/server.log"
+    # A run folder written before the group records held the binary gate's decisions here.
+    LEGACY_BINARY_GATE: Final = "binary_gate.jsonl"
+    # A sweep's folder.
+    SWEEP_STATUS_JSON: Final = "sweep_status.json"
+    SWEEP_STATUS_MD: Final = "sweep_status.md"
+    SWEEP_STATUS_LOCK: Final = ".sweep_status.lock"
+    # What a command writes into its output folder (`--out`), or into the run it reads:
+    # compare (and the eval-train-eval loop, into its training run), rescore, replay,
+    # reproduce (into the new run), calibrate.
+    COMPARE_MD: Final = "compare.md"
+    COMPARE_JSON: Final = "compare.json"
+    COMPARE_PNG: Final = "compare.png"
+    RESCORE_MD: Final = "rescore.md"
+    RESCORE_JSON: Final = "rescore.json"
+    RESCORE_PNG: Final = "rescore.png"
+    REPLAY_MD: Final = "replay.md"
+    REPLAY_JSON: Final = "replay.json"
+    REPRODUCES: Final = "reproduces.json"
+    CALIBRATION_MD: Final = "calibration.md"
+    CALIBRATION_JSON: Final = "calibration.json"
+    CALIBRATION_PNG: Final = "calibration.png"
+    CALIBRATED_PRESET: Final = "calibrated.yaml"

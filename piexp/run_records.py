@@ -1,18 +1,53 @@
 """Reading finished or running run folders back (`piexp summarize`, `piexp show`, a
-train run's `summary.md`): which folders under a run or sweep folder are jobs, and the
-per-step metrics tinker-cookbook logs to a train run's `metrics.jsonl` (with the online
-controls' metrics piexp adds to each step, `controls/...`)."""
+train run's `summary.md`, `reproduce`, `rescore`): a run's manifest (`read_manifest`,
+refusing a folder of a newer format than this piexp reads), which folders under a run or
+sweep folder are jobs, and the per-step metrics tinker-cookbook logs to a train run's
+`metrics.jsonl` (with the online controls' metrics piexp adds to each step,
+`controls/...`)."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
-
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from piexp.errors import UserError
 from piexp.files import read_jsonl
+from piexp.run_files import FORMAT_VERSION, RunFiles
+
+
+def read_manifest(run_dir: Path, *, needed_for: str | None = None) -> dict[str, Any] | None:
+    """The run's `manifest.json`. Missing or unreadable: None, or, when `needed_for` says
+    what needs it, the user's error naming that. Of a newer format than this piexp reads
+    (`manifest_version` above `FORMAT_VERSION`): always the user's error, since its files
+    may mean something else now. A folder written before the version was recorded reads
+    as version 1."""
+    path = run_dir / RunFiles.MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        if needed_for is None:
+            return None
+        raise UserError(
+            f"{run_dir} has no {RunFiles.MANIFEST} (the run stopped before building its tasks), so {needed_for}."
+        ) from None
+    except (OSError, ValueError) as error:
+        if needed_for is None:
+            return None
+        raise UserError(f"{path} cannot be read ({error}), so {needed_for}.") from None
+    version = manifest.get("manifest_version", 1)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise UserError(
+            f"{run_dir} was written by a newer piexp (run-folder format {version}; this piexp reads up to "
+            f"{FORMAT_VERSION}; piexp {(manifest.get('packages') or {}).get('piexp', 'unknown')} wrote it). Read "
+            "it with that piexp or a newer one."
+        )
+    return manifest
+
 
 # Suffix of a folder moved aside by --replace (summaries skip such folders).
 REPLACED_MARK = ".replaced-"
@@ -36,7 +71,7 @@ TRAIN_KEYS: dict[str, tuple[str, ...]] = {
 EVAL_EPISODES_KEY = "test/env/all/total_episodes"
 # A training step's episodes as the cookbook exports them (algo.rollout_json_export):
 # one trajectory a line, with each transition's metrics and the trajectory's total reward.
-ROLLOUTS_FILE = "iteration_{step:06d}/{split}_rollout_summaries.jsonl"
+ROLLOUTS_FILE = RunFiles.COOKBOOK_ROLLOUTS
 EVAL_ROLLOUTS_SPLIT, TRAIN_ROLLOUTS_SPLIT = "eval_test", "train"
 
 
@@ -49,10 +84,10 @@ def find_job_folders(root: Path) -> list[Path]:
     # Folders moved aside by --replace are not part of what is summarised.
     folders = {
         path.parent.parent
-        for path in root.rglob(".hydra/config.yaml")
+        for path in root.rglob(RunFiles.CONFIG)
         if not any(REPLACED_MARK in part for part in path.relative_to(root).parts)
     }
-    if (root / ".hydra" / "config.yaml").is_file():
+    if (root / RunFiles.CONFIG).is_file():
         folders.add(root)
 
     def natural(path: Path) -> list[Any]:
@@ -107,7 +142,7 @@ def step_rollouts(folder: Path, split: str, step: int) -> list[dict[str, Any]]:
 
 def _rollout_steps(folder: Path, split: str) -> list[int]:
     steps = []
-    for path in Path(folder).glob(f"iteration_*/{split}_rollout_summaries.jsonl"):
+    for path in Path(folder).glob(ROLLOUTS_FILE.replace("{step:06d}", "*").format(split=split)):
         suffix = path.parent.name.removeprefix("iteration_")
         if suffix.isdigit():
             steps.append(int(suffix))

@@ -6,6 +6,7 @@ reader behind."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from piexp.run_files import RunFiles
@@ -36,3 +37,59 @@ def test_no_module_but_run_files_spells_a_run_folder_file_name() -> None:
                 if node.value in NAMES - AMBIGUOUS:
                     spelled.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
     assert not spelled, "name these through piexp.run_files.RunFiles:\n" + "\n".join(spelled)
+
+
+# A file name as a string: what a run folder's file would be spelled as.
+FILE_NAME = re.compile(r"^[\w.{}:-]*\w\.(json|jsonl|jsonl\.gz|md|png|html|yaml)$")
+# Modules that spell file names that are not a run folder's, and why.
+OTHER_FILES = {
+    "piexp/tasks/": "a task's workspace files",
+    "piexp/harness/pi/": "Pi's own files (its models.json, npm's package files)",
+    "piexp/tokenizer/": "the tokenizer's files in piexp's cache",
+    "piexp/pretrain/": "the learner-local build's files in piexp's cache",
+    "piexp/service/tiny_model.py": "the tiny-local model folder's files in piexp's cache",
+    "piexp/service/local_venv.py": "the server venv's files in piexp's cache",
+    "piexp/service/compat/": "files of the SkyRL server's own folders",
+    "piexp/config/paths.py": "conf/config.yaml, piexp's config tree",
+    "piexp/transcripts/viewer.py": "the viewer's page template, a package file",
+    "piexp/commands/summarize.py": "its plots, named from its one OUTPUT_STEM",
+}
+
+
+def test_every_run_folder_file_name_is_one_of_run_files() -> None:
+    """Outside the modules that name other files (`OTHER_FILES`), a string that is a file
+    name is a run folder's, and must be one of `RunFiles`: a new file written into a run
+    folder under a name of its own fails here."""
+    spelled = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).as_posix()
+        if path.name == "run_files.py" or any(relative.startswith(other) for other in OTHER_FILES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and FILE_NAME.match(node.value):
+                spelled.append(f"{relative}:{node.lineno}: {node.value!r}")
+    assert not spelled, "name these through piexp.run_files.RunFiles:\n" + "\n".join(spelled)
+
+
+def test_a_manifest_of_a_newer_format_is_refused_and_an_old_one_reads(tmp_path) -> None:
+    """`read_manifest` (reproduce, rescore and the base-model guard read a run's manifest
+    through it): a folder written by a newer piexp, whose files may mean something else
+    now, is one paragraph naming both formats; one written before `manifest_version` was
+    recorded reads as format 1; a missing manifest is None unless something needs it."""
+    import json
+
+    import pytest
+
+    from piexp.errors import UserError
+    from piexp.run_files import FORMAT_VERSION
+    from piexp.run_records import read_manifest
+
+    assert read_manifest(tmp_path) is None
+    with pytest.raises(UserError, match="has no manifest.json .* so its tasks cannot be verified"):
+        read_manifest(tmp_path, needed_for="its tasks cannot be verified")
+    (tmp_path / RunFiles.MANIFEST).write_text(json.dumps({"seed": 0}))
+    assert read_manifest(tmp_path) == {"seed": 0}
+    newer = {"manifest_version": FORMAT_VERSION + 1, "packages": {"piexp": "9.9"}}
+    (tmp_path / RunFiles.MANIFEST).write_text(json.dumps(newer))
+    with pytest.raises(UserError, match=rf"newer piexp \(run-folder format {FORMAT_VERSION + 1}; .* piexp 9.9"):
+        read_manifest(tmp_path)

@@ -342,3 +342,19 @@ def test_model_names_match_cookbook() -> None:
         and set(attrs.recommended_renderers) & {"qwen3", "qwen3_instruct"}
     }
     assert set(ptok.QWEN3_MODEL_NAMES) == expected
+
+
+def test_one_module_registers_tokenizers_with_the_cookbook() -> None:
+    """Every tokenizer piexp gives the cookbook (the Qwen3 names, tiny-local, learner-local's
+    smaller vocabulary, a local model folder) is registered by
+    `piexp.tokenizer.register_offline_tokenizer`: one home for how a name maps to a
+    tokenizer, so a change to it cannot miss a model."""
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "piexp"
+    callers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "register_tokenizer(" in path.read_text(encoding="utf-8")
+    )
+    assert callers == ["tokenizer/registration.py"]

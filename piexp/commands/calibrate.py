@@ -7,6 +7,8 @@ command on the same `--out` resumes."""
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -184,7 +186,7 @@ def main(argv: Sequence[str]) -> int:
             + (f"chosen level {chosen}" if chosen is not None else f"no level in band {band[0]:g}-{band[1]:g}")
         )
     say(
-        f"wrote {out / 'calibration.json'}, calibration.md, calibration.png"
+        f"wrote {out / RunFiles.CALIBRATION_JSON}, {RunFiles.CALIBRATION_MD}, {RunFiles.CALIBRATION_PNG}"
         + (
             f", {data['preset']} (copy it to experiments/NAME.yaml)"
             if data["preset"]

@@ -17,6 +17,8 @@ naming the first such task, since a comparison on different tasks means nothing.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import argparse
 import sys
 import time
@@ -47,14 +49,14 @@ def main(argv: list[str]) -> int:
             print(f"piexp: {offline_note(local_mode)}", file=sys.stderr)
     out = args.out if args.out is not None else new_comparison_folder()
     print(write_comparison(args.runs, out))
-    print(f"wrote {out / 'compare.md'}, compare.json, compare.png")
+    print(f"wrote {out / RunFiles.COMPARE_MD}, {RunFiles.COMPARE_JSON}, {RunFiles.COMPARE_PNG}")
     if args.wandb_project:
         import json
 
         from piexp.launch.result_logging import compare_tables, log_result
 
-        metrics, tables = compare_tables(json.loads((out / "compare.json").read_text(encoding="utf-8")))
-        files = [out / "compare.md", out / "compare.json", out / "compare.png"]
+        metrics, tables = compare_tables(json.loads((out / RunFiles.COMPARE_JSON).read_text(encoding="utf-8")))
+        files = [out / RunFiles.COMPARE_MD, out / RunFiles.COMPARE_JSON, out / RunFiles.COMPARE_PNG]
         runs = {"runs": [str(run) for run in args.runs]}
         log_result(out, args.wandb_project, out.name, runs, metrics, tables, files, "compare")
     return 0

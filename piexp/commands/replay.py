@@ -11,6 +11,8 @@ replay under other reward settings. Writes `replay.json` and `replay.md` into `-
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import argparse
 import asyncio
 import json
@@ -170,12 +172,12 @@ def _replay(run: Path, config: Any, transcripts: list[dict[str, Any]], args: arg
         "identical": sum(o.identical for o in outcomes),
         "outcomes": [o.to_json() for o in outcomes],
     }
-    (out / "replay.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    (out / "replay.md").write_text(_markdown(run, outcomes))
+    (out / RunFiles.REPLAY_JSON).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (out / RunFiles.REPLAY_MD).write_text(_markdown(run, outcomes))
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
         if report["identical"] < len(outcomes):
             say(_table(outcomes))
-        say(f"{report['identical']} of {len(outcomes)} episodes replay identically; wrote {out / 'replay.md'}")
+        say(f"{report['identical']} of {len(outcomes)} episodes replay identically; wrote {out / RunFiles.REPLAY_MD}")
     return 0 if report["identical"] == len(outcomes) else 1

@@ -39,6 +39,7 @@ from piexp.config.differences import config_differences, shown
 from piexp.config.search_path import with_search_path
 from piexp.env.splits import build_splits
 from piexp.errors import UserError
+from piexp.run_records import read_manifest
 from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe, read_rl_record
 
 _REPRODUCES = "reproduces"
@@ -52,19 +53,10 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / RunFiles.MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(
-            f"{run_dir} has no manifest.json (the run stopped before building its tasks), "
-            "so its tasks cannot be verified."
-        ) from None
-    except (OSError, ValueError) as error:
-        raise UserError(f"{path} cannot be read ({error}).") from None
-    digests = manifest.get("task_digests") if isinstance(manifest, dict) else None
-    if not isinstance(digests, dict):
-        raise UserError(f"{path} has no task_digests; the run's tasks cannot be verified.")
+    manifest = read_manifest(run_dir, needed_for="its tasks cannot be verified")
+    assert manifest is not None
+    if not isinstance(manifest.get("task_digests"), dict):
+        raise UserError(f"{run_dir / RunFiles.MANIFEST} has no task_digests; the run's tasks cannot be verified.")
     return manifest
 
 
@@ -264,7 +256,7 @@ def main(argv: Sequence[str]) -> int:
     # Checked before reproduces.json is written: a folder holding another run is refused.
     prevalidate(argv, False, False, args.replace)
     new_dir.mkdir(parents=True, exist_ok=True)
-    (new_dir / "reproduces.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (new_dir / RunFiles.REPRODUCES).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"reproducing into {new_dir}")
 
     return run_command(argv)

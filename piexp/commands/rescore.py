@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from piexp.run_files import RunFiles
 
+
 import argparse
 import json
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from piexp.console import say
 from piexp.errors import UserError
+from piexp.run_records import read_manifest
 from piexp.transcripts.store import SOURCE_TRANSCRIPTS, SOURCE_WORDS, default_source, read_transcripts
 
 
@@ -58,10 +60,8 @@ def _transcripts(run: Path, source: str) -> list[dict]:
 
 
 def _digests(run: Path) -> dict[str, list[str]]:
-    try:
-        manifest = json.loads((run / RunFiles.MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UserError(f"{run} has no readable manifest.json: its tasks cannot be verified.") from None
+    manifest = read_manifest(run, needed_for="its tasks cannot be verified")
+    assert manifest is not None
     return dict(manifest.get("task_digests") or {})
 
 
@@ -134,9 +134,9 @@ def main(argv: Sequence[str]) -> int:
             for s in scores
         ],
     }
-    (out / "rescore.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    (out / "rescore.md").write_text(rescore_markdown(run, scores, reproduced, differ, len(transcripts)))
-    plot_settings(scores, out / "rescore.png")
+    (out / RunFiles.RESCORE_JSON).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (out / RunFiles.RESCORE_MD).write_text(rescore_markdown(run, scores, reproduced, differ, len(transcripts)))
+    plot_settings(scores, out / RunFiles.RESCORE_PNG)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
@@ -148,5 +148,5 @@ def main(argv: Sequence[str]) -> int:
     say(f"today's reward reproduces {reproduced} of {len(transcripts)} recorded rewards under the run's settings")
     for s in scores:
         say(f"  {s.label}: mean {sum(s.rewards) / len(s.rewards):.3f}, constant groups {s.constant_groups_text}")
-    say(f"wrote {out / 'rescore.json'}, rescore.md, rescore.png")
+    say(f"wrote {out / RunFiles.RESCORE_JSON}, {RunFiles.RESCORE_MD}, {RunFiles.RESCORE_PNG}")
     return 0

@@ -12,12 +12,11 @@ scripted episodes, rolled out first)."""
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
-from piexp.launch.manifest import MANIFEST_NAME
+from piexp.run_records import read_manifest
 
 #: The manifest key that records the base model.
 BASE_MODEL_KEY = "base_model"
@@ -71,11 +70,9 @@ def register_local_model_tokenizer(name: str) -> None:
 
 
 def _recorded_base_model(run_dir: Path) -> str | None:
-    try:
-        recorded = json.loads((run_dir / MANIFEST_NAME).read_text(encoding="utf-8")).get(BASE_MODEL_KEY)
-    except (OSError, ValueError, AttributeError):
-        return None  # no run there yet, or one from before piexp recorded it
-    return recorded if isinstance(recorded, str) else None
+    manifest = read_manifest(run_dir)  # None: no run there yet
+    recorded = manifest.get(BASE_MODEL_KEY) if manifest is not None else None
+    return recorded if isinstance(recorded, str) else None  # None: from before piexp recorded it
 
 
 def base_model_change(run_dir: Path, config: RunConfig) -> str | None:

@@ -11,6 +11,8 @@ over languages) lies in the target band, with `calibrated.yaml`, a preset in
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import contextlib
 import json
 from collections import defaultdict
@@ -28,7 +30,7 @@ from piexp.errors import UserError
 from piexp.tasks import Family, get_family
 
 # The preset a calibration writes (copy it into experiments/ to select it by name).
-PRESET_FILE = "calibrated.yaml"
+PRESET_FILE = RunFiles.CALIBRATED_PRESET
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,9 @@ def record_level_config(level: Level) -> None:
     its own writes them: the level's composed config and the overrides it came from."""
     import yaml
 
-    hydra = level.folder / ".hydra"
-    hydra.mkdir(parents=True, exist_ok=True)
-    (hydra / "config.yaml").write_text(yaml.safe_dump(level.config.model_dump(mode="json"), sort_keys=False))
-    (hydra / "overrides.yaml").write_text(yaml.safe_dump(list(level.overrides)))
+    (level.folder / RunFiles.RECORD_SUBDIR).mkdir(parents=True, exist_ok=True)
+    (level.folder / RunFiles.CONFIG).write_text(yaml.safe_dump(level.config.model_dump(mode="json"), sort_keys=False))
+    (level.folder / RunFiles.OVERRIDES).write_text(yaml.safe_dump(list(level.overrides)))
 
 
 def _params_text(params: dict[str, int]) -> str:
@@ -313,9 +314,9 @@ def write_calibration(out: Path, levels: Sequence[Level], settings: dict[str, An
     }
     preset = preset_text(data, ran)
     data["preset"] = PRESET_FILE if preset else None
-    atomic_write_text(out / "calibration.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
-    atomic_write_text(out / "calibration.md", calibration_markdown(data))
-    plot_levels(data, out / "calibration.png")
+    atomic_write_text(out / RunFiles.CALIBRATION_JSON, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(out / RunFiles.CALIBRATION_MD, calibration_markdown(data))
+    plot_levels(data, out / RunFiles.CALIBRATION_PNG)
     if preset:
         atomic_write_text(out / PRESET_FILE, preset)
     elif (out / PRESET_FILE).exists():

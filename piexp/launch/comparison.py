@@ -171,8 +171,8 @@ def write_comparison(folders: Sequence[Path], out: Path) -> str:
     compare.json and compare.png into `out` and return the markdown."""
     result = compare([load_run(folder) for folder in folders])
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / RunFiles.COMPARE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     text = markdown(result)
-    (out / "compare.md").write_text(text, encoding="utf-8")
-    plot(result, out / "compare.png")
+    (out / RunFiles.COMPARE_MD).write_text(text, encoding="utf-8")
+    plot(result, out / RunFiles.COMPARE_PNG)
     return text

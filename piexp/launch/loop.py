@@ -171,6 +171,6 @@ def run_loop(config: RunConfig, run_dir: Path, run_stage: RunStage) -> float | N
         result = record["eval_trained"]["pass@1"]
     if mode.eval_before and mode.eval_after:
         say(write_comparison([run_dir / BASE_EVAL_DIR, run_dir / TRAINED_EVAL_DIR], run_dir))
-        record["comparison"] = str(run_dir / "compare.md")
+        record["comparison"] = str(run_dir / RunFiles.COMPARE_MD)
     write_record()
     return result

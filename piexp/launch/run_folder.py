@@ -175,9 +175,9 @@ def claim_job_folder(run_dir: Path, task_cfg: DictConfig, config: RunConfig) -> 
     hydra_cfg: Any = HydraConfig.instance().cfg
     assert hydra_cfg is not None
     for name, node in (
-        ("config.yaml", task_cfg),
-        ("hydra.yaml", hydra_cfg),
-        ("overrides.yaml", hydra_cfg.hydra.overrides.task),
+        (RunFiles.CONFIG, task_cfg),
+        (RunFiles.HYDRA_CONFIG, hydra_cfg),
+        (RunFiles.OVERRIDES, hydra_cfg.hydra.overrides.task),
     ):
-        (record / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+        (run_dir / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
     return moved

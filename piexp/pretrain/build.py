@@ -143,12 +143,10 @@ def register_learner_tokenizer(recipe: LearnerRecipe = RECIPE) -> Path:
     name with the cookbook, offline, and return its folder: the build renders its
     episodes with it before the model folder exists, and replay reads a recorded
     learner-local run's turns with it without the model."""
-    from tinker_cookbook.tokenizer_utils import register_tokenizer
-
-    from piexp.tokenizer import load_offline_qwen3_tokenizer, offline_qwen3_tokenizer_dir
+    from piexp.tokenizer import offline_qwen3_tokenizer_dir, register_offline_tokenizer
 
     tokenizer_dir = offline_qwen3_tokenizer_dir(recipe.bpe_tokens)
-    register_tokenizer(LEARNER_MODEL_NAME, lambda: load_offline_qwen3_tokenizer(str(tokenizer_dir)))  # type: ignore[arg-type,return-value]
+    register_offline_tokenizer(LEARNER_MODEL_NAME, str(tokenizer_dir))
     return tokenizer_dir
 
 

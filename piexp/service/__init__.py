@@ -12,18 +12,18 @@ started. Modules, one job each:
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from piexp.config.schema import RunConfig
 from piexp.console import console, say
 from piexp.errors import ServiceUnavailableError
 
-if TYPE_CHECKING:
-    from tinker_cookbook.tokenizer_utils import Tokenizer
 
 __all__ = ["LOCAL_API_KEY", "open_service", "placeholder_api_key"]
 
@@ -63,12 +63,9 @@ def _model_name(config: RunConfig) -> str:
     if Path(name).is_absolute() and Path(name).is_dir():
         # A local model folder (tiny-local, learner-local, or one given by path): the
         # thread-safe offline Qwen3 tokenizer for it, as for the Qwen3 names.
-        from tinker_cookbook.tokenizer_utils import register_tokenizer
+        from piexp.tokenizer import register_offline_tokenizer
 
-        from piexp.tokenizer import load_offline_qwen3_tokenizer
-
-        # The proxy stands in for the cookbook's tokenizer type (the same interface).
-        register_tokenizer(name, cast("Callable[[], Tokenizer]", lambda: load_offline_qwen3_tokenizer(name)))
+        register_offline_tokenizer(name)
     return name
 
 
@@ -80,8 +77,8 @@ def _state_dir(config: RunConfig, run_dir: Path) -> Path:
 
         source = resolve_checkpoint(config.checkpoint).run_dir
         if source is not None:
-            return source / "local_service"
-    return run_dir / "local_service"
+            return source / RunFiles.LOCAL_SERVICE_DIR
+    return run_dir / RunFiles.LOCAL_SERVICE_DIR
 
 
 @contextlib.contextmanager

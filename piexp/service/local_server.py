@@ -15,6 +15,8 @@ installed (:mod:`piexp.allocator`).
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import contextlib
 import os
 import signal
@@ -124,7 +126,8 @@ class LocalServer:
 
     @property
     def log_path(self) -> Path:
-        return self.state_dir / "server.log"
+        # The state folder is a run folder's LOCAL_SERVICE_DIR: its log is SERVER_LOG there.
+        return self.state_dir / Path(RunFiles.SERVER_LOG).name
 
     def backend_config(self) -> dict[str, object]:
         """skyrl's JAX backend settings the server runs with (also what a check or bench

@@ -9,6 +9,8 @@ stamps, launcher), which differ between two launches of the same job.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import hashlib
 import json
 from datetime import datetime, timezone
@@ -18,7 +20,7 @@ from typing import Any
 from piexp.config.schema import RunConfig
 from piexp.files import atomic_write_text
 
-MARKER_PATH = Path(".piexp") / "complete.json"
+MARKER_PATH = Path(RunFiles.COMPLETE_MARKER)
 
 
 def config_hash(config: RunConfig) -> str:

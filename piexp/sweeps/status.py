@@ -12,6 +12,8 @@ does the same when nothing is left alive.
 
 from __future__ import annotations
 
+from piexp.run_files import RunFiles
+
 import fcntl
 import json
 from contextlib import contextmanager
@@ -21,9 +23,9 @@ from typing import Any, Iterable, Iterator
 from piexp.files import atomic_write_text
 from piexp.sweeps.liveness import STALE_AFTER_S, Owner, judge, utc_now
 
-STATUS_JSON = "sweep_status.json"
-STATUS_MD = "sweep_status.md"
-_LOCK = ".sweep_status.lock"
+STATUS_JSON = RunFiles.SWEEP_STATUS_JSON
+STATUS_MD = RunFiles.SWEEP_STATUS_MD
+_LOCK = RunFiles.SWEEP_STATUS_LOCK
 # States whose entry keeps its `error` (the failure, or why a job is not running).
 _REASONED = {"failed", "interrupted", "stale"}
 

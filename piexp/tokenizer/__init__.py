@@ -11,7 +11,7 @@ from .build import (
 )
 from .memo import EncodeBudget, EncodeCache, MemoMiss
 from .proxy import ThreadSafeTokenizer, load_offline_qwen3_tokenizer
-from .registration import QWEN3_MODEL_NAMES, register_offline_tokenizers
+from .registration import QWEN3_MODEL_NAMES, register_offline_tokenizer, register_offline_tokenizers
 
 __all__ = [
     "EncodeCache",
@@ -24,5 +24,6 @@ __all__ = [
     "load_offline_qwen3_tokenizer",
     "offline_qwen3_tokenizer_dir",
     "piexp_cache_dir",
+    "register_offline_tokenizer",
     "register_offline_tokenizers",
 ]

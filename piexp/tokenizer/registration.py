@@ -26,18 +26,23 @@ QWEN3_MODEL_NAMES: tuple[str, ...] = (
 )
 
 
-def register_offline_tokenizers(model_names: Iterable[str] = QWEN3_MODEL_NAMES) -> list[str]:
-    """Make ``tinker_cookbook.tokenizer_utils.get_tokenizer(name)`` return our tokenizer.
-
-    Registration is lazy: the factory loads (or builds) the tokenizer on first use,
-    so calling this at start-up costs nothing.  Returns the registered names.
-    """
+def register_offline_tokenizer(name: str, source: str | None = None) -> None:
+    """Make ``tinker_cookbook.tokenizer_utils.get_tokenizer(name)`` return the offline
+    Qwen3 tokenizer of `source` (a tokenizer or model folder; default: `name` itself, a
+    Qwen3 model name or a local model folder). The one place piexp registers a tokenizer
+    with the cookbook. Lazy: the tokenizer is loaded (or built) on first use."""
     from tinker_cookbook.tokenizer_utils import Tokenizer, register_tokenizer
 
+    # The proxy stands in for the tokenizer the cookbook expects (it forwards every other
+    # attribute to the wrapped one), which the type checker cannot see.
+    factory = cast("Callable[[], Tokenizer]", functools.partial(load_offline_qwen3_tokenizer, source or name))
+    register_tokenizer(name, factory)
+
+
+def register_offline_tokenizers(model_names: Iterable[str] = QWEN3_MODEL_NAMES) -> list[str]:
+    """`register_offline_tokenizer` for each of `model_names` (the Qwen3 models by
+    default); returns the registered names. Costs nothing at start-up."""
     names = list(model_names)
     for name in names:
-        # The proxy stands in for the tokenizer the cookbook expects (it forwards every
-        # other attribute to the wrapped one), which the type checker cannot see.
-        factory = cast("Callable[[], Tokenizer]", functools.partial(load_offline_qwen3_tokenizer, name))
-        register_tokenizer(name, factory)
+        register_offline_tokenizer(name)
     return names

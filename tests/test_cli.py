@@ -206,3 +206,19 @@ def test_the_tinker_sdk_s_deprecations_are_quiet_and_piexp_s_own_are_not() -> No
         for module in ("tinker.lib.public_interfaces.training_client", "tinker_cookbook.rl.train", "piexp.launch.x"):
             warnings.warn_explicit("DEPRECATED", FutureWarning, f"{module}.py", 1, module=module)
     assert [w.filename for w in caught] == ["piexp.launch.x.py"]
+
+
+def test_composing_a_config_does_not_import_the_rl_stack() -> None:
+    """`--cfg job` (and every check made before a run starts, the harness's included) runs
+    without torch or tinker-cookbook: printing a config costs a second, not five."""
+    import subprocess
+    import sys
+
+    for harness in ("builtin", "pi"):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "piexp", f"harness={harness}", "family=arith", "--cfg", "job"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+        assert not imported & {"torch", "tinker_cookbook", "tinker"}, harness

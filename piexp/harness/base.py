@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
-
-from tinker_cookbook.completers import TokenCompleter
-from tinker_cookbook.renderers import Renderer
-from tinker_cookbook.rl.types import Env
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from piexp.config.schema import HarnessSettings
-from piexp.env.episode import EpisodeSettings
 from piexp.errors import UserError
-from piexp.policies.rollout import EpisodeRecord
-from piexp.tasks import Task
+
+if TYPE_CHECKING:
+    # Types only: choosing and checking a harness (before a run's folder is made, and on
+    # `--cfg` and validation paths) does not import the RL stack (torch, the cookbook).
+    from tinker_cookbook.completers import TokenCompleter
+    from tinker_cookbook.renderers import Renderer
+    from tinker_cookbook.rl.types import Env
+
+    from piexp.env.episode import EpisodeSettings
+    from piexp.policies.rollout import EpisodeRecord
+    from piexp.tasks import Task
 
 
 class Harness(ABC):

@@ -20,10 +20,11 @@ process tree, their CPU uncounted).
 
 Read it as: CPU per episode is the steady figure (rates move with whatever else the
 machine runs); the Pi column is what one Pi process holds while it runs.
-A Pi episode costs about 25x the CPU of a builtin one, almost all of it Pi's own start
-and module loading (node alone starts in 24 ms of CPU; `pi --version` takes 0.34 s of
-CPU with an empty compile cache, 0.25 s with a warm one, which each episode's fresh /tmp
-does not keep), and holds about 110 MB while it runs.
+A Pi episode costs about 30x the CPU of a builtin one at concurrency 1 (more at 8, where
+a builtin episode's share of its server falls), almost all of it Pi's own start and
+module loading (node alone starts in about 25-30 ms of CPU; `pi --version` takes 0.34 s
+of CPU with an empty compile cache, 0.25 s with a warm one, which each episode's fresh
+/tmp does not keep), and holds about 107 MB while it runs.
 """
 
 from __future__ import annotations

@@ -3,7 +3,15 @@
 piexp lets a config set, under the cookbook's names, bounded up front (the values,
 the cookbook's defaults, are conf/algo/default.yaml's).
 `piexp/launch/train.py` and `piexp/env/rollout_policy.py` turn it into the cookbook's own
-objects."""
+objects.
+
+Why not the cookbook's own types: they are `chz` classes, with no bounds and no
+descriptions, and several of their fields hold objects (a dataset builder, a rollout
+strategy) that a config cannot name. The block here is what a run line can set, each
+field bounded and described (the configuration reference is generated from these
+descriptions, and a bad value is one paragraph before anything runs); the mapping back is
+checked: tests/launch/test_rl_options.py fails on a field of `rl.train.Config` that no
+option reaches and `piexp.launch.train.PIEXP_SET_FIELDS` does not explain."""
 
 from __future__ import annotations
 

@@ -134,7 +134,14 @@ def fit(
         sampled = torch.nn.functional.cross_entropy(hidden @ head[candidates].T, position[labels])
         chosen = torch.randperm(len(labels), generator=generator)[: recipe.exact_positions]
         exact = torch.nn.functional.cross_entropy(hidden[chosen] @ head.T, labels[chosen])
-        (sampled + exact).backward()
+        # The backward pass on one thread: torch's fused attention gives the same forward
+        # bytes on any number of threads, but not the same gradients on every CPU (on an
+        # AVX-512 Xeon, 1 and 2 threads differed), and a build must be one model per recipe.
+        torch.set_num_threads(1)
+        try:
+            (sampled + exact).backward()
+        finally:
+            torch.set_num_threads(budget.threads)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(exact.item())

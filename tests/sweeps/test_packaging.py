@@ -64,6 +64,8 @@ def test_the_wheel_carries_every_data_file(tmp_path) -> None:
     expected |= {p.relative_to(REPO).as_posix() for p in (REPO / "piexp/tasks/families/refs").iterdir()}
     expected |= {
         "piexp/sandbox/launchers/zygote.c",
+        "piexp/sandbox/launchers/zygote_root.c",
+        "piexp/sandbox/launchers/zygote.h",
         "piexp/service/skyrl-constraints.txt",
         "piexp/service/compat/skyrl_server/launching.py",
         "piexp/service/compat/skyrl_server/fixes.py",

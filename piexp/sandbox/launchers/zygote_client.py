@@ -26,7 +26,8 @@ from ..spawn import reap_pid
 
 log = logging.getLogger(__name__)
 
-_SOURCE = "zygote.c"
+# The zygote's sources, compiled together (zygote.h is what the two .c files share).
+_SOURCES = ("zygote.c", "zygote_root.c", "zygote.h")
 _START_TIMEOUT_S = 10.0
 _REPLY_LIMIT = 512
 
@@ -92,8 +93,10 @@ def zygote_binary() -> str:
     """The compiled zygote for this source, compiling it first if needed (a second or so,
     once per source version: the file name carries the source's hash). Raises
     ZygoteError saying why when there is no C compiler or the build fails."""
-    source = resources.files(__package__).joinpath(_SOURCE).read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
+    sources = {name: resources.files(__package__).joinpath(name).read_bytes() for name in _SOURCES}
+    digest = hashlib.sha256(
+        b"".join(name.encode() + b"\0" + text + b"\0" for name, text in sources.items())
+    ).hexdigest()[:16]
     target = os.path.join(_cache_dir(), f"piexp-zygote-{digest}")
     if os.access(target, os.X_OK):
         return target
@@ -103,10 +106,12 @@ def zygote_binary() -> str:
     try:
         os.makedirs(_cache_dir(), exist_ok=True)
         with tempfile.TemporaryDirectory(dir=_cache_dir(), prefix="zygote-build-") as tmp:
-            src, out = os.path.join(tmp, _SOURCE), os.path.join(tmp, "piexp-zygote")
-            with open(src, "wb") as f:
-                f.write(source)
-            done = subprocess.run([compiler, "-O2", "-o", out, src], capture_output=True, text=True)
+            out = os.path.join(tmp, "piexp-zygote")
+            for name, text in sources.items():
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(text)
+            units = [os.path.join(tmp, name) for name in _SOURCES if name.endswith(".c")]
+            done = subprocess.run([compiler, "-O2", "-o", out, *units], capture_output=True, text=True)
             if done.returncode != 0:
                 raise ZygoteError(
                     f"building the sandbox zygote with {compiler} failed (exit {done.returncode}): "

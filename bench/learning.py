@@ -117,9 +117,9 @@ CURVE = (
 
 def curve(run_dir: Path) -> list[dict[str, float]]:
     """Each training step's CURVE metrics from the run's metrics.jsonl (missing: NaN)."""
-    from piexp.run_records import read_metrics
+    from piexp.run_folder import RunFolder
 
-    rows = [row for row in read_metrics(run_dir) if "env/all/reward/total" in row]
+    rows = [row for row in RunFolder(run_dir).metrics() if "env/all/reward/total" in row]
     return [{name: float(row.get(key, float("nan"))) for name, key in CURVE} for row in rows]
 
 

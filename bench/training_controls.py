@@ -97,11 +97,12 @@ def calibration_table(data: dict, title: str, console: Console) -> None:
 
 def step_controls(run_dir: Path) -> list[dict[str, float]]:
     """Each training step's `controls/...` metrics (prefix dropped), in step order."""
-    from piexp.run_records import CONTROLS_PREFIX, control_rows, read_metrics
+    from piexp.run_folder import RunFolder
+    from piexp.run_records import CONTROLS_PREFIX, control_rows
 
     return [
         {key.removeprefix(CONTROLS_PREFIX): value for key, value in row.items()}
-        for row in control_rows(read_metrics(run_dir))
+        for row in control_rows(RunFolder(run_dir).metrics())
     ]
 
 

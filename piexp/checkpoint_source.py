@@ -7,7 +7,7 @@ state is loaded into a new model first (`piexp.policies.model`)."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,7 @@ from piexp.files import read_jsonl
 __all__ = ["CHECKPOINTS_FILE", "CheckpointSource", "resolve_checkpoint"]
 
 #: tinker-cookbook's record of the checkpoints a training run saved (one JSON per line).
-CHECKPOINTS_FILE = RunFiles.CHECKPOINTS
+CHECKPOINTS_FILE = RunFolder.CHECKPOINTS
 
 
 @dataclass(frozen=True)

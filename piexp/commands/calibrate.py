@@ -7,7 +7,7 @@ command on the same `--out` resumes."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -186,7 +186,7 @@ def main(argv: Sequence[str]) -> int:
             + (f"chosen level {chosen}" if chosen is not None else f"no level in band {band[0]:g}-{band[1]:g}")
         )
     say(
-        f"wrote {out / RunFiles.CALIBRATION_JSON}, {RunFiles.CALIBRATION_MD}, {RunFiles.CALIBRATION_PNG}"
+        f"wrote {out / RunFolder.CALIBRATION_JSON}, {RunFolder.CALIBRATION_MD}, {RunFolder.CALIBRATION_PNG}"
         + (
             f", {data['preset']} (copy it to experiments/NAME.yaml)"
             if data["preset"]

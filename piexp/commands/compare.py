@@ -17,7 +17,7 @@ naming the first such task, since a comparison on different tasks means nothing.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import argparse
 import sys
@@ -49,14 +49,14 @@ def main(argv: list[str]) -> int:
             print(f"piexp: {offline_note(local_mode)}", file=sys.stderr)
     out = args.out if args.out is not None else new_comparison_folder()
     print(write_comparison(args.runs, out))
-    print(f"wrote {out / RunFiles.COMPARE_MD}, {RunFiles.COMPARE_JSON}, {RunFiles.COMPARE_PNG}")
+    print(f"wrote {out / RunFolder.COMPARE_MD}, {RunFolder.COMPARE_JSON}, {RunFolder.COMPARE_PNG}")
     if args.wandb_project:
         import json
 
         from piexp.launch.result_logging import compare_tables, log_result
 
-        metrics, tables = compare_tables(json.loads((out / RunFiles.COMPARE_JSON).read_text(encoding="utf-8")))
-        files = [out / RunFiles.COMPARE_MD, out / RunFiles.COMPARE_JSON, out / RunFiles.COMPARE_PNG]
+        metrics, tables = compare_tables(json.loads((out / RunFolder.COMPARE_JSON).read_text(encoding="utf-8")))
+        files = [out / RunFolder.COMPARE_MD, out / RunFolder.COMPARE_JSON, out / RunFolder.COMPARE_PNG]
         runs = {"runs": [str(run) for run in args.runs]}
         log_result(out, args.wandb_project, out.name, runs, metrics, tables, files, "compare")
     return 0

@@ -7,7 +7,7 @@ by setting (their overrides but the seed)."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 from collections.abc import Sequence
@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from omegaconf import OmegaConf
 
-from piexp.run_records import TRAIN_KEYS, control_rows, finite_number, metric_curve, read_metrics, train_pass_curve
+from piexp.errors import UserError
+
+from piexp.run_records import TRAIN_KEYS, control_rows, finite_number, metric_curve, train_pass_curve
 from piexp.stats import mean_ci95, share_ci95
 from piexp.sweeps import STATUS_SUBDIR
-from piexp.sweeps.marker import read_marker
 from piexp.sweeps.status import STATUS_JSON
 from piexp.transcripts.failures import failure_digest
 
@@ -57,11 +58,19 @@ class JobSummary:
     controls: list[dict[str, Any]] = field(default_factory=list)  # train runs: the online controls per step
 
 
-def _read_yaml(path: Path) -> Any:
+def _recorded(run: RunFolder) -> tuple[dict[str, Any], list[str]]:
+    """The job's recorded config and overrides; empty where unreadable (a job folder a
+    summary lists whatever state it was left in)."""
+    config: Any
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
+        config = OmegaConf.to_container(run.config(), resolve=False)
+    except UserError:
+        config = {}
+    try:
+        overrides = run.overrides()
+    except UserError:
+        overrides = []
+    return (config if isinstance(config, dict) else {}), overrides
 
 
 def _read_json(path: Path) -> Any:
@@ -87,16 +96,17 @@ def sweep_states(root: Path) -> dict[str, str]:
 
 
 def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummary:
-    config = _read_yaml(folder / RunFiles.CONFIG) or {}
-    mode = str(((config.get("mode") or {}) if isinstance(config, dict) else {}).get("name", "?"))
-    overrides = _read_yaml(folder / RunFiles.OVERRIDES) or []
+    run = RunFolder(folder)
+    config, overrides = _recorded(run)
+    mode_block = config.get("mode")
+    mode = str(mode_block.get("name", "?")) if isinstance(mode_block, dict) else "?"
     name = str(folder.relative_to(root)) if folder != root else folder.resolve().name
     state = states.get(str(folder.resolve()))
     if state is None:
-        state = "complete" if read_marker(folder) is not None else "incomplete"
+        state = "complete" if run.completion() is not None else "incomplete"
     job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state)
 
-    results = _read_json(folder / RunFiles.RESULTS)
+    results = run.json_record(RunFolder.RESULTS)
     if isinstance(results, dict) and isinstance(results.get("overall"), dict):
         for metric, key in eval_keys(config).items():
             value = finite_number(results["overall"].get(key))
@@ -115,7 +125,7 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
             for language, cell in (row or {}).items():
                 if isinstance(cell, dict):
                     job.cells[f"{family} x {language}"] = finite_number(cell.get("pass@1"))
-    rows = read_metrics(folder)
+    rows = run.metrics()
     if rows:
         passes = train_pass_curve(folder, rows)
         for metric in TRAIN_KEYS:

@@ -11,7 +11,7 @@ replay under other reward settings. Writes `replay.json` and `replay.md` into `-
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import argparse
 import asyncio
@@ -102,12 +102,12 @@ def main(argv: Sequence[str]) -> int:
     run = args.run.resolve()
     from piexp.commands.reproduce import saved_overrides
     from piexp.commands.show import select
-    from piexp.config.compose import load, saved_run_config, validate_saved
+    from piexp.config.compose import load, validate_saved
     from piexp.transcripts.runs import load_run
 
     from piexp.launch.rescore import refuse_other_harness
 
-    config = validate_saved(saved_run_config(run), run)
+    config = validate_saved(RunFolder(run).config(), run)
     refuse_other_harness(config, "replay")
     if overrides:
         config = config.model_copy(update={"reward": load([*saved_overrides(run), *overrides]).reward})
@@ -172,12 +172,12 @@ def _replay(run: Path, config: Any, transcripts: list[dict[str, Any]], args: arg
         "identical": sum(o.identical for o in outcomes),
         "outcomes": [o.to_json() for o in outcomes],
     }
-    (out / RunFiles.REPLAY_JSON).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    (out / RunFiles.REPLAY_MD).write_text(_markdown(run, outcomes))
+    (out / RunFolder.REPLAY_JSON).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (out / RunFolder.REPLAY_MD).write_text(_markdown(run, outcomes))
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
         if report["identical"] < len(outcomes):
             say(_table(outcomes))
-        say(f"{report['identical']} of {len(outcomes)} episodes replay identically; wrote {out / RunFiles.REPLAY_MD}")
+        say(f"{report['identical']} of {len(outcomes)} episodes replay identically; wrote {out / RunFolder.REPLAY_MD}")
     return 0 if report["identical"] == len(outcomes) else 1

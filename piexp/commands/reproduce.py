@@ -23,7 +23,7 @@ to a single run (a job of a preset sweep would otherwise relaunch the whole swee
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import argparse
 import json
@@ -34,13 +34,12 @@ from typing import Any
 
 from piexp.commands.run import main as run_command
 from piexp.commands.run import prevalidate
-from piexp.config.compose import load, saved_run_config, saved_run_overrides, validate_saved
+from piexp.config.compose import load, validate_saved
 from piexp.config.differences import config_differences, shown
 from piexp.config.search_path import with_search_path
 from piexp.env.splits import build_splits
 from piexp.errors import UserError
-from piexp.run_records import read_manifest
-from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe, read_rl_record
+from piexp.launch.rl_record import RECORD_NAME, RUN_LOCAL_FIELDS, describe
 
 _REPRODUCES = "reproduces"
 
@@ -48,22 +47,22 @@ _REPRODUCES = "reproduces"
 def saved_overrides(run_dir: Path) -> list[str]:
     """The run's command-line overrides, without an earlier `reproduces=` (a reproduction
     of a reproduction records only its direct source)."""
-    overrides = saved_run_overrides(run_dir)
+    overrides = RunFolder(run_dir).overrides()
     return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != _REPRODUCES]
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    manifest = read_manifest(run_dir, needed_for="its tasks cannot be verified")
+    manifest = RunFolder(run_dir).manifest(needed_for="its tasks cannot be verified")
     assert manifest is not None
     if not isinstance(manifest.get("task_digests"), dict):
-        raise UserError(f"{run_dir / RunFiles.MANIFEST} has no task_digests; the run's tasks cannot be verified.")
+        raise UserError(f"{run_dir / RunFolder.MANIFEST} has no task_digests; the run's tasks cannot be verified.")
     return manifest
 
 
 def verify(run_dir: Path) -> tuple[list[str], Any, dict[str, Any]]:
     """Recompose and verify the run in `run_dir`; returns (overrides, RunConfig, report)."""
     run_dir = run_dir.resolve()
-    saved_cfg = saved_run_config(run_dir)
+    saved_cfg = RunFolder(run_dir).config()
     manifest = _read_manifest(run_dir)
     # The search path the run found its families on (--config-dir, hydra.searchpath,
     # entry points), spelled out again: the saved overrides hold only the run's own keys.
@@ -175,7 +174,7 @@ def verify_rl_record(run_dir: Path, config: Any) -> str:
     # The cookbook's RL stack loads only to verify a train run.
     from piexp.launch.train import cookbook_config
 
-    saved = read_rl_record(run_dir)
+    saved = RunFolder(run_dir).rl_record()
     if saved is None:
         return "not recorded" if config.mode.name == "train" else "not a train run"
     rebuilt = describe(cookbook_config(config, run_dir, "http://127.0.0.1:0/run_code"))
@@ -256,7 +255,7 @@ def main(argv: Sequence[str]) -> int:
     # Checked before reproduces.json is written: a folder holding another run is refused.
     prevalidate(argv, False, False, args.replace)
     new_dir.mkdir(parents=True, exist_ok=True)
-    (new_dir / RunFiles.REPRODUCES).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (new_dir / RunFolder.REPRODUCES).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"reproducing into {new_dir}")
 
     return run_command(argv)

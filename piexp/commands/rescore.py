@@ -11,7 +11,7 @@ RUN)."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 
 import argparse
@@ -22,7 +22,6 @@ from pathlib import Path
 
 from piexp.console import say
 from piexp.errors import UserError
-from piexp.run_records import read_manifest
 from piexp.transcripts.store import SOURCE_TRANSCRIPTS, SOURCE_WORDS, default_source, read_transcripts
 
 
@@ -60,7 +59,7 @@ def _transcripts(run: Path, source: str) -> list[dict]:
 
 
 def _digests(run: Path) -> dict[str, list[str]]:
-    manifest = read_manifest(run, needed_for="its tasks cannot be verified")
+    manifest = RunFolder(run).manifest(needed_for="its tasks cannot be verified")
     assert manifest is not None
     return dict(manifest.get("task_digests") or {})
 
@@ -82,7 +81,7 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_intermixed_args(list(argv))
     run = args.run.resolve()
     from piexp.commands.reproduce import saved_overrides
-    from piexp.config.compose import load, saved_run_config, validate_saved
+    from piexp.config.compose import load, validate_saved
     from piexp.launch.rescore import (
         plot_settings,
         refuse_cut,
@@ -95,7 +94,7 @@ def main(argv: Sequence[str]) -> int:
     )
 
     combinations = _settings(args.overrides)  # refused before anything is read or written
-    config = validate_saved(saved_run_config(run), run)
+    config = validate_saved(RunFolder(run).config(), run)
     refuse_other_harness(config, "rescore")
     source = args.source or default_source(config.mode.name)
     transcripts = _transcripts(run, source)
@@ -134,9 +133,9 @@ def main(argv: Sequence[str]) -> int:
             for s in scores
         ],
     }
-    (out / RunFiles.RESCORE_JSON).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    (out / RunFiles.RESCORE_MD).write_text(rescore_markdown(run, scores, reproduced, differ, len(transcripts)))
-    plot_settings(scores, out / RunFiles.RESCORE_PNG)
+    (out / RunFolder.RESCORE_JSON).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (out / RunFolder.RESCORE_MD).write_text(rescore_markdown(run, scores, reproduced, differ, len(transcripts)))
+    plot_settings(scores, out / RunFolder.RESCORE_PNG)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
@@ -148,5 +147,5 @@ def main(argv: Sequence[str]) -> int:
     say(f"today's reward reproduces {reproduced} of {len(transcripts)} recorded rewards under the run's settings")
     for s in scores:
         say(f"  {s.label}: mean {sum(s.rewards) / len(s.rewards):.3f}, constant groups {s.constant_groups_text}")
-    say(f"wrote {out / RunFiles.RESCORE_JSON}, {RunFiles.RESCORE_MD}, {RunFiles.RESCORE_PNG}")
+    say(f"wrote {out / RunFolder.RESCORE_JSON}, {RunFolder.RESCORE_MD}, {RunFolder.RESCORE_PNG}")
     return 0

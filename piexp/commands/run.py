@@ -22,7 +22,7 @@ from piexp.tasks import build_splits as build_task_splits
 from piexp.tasks import split_entry
 from piexp.tasks.registry import is_builtin
 from piexp.errors import exit_on_user_error
-from piexp.launch.run_folder import REPLACE_ENV, guard_folders, planned_folders, take_replace_flag
+from piexp.launch.folder_guard import REPLACE_ENV, guard_folders, planned_folders, take_replace_flag
 from piexp.launch.sandbox import refuse_unreachable_remote
 from piexp.service import placeholder_api_key
 from piexp.service.tinker_preflight import preflight_tinker, require_api_key

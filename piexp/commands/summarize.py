@@ -41,6 +41,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
+from piexp.run_folder import RunFolder
 from piexp.commands.job_summary import (
     KEY_METRICS,
     JobSummary,
@@ -52,7 +53,7 @@ from piexp.commands.job_summary import (
 )
 from piexp.commands.summary_plots import plot_cells, plot_controls, plot_metric, plot_seed_means
 from piexp.errors import UserError
-from piexp.run_records import controls_table, find_job_folders
+from piexp.run_records import controls_table
 from piexp.stats import mean_ci95
 
 # The half-width of the final pass@1's 95% interval (JobSummary.final_pass_ci).
@@ -209,7 +210,7 @@ def summarize(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
             f"Cannot summarize {root}: it is not a folder. Give a run folder "
             "(outputs/DATE/TIME) or a multirun folder (multirun/DATE/TIME)."
         )
-    folders = find_job_folders(root)
+    folders = RunFolder.jobs_under(root)
     if not folders:
         raise UserError(
             f"Cannot summarize {root}: no piexp run was found in it (a run folder holds "

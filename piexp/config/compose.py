@@ -8,7 +8,7 @@ the composed tree); `compose` and `group_options` are also reached from here.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import itertools
 import types
@@ -34,8 +34,6 @@ __all__ = [
     "group_options",
     "load",
     "planned_jobs",
-    "saved_run_config",
-    "saved_run_overrides",
     "sweep_combinations",
     "validate",
     "validate_command_line",
@@ -183,27 +181,6 @@ def planned_jobs(overrides: Sequence[str], *, multirun: bool) -> list[tuple[list
     return jobs
 
 
-def saved_run_config(run_dir: Path) -> DictConfig:
-    path = run_dir / RunFiles.CONFIG
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
-    return OmegaConf.load(path)  # type: ignore[return-value]
-
-
-def saved_run_overrides(run_dir: Path) -> list[str]:
-    """The command-line overrides a run folder recorded (`.hydra/overrides.yaml`)."""
-    path = run_dir / RunFiles.OVERRIDES
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a piexp run folder: {path} does not exist.")
-    try:
-        overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    except yaml.YAMLError as error:
-        raise UserError(f"{path} is not valid YAML ({error}); the run cannot be recomposed.") from None
-    if not isinstance(overrides, list) or not all(isinstance(item, str) for item in overrides):
-        raise UserError(f"{path} is not a list of overrides; the run cannot be recomposed.")
-    return overrides
-
-
 def validate_saved(saved_cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None) -> RunConfig:
     """The validated config `saved_cfg` that the run folder `run_dir` recorded. It is the
     whole config the run composed, but an option added to piexp after the run is absent
@@ -213,7 +190,7 @@ def validate_saved(saved_cfg: DictConfig, run_dir: Path, overrides: Sequence[str
     saved: Any = OmegaConf.to_container(saved_cfg, resolve=False)
     try:
         recomposed: Any = OmegaConf.to_container(
-            compose(saved_run_overrides(run_dir) if overrides is None else overrides), resolve=False
+            compose(RunFolder(run_dir).overrides() if overrides is None else overrides), resolve=False
         )
     except UserError:
         recomposed = None  # nothing to take missing options from: validation names them
@@ -221,7 +198,7 @@ def validate_saved(saved_cfg: DictConfig, run_dir: Path, overrides: Sequence[str
         saved = _with_missing_fields(saved, recomposed, RunConfig)
         saved["family"] = _with_family_targets(saved.get("family"), recomposed.get("family"))
     try:
-        used = saved_run_overrides(run_dir) if overrides is None else list(overrides)
+        used = RunFolder(run_dir).overrides() if overrides is None else list(overrides)
     except UserError:
         used = []
     return validate(OmegaConf.create(saved), user_search_path(with_search_path(used)))

@@ -15,7 +15,7 @@ a resume of such a run trims by the same rule as the group records."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from piexp.files import atomic_write_text, read_jsonl
 __all__ = ["GATE_FILE", "BinaryGate", "binary_outcome", "gate_steps"]
 
 #: Where a run folder written before the group records held the gate's decisions held them.
-GATE_FILE = RunFiles.LEGACY_BINARY_GATE
+GATE_FILE = RunFolder.LEGACY_BINARY_GATE
 
 
 @dataclass(frozen=True)

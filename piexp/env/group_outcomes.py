@@ -11,7 +11,7 @@ what the uninterrupted run had."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 import threading
@@ -27,7 +27,7 @@ from piexp.files import atomic_write_text, read_jsonl
 __all__ = ["OUTCOMES_FILE", "GroupOutcome", "OutcomeLog", "OutcomeRecord", "binary_outcome", "workspace_group"]
 
 # A training run's graded groups, one JSON line each, in its run folder.
-OUTCOMES_FILE = RunFiles.GROUP_OUTCOMES
+OUTCOMES_FILE = RunFolder.GROUP_OUTCOMES
 # The reward metric (piexp.env.reward) that is an episode's binary outcome.
 OUTCOME_METRIC = "functional_correct"
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from piexp.run_folder import RunFolder
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
-from piexp.run_records import read_manifest
 
 #: The manifest key that records the base model.
 BASE_MODEL_KEY = "base_model"
@@ -70,7 +70,7 @@ def register_local_model_tokenizer(name: str) -> None:
 
 
 def _recorded_base_model(run_dir: Path) -> str | None:
-    manifest = read_manifest(run_dir)  # None: no run there yet
+    manifest = RunFolder(run_dir).manifest()  # None: no run there yet
     recorded = manifest.get(BASE_MODEL_KEY) if manifest is not None else None
     return recorded if isinstance(recorded, str) else None  # None: from before piexp recorded it
 

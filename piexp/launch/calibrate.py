@@ -11,7 +11,7 @@ over languages) lies in the target band, with `calibrated.yaml`, a preset in
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import contextlib
 import json
@@ -24,13 +24,12 @@ from typing import Any
 from piexp.config.schema import RunConfig
 from piexp.console import say
 from piexp.files import read_jsonl
-from piexp.run_records import EPISODES_FILE
 from piexp.stats import mean_ci95
 from piexp.errors import UserError
 from piexp.tasks import Family, get_family
 
 # The preset a calibration writes (copy it into experiments/ to select it by name).
-PRESET_FILE = RunFiles.CALIBRATED_PRESET
+PRESET_FILE = RunFolder.CALIBRATED_PRESET
 
 
 @dataclass(frozen=True)
@@ -103,9 +102,9 @@ def record_level_config(level: Level) -> None:
     its own writes them: the level's composed config and the overrides it came from."""
     import yaml
 
-    (level.folder / RunFiles.RECORD_SUBDIR).mkdir(parents=True, exist_ok=True)
-    (level.folder / RunFiles.CONFIG).write_text(yaml.safe_dump(level.config.model_dump(mode="json"), sort_keys=False))
-    (level.folder / RunFiles.OVERRIDES).write_text(yaml.safe_dump(list(level.overrides)))
+    (level.folder / RunFolder.RECORD_SUBDIR).mkdir(parents=True, exist_ok=True)
+    (level.folder / RunFolder.CONFIG).write_text(yaml.safe_dump(level.config.model_dump(mode="json"), sort_keys=False))
+    (level.folder / RunFolder.OVERRIDES).write_text(yaml.safe_dump(list(level.overrides)))
 
 
 def _params_text(params: dict[str, int]) -> str:
@@ -122,7 +121,7 @@ def _round(value: float | None) -> float | None:
 def level_cells(level: Level) -> list[dict[str, Any]]:
     """One cell per language of a level: pass@1 and mean shaped reward with their 95%
     intervals, each over the level's tasks (a task's value: the mean of its samples)."""
-    path = level.folder / EPISODES_FILE
+    path = level.folder / RunFolder.EPISODES
     by_task: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for record in read_jsonl(path) if path.exists() else []:
         if "error" in record and record["error"]:
@@ -314,9 +313,9 @@ def write_calibration(out: Path, levels: Sequence[Level], settings: dict[str, An
     }
     preset = preset_text(data, ran)
     data["preset"] = PRESET_FILE if preset else None
-    atomic_write_text(out / RunFiles.CALIBRATION_JSON, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    atomic_write_text(out / RunFiles.CALIBRATION_MD, calibration_markdown(data))
-    plot_levels(data, out / RunFiles.CALIBRATION_PNG)
+    atomic_write_text(out / RunFolder.CALIBRATION_JSON, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(out / RunFolder.CALIBRATION_MD, calibration_markdown(data))
+    plot_levels(data, out / RunFolder.CALIBRATION_PNG)
     if preset:
         atomic_write_text(out / PRESET_FILE, preset)
     elif (out / PRESET_FILE).exists():

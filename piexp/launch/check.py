@@ -19,7 +19,7 @@ shows them in a browser.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import asyncio
 import json
@@ -42,7 +42,6 @@ from piexp.languages import language as registered_language
 from piexp.launch.episodes import Episode, run_episodes
 from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord
-from piexp.run_records import CHECK_FILE
 from piexp.sandbox.availability import SandboxDown
 from piexp.sandbox.client import close_sandbox_clients, sandbox_client
 from piexp.tasks import Task
@@ -275,7 +274,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             for record in records:
                 if record.transcript is not None:
                     transcripts.write(record.transcript)
-        (run_dir / CHECK_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        (run_dir / RunFolder.CHECK).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
         from piexp.transcripts.viewer import write_run_viewer
 
         write_run_viewer(run_dir)
@@ -283,7 +282,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             from piexp.launch.result_logging import check_tables, log_result
 
             metrics, tables = check_tables(report)
-            files = [run_dir / RunFiles.VIEWER, run_dir / CHECK_FILE]
+            files = [run_dir / RunFolder.VIEWER, run_dir / RunFolder.CHECK]
             log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
                        tables, files, "check")  # fmt: skip
         say(_table(config, cells, runtimes))
@@ -293,11 +292,11 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             raise CheckFailedError(
                 f"The check failed with {len(violations)} violation(s){more}: "
                 + " | ".join(shown)
-                + f". Details in {run_dir / CHECK_FILE}."
+                + f". Details in {run_dir / RunFolder.CHECK}."
             )
         say(
             f"[green]check passed[/green]: {len(records)} episodes, oracle {oracle_rate:.0%} "
-            f"in {report['wall_s']:.1f} s; wrote {run_dir / CHECK_FILE}"
+            f"in {report['wall_s']:.1f} s; wrote {run_dir / RunFolder.CHECK}"
         )
         return oracle_rate
     finally:

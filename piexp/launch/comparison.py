@@ -6,7 +6,7 @@ compare.json and compare.png."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 import statistics
@@ -18,10 +18,9 @@ from typing import Any
 
 from piexp.errors import UserError
 from piexp.files import read_jsonl
-from piexp.run_records import EPISODES_FILE
 from piexp.stats import mean_ci95, pass_at_k
 
-RESULTS_FILE = RunFiles.RESULTS
+RESULTS_FILE = RunFolder.RESULTS
 
 
 class CompareError(UserError):
@@ -51,9 +50,9 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float]:
 
 
 def load_run(folder: Path) -> Run:
-    episodes = folder / EPISODES_FILE
+    episodes = folder / RunFolder.EPISODES
     if not (folder / RESULTS_FILE).is_file() or not episodes.is_file():
-        raise CompareError(f"{folder} is not a finished eval run (it needs {RESULTS_FILE} and {EPISODES_FILE}; "
+        raise CompareError(f"{folder} is not a finished eval run (it needs {RESULTS_FILE} and {RunFolder.EPISODES}; "
                            "run `python -m piexp mode=eval ...` to make one)")  # fmt: skip
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     digests: dict[str, str] = {}
@@ -171,8 +170,8 @@ def write_comparison(folders: Sequence[Path], out: Path) -> str:
     compare.json and compare.png into `out` and return the markdown."""
     result = compare([load_run(folder) for folder in folders])
     out.mkdir(parents=True, exist_ok=True)
-    (out / RunFiles.COMPARE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / RunFolder.COMPARE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     text = markdown(result)
-    (out / RunFiles.COMPARE_MD).write_text(text, encoding="utf-8")
-    plot(result, out / RunFiles.COMPARE_PNG)
+    (out / RunFolder.COMPARE_MD).write_text(text, encoding="utf-8")
+    plot(result, out / RunFolder.COMPARE_PNG)
     return text

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from tinker_cookbook.completers import TokenCompleter
 
+from piexp.run_folder import RunFolder
 from piexp.console import ProgressReport, say
 from piexp.env.episode import EpisodeSettings
 from piexp.files import read_jsonl
 from piexp.policies.rollout import EpisodeRecord, run_episode
-from piexp.run_records import EPISODES_FILE
 from piexp.tasks import Task
 from piexp.transcripts.store import TranscriptWriter
 
@@ -111,7 +111,7 @@ class EpisodeLog:
     not read back, so that episode is played again."""
 
     def __init__(self, run_dir: Path, transcripts: str, digests: Mapping[str, str]) -> None:
-        self.path = Path(run_dir) / EPISODES_FILE
+        self.path = Path(run_dir) / RunFolder.EPISODES
         self.transcripts_path = Path(run_dir) / transcripts
         self.digests = digests
 

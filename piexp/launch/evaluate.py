@@ -16,7 +16,7 @@ record; a resume keeps exactly the transcripts of the records it keeps.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import asyncio
 import json
@@ -41,7 +41,6 @@ from piexp.launch.eval_report import plot_heatmap, results_markdown, summary_tab
 from piexp.policies import make_policy
 from piexp.policies.model import ModelServiceFailure
 from piexp.policies.rollout import EpisodeRecord, run_episode
-from piexp.run_records import EPISODES_FILE
 from piexp.sandbox.availability import SandboxDown
 from piexp.sandbox.client import close_sandbox_clients
 from piexp.stats import pass_at_k
@@ -50,7 +49,7 @@ from piexp.transcripts.failures import summarize_failures
 from piexp.transcripts.store import EVAL_TRANSCRIPTS
 
 
-STATE_FILE = RunFiles.EVAL_STATE
+STATE_FILE = RunFolder.EVAL_STATE
 
 
 class EvalIncompleteError(RunIncompleteError):
@@ -177,9 +176,9 @@ def _group(records: Iterable[EpisodeRecord]) -> dict[tuple[str, str], list[Episo
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> None:
-    (run_dir / RunFiles.RESULTS).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (run_dir / RunFiles.RESULTS_MD).write_text(results_markdown(results))
-    plot_heatmap(results, run_dir / RunFiles.RESULTS_PNG)
+    (run_dir / RunFolder.RESULTS).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    (run_dir / RunFolder.RESULTS_MD).write_text(results_markdown(results))
+    plot_heatmap(results, run_dir / RunFolder.RESULTS_PNG)
     from piexp.transcripts.viewer import write_run_viewer
 
     write_run_viewer(run_dir)
@@ -235,7 +234,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     if finished:
         say(
             f"resuming: {len(episodes) - len(todo)} of {len(episodes)} episodes already done in "
-            f"{run_dir / EPISODES_FILE}"
+            f"{run_dir / RunFolder.EPISODES}"
         )
     errors: list[EpisodeRecord] = []
     stopped_by: SandboxDown | ModelServiceFailure | None = None
@@ -277,12 +276,12 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     results["episodes_failed_to_run"] = len(episodes) - len(records)
     write_results(run_dir, results)
     say(summary_table(results))
-    say(f"wrote {run_dir / RunFiles.RESULTS}, {RunFiles.RESULTS_MD}, {RunFiles.RESULTS_PNG}, {RunFiles.VIEWER}")
+    say(f"wrote {run_dir / RunFolder.RESULTS}, {RunFolder.RESULTS_MD}, {RunFolder.RESULTS_PNG}, {RunFolder.VIEWER}")
     if config.mode.wandb_project:
         from piexp.launch.result_logging import eval_tables, log_result
 
         metrics, tables = eval_tables(results)
-        files = [run_dir / name for name in (RunFiles.VIEWER, RunFiles.RESULTS_MD, RunFiles.RESULTS)]
+        files = [run_dir / name for name in (RunFolder.VIEWER, RunFolder.RESULTS_MD, RunFolder.RESULTS)]
         url = log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
                          tables, files, "eval")  # fmt: skip
         say(f"logged to Weights & Biases project {config.mode.wandb_project}" + (f": {url}" if url else ""))

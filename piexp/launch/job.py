@@ -9,7 +9,7 @@ instead of an exit that would take the other parallel jobs down with it."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import os
 import sys
@@ -33,7 +33,7 @@ from piexp.errors import UserError, deliver_interrupts_quietly, report_user_erro
 from piexp.harness.base import refuse_unusable_harness
 from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
 from piexp.launch.run import run_mode
-from piexp.launch.run_folder import claim_job_folder
+from piexp.launch.folder_guard import claim_job_folder
 from piexp.sweeps import JobInfo, job_failed, run_tracked
 
 
@@ -59,7 +59,7 @@ def run_job(cfg: DictConfig) -> float | None:
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)
-        attach_job_log(run_dir / RunFiles.JOB_LOG)  # what the console shows, as plain text, in the run folder
+        attach_job_log(run_dir / RunFolder.JOB_LOG)  # what the console shows, as plain text, in the run folder
         set_job_label(f"job {job.num}" if job.multirun else None)
         return run_tracked(config, run_dir, job, run_mode)
     except UserError as error:

@@ -15,7 +15,7 @@ each stage did, and which checkpoint the trained evaluation sampled."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 import time
@@ -28,9 +28,9 @@ from piexp.config.defaults import default_settings
 from piexp.config.schema import EvalMode, RunConfig, TrainMode, WarmStartSettings
 from piexp.console import say
 
-BASE_EVAL_DIR = RunFiles.BASE_EVAL_DIR
-TRAINED_EVAL_DIR = RunFiles.TRAINED_EVAL_DIR
-LOOP_RECORD = RunFiles.LOOP_RECORD
+BASE_EVAL_DIR = RunFolder.BASE_EVAL_DIR
+TRAINED_EVAL_DIR = RunFolder.TRAINED_EVAL_DIR
+LOOP_RECORD = RunFolder.LOOP_RECORD
 
 RunStage = Callable[[RunConfig, Path], "float | None"]
 
@@ -62,7 +62,7 @@ def _eval_finished(config: RunConfig, eval_dir: Path) -> float | None:
     """pass@1 of a finished eval of `config` in `eval_dir` (every episode recorded, same
     policy, checkpoint and k), else None: the stage then runs, resuming what is there.
     The rest of its settings are the run's own, which the run folder keeps unchanged."""
-    results_path = eval_dir / RunFiles.RESULTS
+    results_path = eval_dir / RunFolder.RESULTS
     if not results_path.is_file():
         return None
     results = json.loads(results_path.read_text())
@@ -83,7 +83,7 @@ def _set_aside_stale_trained_eval(run_dir: Path, previous: dict[str, Any], sampl
     eval_dir = run_dir / TRAINED_EVAL_DIR
     evaluated = previous.get("eval_trained", {}).get("sampler_path")
     if eval_dir.exists() and evaluated is not None and evaluated != sampler_path:
-        aside = eval_dir.with_name(f"{TRAINED_EVAL_DIR}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        aside = eval_dir.with_name(f"{TRAINED_EVAL_DIR}{RunFolder.REPLACED_MARK}{time.strftime('%Y%m%d-%H%M%S')}")
         eval_dir.rename(aside)
         say(f"loop: {eval_dir} evaluated an earlier checkpoint ({evaluated}); moved to {aside}")
 
@@ -110,7 +110,7 @@ def _training_finished(config: RunConfig, run_dir: Path) -> bool:
     assert isinstance(config.mode, TrainMode)
     last = get_last_checkpoint(str(run_dir))
     return (last is not None and last.name == "final" and (last.batch or 0) >= config.mode.max_steps
-            and (run_dir / RunFiles.SUMMARY).is_file())  # fmt: skip
+            and (run_dir / RunFolder.SUMMARY).is_file())  # fmt: skip
 
 
 def _run_eval_stage(name: str, config: RunConfig, eval_dir: Path, run_stage: RunStage) -> dict[str, Any]:
@@ -171,6 +171,6 @@ def run_loop(config: RunConfig, run_dir: Path, run_stage: RunStage) -> float | N
         result = record["eval_trained"]["pass@1"]
     if mode.eval_before and mode.eval_after:
         say(write_comparison([run_dir / BASE_EVAL_DIR, run_dir / TRAINED_EVAL_DIR], run_dir))
-        record["comparison"] = str(run_dir / RunFiles.COMPARE_MD)
+        record["comparison"] = str(run_dir / RunFolder.COMPARE_MD)
     write_record()
     return result

@@ -12,7 +12,7 @@ manifest that looks valid, with sorted keys so manifests diff cleanly, and throu
 
 from __future__ import annotations
 
-from piexp.run_files import FORMAT_VERSION, RunFiles
+from piexp.run_folder import FORMAT_VERSION, RunFolder
 
 import json
 import os
@@ -28,7 +28,7 @@ from piexp.redaction import redact_secrets
 
 __all__ = ["MANIFEST_NAME", "TRACKED_PACKAGES", "build_manifest", "git_state", "package_versions", "write_manifest"]
 
-MANIFEST_NAME = RunFiles.MANIFEST
+MANIFEST_NAME = RunFolder.MANIFEST
 MANIFEST_VERSION = FORMAT_VERSION
 
 #: Distributions whose versions change results.  Read with importlib.metadata so

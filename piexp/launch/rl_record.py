@@ -6,7 +6,7 @@ in the cookbook's defaults is caught before a rerun, not discovered in its resul
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import dataclasses
 import json
@@ -15,7 +15,7 @@ from typing import Any
 
 import chz
 
-RECORD_NAME = RunFiles.RL_RECORD
+RECORD_NAME = RunFolder.RL_RECORD
 # Values that depend on the machine or the moment rather than on the config (folder,
 # resolved service URL and model folder, warm-start checkpoint); their
 # sources are in .hydra/config.yaml, which reproduce checks on its own.
@@ -60,17 +60,3 @@ def write_rl_record(run_dir: Path, train_config: Any) -> Path:
     path = run_dir / RECORD_NAME
     path.write_text(json.dumps(describe(train_config), indent=2) + "\n", encoding="utf-8")
     return path
-
-
-def read_rl_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run's record, or None when it has none (not a train run, or older than it)."""
-    path = run_dir / RECORD_NAME
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        from piexp.errors import UserError
-
-        raise UserError(f"{path} cannot be read ({error}).") from None
-    return record if isinstance(record, dict) else None

@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from piexp.run_folder import RunFolder
 from piexp.console import ProgressReport, say, to_job_log
-from piexp.run_records import EVAL_EPISODES_KEY, TRAIN_KEYS, finite_number, read_metrics
+from piexp.run_records import EVAL_EPISODES_KEY, TRAIN_KEYS, finite_number
 from piexp.stats import share_ci95
 
 # tinker-cookbook's PrettyPrintLogger logs each step's table through this logger, as one
@@ -60,7 +61,7 @@ class StepLines(logging.Filter):
             return True
         to_job_log(text, markup=False)
         step = int(match.group(1))
-        rows = [row for row in read_metrics(self.run_dir) if row.get("step") == step]
+        rows = [row for row in RunFolder(self.run_dir).metrics() if row.get("step") == step]
         say(step_line(rows[-1]) if rows else f"step {step} (metrics.jsonl has no row for it yet)")
         if self.progress is not None:
             self.progress.reach(step + 1, note=f"step {step} done")

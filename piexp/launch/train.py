@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from piexp.config.schema import RunConfig, TrainMode
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 # Fields of rl.train.Config that no config option sets, and why (tests/launch/
 # test_rl_options.py fails on any other field that is not reachable from config):
@@ -147,8 +147,8 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
 
             write_run_viewer(run_dir)  # the reward curve, and links to the cookbook's per-iteration pages
             say(
-                f"wrote {run_dir / RunFiles.METRICS}, {RunFiles.SUMMARY}, {RunFiles.TRAIN_TRANSCRIPTS}, "
-                f"{RunFiles.VIEWER} and the checkpoints ({RunFiles.CHECKPOINTS})"
+                f"wrote {run_dir / RunFolder.METRICS}, {RunFolder.SUMMARY}, {RunFolder.TRAIN_TRANSCRIPTS}, "
+                f"{RunFolder.VIEWER} and the checkpoints ({RunFolder.CHECKPOINTS})"
             )
         finally:
             await close_run_harnesses()

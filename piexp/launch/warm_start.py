@@ -16,7 +16,7 @@ that instead). `summary.md` reports whether reward changed beyond noise (`write_
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 import time
@@ -32,14 +32,12 @@ from piexp.run_records import (
     controls_table,
     finite_number,
     metric_curve,
-    read_metrics,
-    step_rollouts,
     train_pass_curve,
 )
 from piexp.stats import difference_ci95, share_ci95
 
-WARM_START_FILE = RunFiles.WARM_START
-SUMMARY_FILE = RunFiles.SUMMARY
+WARM_START_FILE = RunFolder.WARM_START
+SUMMARY_FILE = RunFolder.SUMMARY
 
 
 def _sft_datums(trajectories: list[Any]) -> list[Any]:
@@ -197,7 +195,7 @@ def reward_trend(run_dir: Path, series: list[tuple[int, float]]) -> str:
         return f"One iteration logged ({first}): no trend to claim yet."
 
     def rewards(step: int) -> list[float]:
-        values = (finite_number(t.get("total_reward")) for t in step_rollouts(run_dir, TRAIN_ROLLOUTS_SPLIT, step))
+        values = (finite_number(t.get("total_reward")) for t in RunFolder(run_dir).rollouts(TRAIN_ROLLOUTS_SPLIT, step))
         return [v for v in values if v is not None]
 
     before, after = rewards(first), rewards(last)
@@ -233,7 +231,7 @@ def write_summary(run_dir: Path) -> str:
             f"- saved state: `{record['state_path']}`",
             "",
         ]
-    rows = read_metrics(run_dir)
+    rows = RunFolder(run_dir).metrics()
     series = metric_curve(rows, "reward")
     lines += ["## RL reward per iteration", ""]
     if series:

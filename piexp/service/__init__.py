@@ -12,7 +12,7 @@ started. Modules, one job each:
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import contextlib
 import os
@@ -77,8 +77,8 @@ def _state_dir(config: RunConfig, run_dir: Path) -> Path:
 
         source = resolve_checkpoint(config.checkpoint).run_dir
         if source is not None:
-            return source / RunFiles.LOCAL_SERVICE_DIR
-    return run_dir / RunFiles.LOCAL_SERVICE_DIR
+            return source / RunFolder.LOCAL_SERVICE_DIR
+    return run_dir / RunFolder.LOCAL_SERVICE_DIR
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ installed (:mod:`piexp.allocator`).
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import contextlib
 import os
@@ -127,7 +127,7 @@ class LocalServer:
     @property
     def log_path(self) -> Path:
         # The state folder is a run folder's LOCAL_SERVICE_DIR: its log is SERVER_LOG there.
-        return self.state_dir / Path(RunFiles.SERVER_LOG).name
+        return self.state_dir / Path(RunFolder.SERVER_LOG).name
 
     def backend_config(self) -> dict[str, object]:
         """skyrl's JAX backend settings the server runs with (also what a check or bench

@@ -14,7 +14,7 @@ launcher (joblib on one machine, submitit locally or on SLURM):
 """
 
 from piexp.sweeps.liveness import HEARTBEAT_EVERY_S, STALE_AFTER_S, Owner, judge
-from piexp.sweeps.marker import MARKER_PATH, config_hash, read_marker, write_marker
+from piexp.sweeps.marker import MARKER_PATH, config_hash, write_marker
 from piexp.sweeps.status import STATUS_JSON, STATUS_MD, SweepStatus
 from piexp.sweeps.tracking import FAIL_JOBS_ENV, STATUS_SUBDIR, JobInfo, SweepJobFailed, job_failed, run_tracked
 
@@ -33,7 +33,6 @@ __all__ = [
     "config_hash",
     "job_failed",
     "judge",
-    "read_marker",
     "run_tracked",
     "write_marker",
 ]

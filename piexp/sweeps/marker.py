@@ -9,35 +9,24 @@ stamps, launcher), which differ between two launches of the same job.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import hashlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+
 
 from piexp.config.schema import RunConfig
 from piexp.files import atomic_write_text
 
-MARKER_PATH = Path(RunFiles.COMPLETE_MARKER)
+MARKER_PATH = Path(RunFolder.COMPLETE_MARKER)
 
 
 def config_hash(config: RunConfig) -> str:
     """sha256 of the resolved config as canonical JSON (sorted keys)."""
     text = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def read_marker(run_dir: Path) -> dict[str, Any] | None:
-    """The marker's content, or None when there is none (or it is unreadable, which
-    counts as not completed: a half-written marker must never skip a job)."""
-    path = Path(run_dir) / MARKER_PATH
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("config_hash"), str) else None
 
 
 def clear_marker(run_dir: Path) -> None:

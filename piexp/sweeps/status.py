@@ -12,7 +12,7 @@ does the same when nothing is left alive.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import fcntl
 import json
@@ -23,9 +23,9 @@ from typing import Any, Iterable, Iterator
 from piexp.files import atomic_write_text
 from piexp.sweeps.liveness import STALE_AFTER_S, Owner, judge, utc_now
 
-STATUS_JSON = RunFiles.SWEEP_STATUS_JSON
-STATUS_MD = RunFiles.SWEEP_STATUS_MD
-_LOCK = RunFiles.SWEEP_STATUS_LOCK
+STATUS_JSON = RunFolder.SWEEP_STATUS_JSON
+STATUS_MD = RunFolder.SWEEP_STATUS_MD
+_LOCK = RunFolder.SWEEP_STATUS_LOCK
 # States whose entry keeps its `error` (the failure, or why a job is not running).
 _REASONED = {"failed", "interrupted", "stale"}
 

@@ -37,10 +37,11 @@ from typing import Any
 
 from hydra.errors import CompactHydraException
 
+from piexp.run_folder import RunFolder
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
 from piexp.sweeps.liveness import HEARTBEAT_EVERY_S, Owner
-from piexp.sweeps.marker import MARKER_PATH, clear_marker, config_hash, read_marker, write_marker
+from piexp.sweeps.marker import MARKER_PATH, clear_marker, config_hash, write_marker
 from piexp.sweeps.status import SweepStatus
 
 log = logging.getLogger("piexp.sweeps")
@@ -165,7 +166,7 @@ def _claim(
     run it twice into one folder."""
     announced = False
     while True:
-        marker = read_marker(run_dir)
+        marker = RunFolder(run_dir).completion()
         if marker is not None and marker["config_hash"] == digest:
             return marker
         busy = status.claim(job.num, owner, **common)

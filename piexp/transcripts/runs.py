@@ -6,7 +6,7 @@ reader."""
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 from dataclasses import dataclass, field
@@ -15,8 +15,7 @@ from typing import Any
 
 from piexp.errors import UserError
 from piexp.files import read_jsonl
-from piexp.run_records import CHECK_FILE, EPISODES_FILE, METRICS_FILE, control_rows, find_job_folders, metric_curve
-from piexp.run_records import read_metrics
+from piexp.run_records import control_rows, metric_curve
 from piexp.transcripts.store import (
     CHECK_TRANSCRIPTS,
     EPISODE_IDENTITY,
@@ -88,10 +87,7 @@ def _add_source(
 def _incomplete_note(folder: Path, job: str) -> str | None:
     """ "INCOMPLETE: ..." for an eval whose results lack episodes piexp's own parts could
     not run (results.json `complete: false`), else None."""
-    try:
-        results = json.loads((folder / RunFiles.RESULTS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    results = RunFolder(folder).json_record(RunFolder.RESULTS)
     if not isinstance(results, dict) or results.get("complete") is not False:
         return None
     where = "" if job == "." else f"{job}: "
@@ -105,15 +101,15 @@ def _incomplete_note(folder: Path, job: str) -> str | None:
 def _add_job(view: RunView, folder: Path, job: str) -> None:
     if (note := _incomplete_note(folder, job)) is not None:
         view.incomplete.append(note)
-    check = folder / CHECK_FILE
+    check = folder / RunFolder.CHECK
     if check.is_file():
         try:
             episodes = json.loads(check.read_text(encoding="utf-8")).get("episodes") or []
         except ValueError:
             episodes = []
         _add_source(view, folder, job, "check", episodes, folder / CHECK_TRANSCRIPTS)
-    if (folder / EPISODES_FILE).is_file():
-        _add_source(view, folder, job, "eval", _episode_lines(folder / EPISODES_FILE), folder / EVAL_TRANSCRIPTS)
+    if (folder / RunFolder.EPISODES).is_file():
+        _add_source(view, folder, job, "eval", _episode_lines(folder / RunFolder.EPISODES), folder / EVAL_TRANSCRIPTS)
     if (folder / TRAIN_TRANSCRIPTS).is_file():
         # A training run's episodes are their transcripts (no episode records beside them).
         trained = list(read_transcripts(folder / TRAIN_TRANSCRIPTS))
@@ -126,7 +122,7 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
             row["tool_calls"] = sum(m.get("role") == "tool" for m in transcript.get("conversation") or [])
             view.transcripts[row_id] = transcript
             view.rows.append(row)
-    metrics = read_metrics(folder)
+    metrics = RunFolder(folder).metrics()
     curve = metric_curve(metrics, "reward")
     if curve:
         view.reward_curves[job] = curve
@@ -134,7 +130,7 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
     if controls:
         view.control_rows[job] = controls
     for page in sorted(folder.rglob("*.html")):
-        if page.name != RunFiles.VIEWER:
+        if page.name != RunFolder.VIEWER:
             view.train_pages.append(str(page.relative_to(view.root)))
 
 
@@ -146,8 +142,10 @@ def load_run(target: Path) -> RunView:
             f"Cannot show {target}: it is not a folder. Give a run folder (outputs/DATE/TIME) "
             "or a sweep folder (multirun/DATE/TIME)."
         )
-    folders = find_job_folders(target)
-    if not folders and any((target / name).is_file() for name in (CHECK_FILE, EPISODES_FILE, METRICS_FILE)):
+    folders = RunFolder.jobs_under(target)
+    if not folders and any(
+        (target / name).is_file() for name in (RunFolder.CHECK, RunFolder.EPISODES, RunFolder.METRICS)
+    ):
         folders = [target]  # a run folder without its .hydra (copied around, or written by a test)
     view = RunView(root=target)
     for folder in folders:

@@ -16,7 +16,7 @@ conversation, so the file stays bounded and still has one line per episode.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import gzip
 import json
@@ -26,9 +26,9 @@ from collections.abc import Callable, Container, Hashable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-EVAL_TRANSCRIPTS = RunFiles.EVAL_TRANSCRIPTS
-CHECK_TRANSCRIPTS = RunFiles.CHECK_TRANSCRIPTS
-TRAIN_TRANSCRIPTS = RunFiles.TRAIN_TRANSCRIPTS  # a training run's episodes, each with its iteration
+EVAL_TRANSCRIPTS = RunFolder.EVAL_TRANSCRIPTS
+CHECK_TRANSCRIPTS = RunFolder.CHECK_TRANSCRIPTS
+TRAIN_TRANSCRIPTS = RunFolder.TRAIN_TRANSCRIPTS  # a training run's episodes, each with its iteration
 # The episodes a run folder can hold, by source: what `show --source`, `rescore --source`
 # and `replay --source` name, and the file each is recorded in.
 SOURCE_TRANSCRIPTS: dict[str, str] = {"train": TRAIN_TRANSCRIPTS, "eval": EVAL_TRANSCRIPTS, "check": CHECK_TRANSCRIPTS}

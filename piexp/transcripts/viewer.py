@@ -11,7 +11,7 @@ opened, so a run of thousands of episodes loads at once and stays responsive.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import json
 import time
@@ -23,7 +23,7 @@ from piexp.errors import UserError
 from piexp.transcripts.failures import FAILURE_KINDS, summarize_failures
 from piexp.transcripts.runs import RunView, load_run
 
-VIEWER_FILE = RunFiles.VIEWER
+VIEWER_FILE = RunFolder.VIEWER
 _PAGE = "viewer_page.html"
 
 

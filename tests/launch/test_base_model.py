@@ -87,7 +87,7 @@ TRAIN = ["experiment=learn_offline"]
 
 
 def test_resuming_a_run_on_another_base_model_is_another_run(tmp_path: Path) -> None:
-    from piexp.launch.run_folder import folder_conflict
+    from piexp.launch.folder_guard import folder_conflict
 
     expected = expected_base_model(load(TRAIN))
     same, older, unrecorded = tmp_path / "same", tmp_path / "older", tmp_path / "unrecorded"

@@ -9,6 +9,7 @@ from math import comb
 import pytest
 
 import piexp.launch.evaluate as evaluate
+from piexp.run_folder import RunFolder
 from piexp.config.compose import load
 from piexp.errors import UserError
 from piexp.env.splits import build_splits
@@ -128,7 +129,7 @@ def test_interrupted_eval_resumes_without_redoing_finished_episodes(sandbox_url,
     monkeypatch.setattr(evaluate, "run_episode", dies_after_three)
     with pytest.raises(Interrupted):
         evaluate.run_eval(config, tmp_path, sandbox_url, splits)
-    lines = (tmp_path / evaluate.EPISODES_FILE).read_text().splitlines()
+    lines = (tmp_path / RunFolder.EPISODES).read_text().splitlines()
     done = {(r["task_id"], r["language"], r["sample"]) for r in map(json.loads, lines)}
     assert done == set(calls) and len(done) == 3
     assert not (tmp_path / "results.json").exists()
@@ -144,7 +145,7 @@ def test_interrupted_eval_resumes_without_redoing_finished_episodes(sandbox_url,
     assert len(rerun) == total - 3 and not done & set(rerun)
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["overall"]["episodes"] == total
-    assert len((tmp_path / evaluate.EPISODES_FILE).read_text().splitlines()) == total
+    assert len((tmp_path / RunFolder.EPISODES).read_text().splitlines()) == total
 
     # A third run has nothing left to do.
     rerun.clear()
@@ -164,7 +165,7 @@ def test_truncated_last_line_is_ignored(sandbox_url, tmp_path):
     config = load([*BASE, "policy=guess", "family=[arith]", "lang=[python]"])
     splits = build_splits(config)
     evaluate.run_eval(config, tmp_path, sandbox_url, splits)
-    path = tmp_path / evaluate.EPISODES_FILE
+    path = tmp_path / RunFolder.EPISODES
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])  # died mid-write
     evaluate.run_eval(config, tmp_path, sandbox_url, splits)

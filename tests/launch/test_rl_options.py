@@ -18,7 +18,8 @@ from tinker_cookbook.rl.rollout_strategy import FailFast, MinViableGroup, RetryO
 from piexp.commands.reproduce import verify_rl_record
 from piexp.config.compose import load
 from piexp.errors import UserError
-from piexp.launch.rl_record import RECORD_NAME, describe, read_rl_record, write_rl_record
+from piexp.run_folder import RunFolder
+from piexp.launch.rl_record import RECORD_NAME, describe, write_rl_record
 from piexp.launch.train import PIEXP_SET_FIELDS, cookbook_config
 
 SANDBOX = "http://127.0.0.1:8080/run_code"
@@ -353,7 +354,7 @@ def test_the_recorded_config_is_checked_by_reproduce(tmp_path: Path) -> None:
     config = load(overrides)
     path = write_rl_record(tmp_path, cookbook_config(config, tmp_path, SANDBOX))
     assert path.name == RECORD_NAME
-    record = read_rl_record(tmp_path)
+    record = RunFolder(tmp_path).rl_record()
     assert record is not None and record["kl_penalty_coef"] == 0.04
     assert record["dataset_builder"]["episode_rollout_config"]["limits"]["rollout_timeout_seconds"] == 90.0
     assert verify_rl_record(tmp_path, config) == "matches"

@@ -369,7 +369,7 @@ def _read_until(sweep: str, stop, failures, reads) -> None:  # noqa: ANN001
 def test_concurrent_writers_neither_tear_nor_lose_anything(tmp_path: Path) -> None:
     import multiprocessing
 
-    from piexp.sweeps import read_marker
+    from piexp.run_folder import RunFolder
 
     context = multiprocessing.get_context("fork")
     go, stop, failures, reads = context.Event(), context.Event(), context.Queue(), context.Queue()
@@ -390,7 +390,7 @@ def test_concurrent_writers_neither_tear_nor_lose_anything(tmp_path: Path) -> No
     assert {num: (entry["state"], entry["metric"]) for num, entry in jobs.items()} == {
         str(job): ("complete", float(job)) for job in range(6)
     }
-    assert all(read_marker(tmp_path / str(job))["metric"] == float(job) for job in range(6))
+    assert all(RunFolder(tmp_path / str(job)).completion()["metric"] == float(job) for job in range(6))
     assert not list(tmp_path.rglob("*.tmp")), "a temp file was left behind"
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from piexp.config.compose import load
-from piexp.sweeps import SweepStatus, config_hash, read_marker, write_marker
+from piexp.run_folder import RunFolder
+from piexp.sweeps import SweepStatus, config_hash, write_marker
 
 from sweep_helpers import SweepRuns, read_json, run_piexp
 
@@ -58,7 +59,7 @@ def test_rerun_redoes_only_the_unfinished_job(reward_sweep: SweepRuns) -> None:
         assert (sweep / job / "results.json").stat().st_mtime_ns == mtimes[job], f"job {job} was redone"
     assert (sweep / "1" / "results.json").stat().st_mtime_ns != mtimes["1"], "job 1 was not redone"
     for job in ("0", "1", "2"):
-        assert read_marker(sweep / job) is not None
+        assert RunFolder(sweep / job).completion() is not None
     assert "skipped: 2" in (sweep / "sweep_status.md").read_text()
 
 
@@ -249,9 +250,9 @@ def test_marker_hash_is_the_resolved_config(tmp_path: Path) -> None:
     assert config_hash(a) == config_hash(load(["seed=1", "family=arith"]))
     assert config_hash(a) != config_hash(load(["family=arith", "seed=2"]))
     write_marker(tmp_path, config_hash(a), metric=0.5, overrides=["seed=1"])
-    assert read_marker(tmp_path)["config_hash"] == config_hash(a)
+    assert RunFolder(tmp_path).completion()["config_hash"] == config_hash(a)
     (tmp_path / ".piexp" / "complete.json").write_text('{"config_hash": ')  # torn write
-    assert read_marker(tmp_path) is None
+    assert RunFolder(tmp_path).completion() is None
 
 
 def test_changed_config_in_same_folder_reruns(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A run folder's file names have one home, `piexp/run_files.py`: no other module of piexp
+"""A run folder's file names have one home, `piexp/run_folder.py`: no other module of piexp
 spells one as a string (a module that owns a file's contents binds its constant to the
 name there), so a new run-folder file is one line there, and a renamed one cannot leave a
 reader behind."""
@@ -9,10 +9,10 @@ import ast
 import re
 from pathlib import Path
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 PACKAGE = Path(__file__).resolve().parents[1] / "piexp"
-NAMES = {value for key, value in vars(RunFiles).items() if key.isupper() and isinstance(value, str)}
+NAMES = {value for key, value in vars(RunFolder).items() if key.isupper() and isinstance(value, str)}
 # A name that is also an ordinary word of other files (Hydra's own config.yaml of conf/, a
 # task's workspace files) is told apart by its folder: these are checked as paths only.
 AMBIGUOUS = {".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra", "eval_base", "eval_trained"}
@@ -21,7 +21,7 @@ AMBIGUOUS = {".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra", "eval_base
 def test_no_module_but_run_files_spells_a_run_folder_file_name() -> None:
     spelled = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name == "run_files.py":
+        if path.name == "run_folder.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docstrings = {
@@ -36,7 +36,7 @@ def test_no_module_but_run_files_spells_a_run_folder_file_name() -> None:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 if node.value in NAMES - AMBIGUOUS:
                     spelled.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
-    assert not spelled, "name these through piexp.run_files.RunFiles:\n" + "\n".join(spelled)
+    assert not spelled, "name these through piexp.run_folder.RunFolder:\n" + "\n".join(spelled)
 
 
 # A file name as a string: what a run folder's file would be spelled as.
@@ -58,21 +58,21 @@ OTHER_FILES = {
 
 def test_every_run_folder_file_name_is_one_of_run_files() -> None:
     """Outside the modules that name other files (`OTHER_FILES`), a string that is a file
-    name is a run folder's, and must be one of `RunFiles`: a new file written into a run
+    name is a run folder's, and must be one of `RunFolder`: a new file written into a run
     folder under a name of its own fails here."""
     spelled = []
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE.parent).as_posix()
-        if path.name == "run_files.py" or any(relative.startswith(other) for other in OTHER_FILES):
+        if path.name == "run_folder.py" or any(relative.startswith(other) for other in OTHER_FILES):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and FILE_NAME.match(node.value):
                 spelled.append(f"{relative}:{node.lineno}: {node.value!r}")
-    assert not spelled, "name these through piexp.run_files.RunFiles:\n" + "\n".join(spelled)
+    assert not spelled, "name these through piexp.run_folder.RunFolder:\n" + "\n".join(spelled)
 
 
 def test_a_manifest_of_a_newer_format_is_refused_and_an_old_one_reads(tmp_path) -> None:
-    """`read_manifest` (reproduce, rescore and the base-model guard read a run's manifest
+    """`RunFolder.manifest` (reproduce, rescore and the base-model guard read a run's manifest
     through it): a folder written by a newer piexp, whose files may mean something else
     now, is one paragraph naming both formats; one written before `manifest_version` was
     recorded reads as format 1; a missing manifest is None unless something needs it."""
@@ -81,15 +81,43 @@ def test_a_manifest_of_a_newer_format_is_refused_and_an_old_one_reads(tmp_path) 
     import pytest
 
     from piexp.errors import UserError
-    from piexp.run_files import FORMAT_VERSION
-    from piexp.run_records import read_manifest
+    from piexp.run_folder import FORMAT_VERSION
 
-    assert read_manifest(tmp_path) is None
+    assert RunFolder(tmp_path).manifest() is None
     with pytest.raises(UserError, match="has no manifest.json .* so its tasks cannot be verified"):
-        read_manifest(tmp_path, needed_for="its tasks cannot be verified")
-    (tmp_path / RunFiles.MANIFEST).write_text(json.dumps({"seed": 0}))
-    assert read_manifest(tmp_path) == {"seed": 0}
+        RunFolder(tmp_path).manifest(needed_for="its tasks cannot be verified")
+    (tmp_path / RunFolder.MANIFEST).write_text(json.dumps({"seed": 0}))
+    assert RunFolder(tmp_path).manifest() == {"seed": 0}
     newer = {"manifest_version": FORMAT_VERSION + 1, "packages": {"piexp": "9.9"}}
-    (tmp_path / RunFiles.MANIFEST).write_text(json.dumps(newer))
+    (tmp_path / RunFolder.MANIFEST).write_text(json.dumps(newer))
     with pytest.raises(UserError, match=rf"newer piexp \(run-folder format {FORMAT_VERSION + 1}; .* piexp 9.9"):
-        read_manifest(tmp_path)
+        RunFolder(tmp_path).manifest()
+
+
+def test_run_folders_recorded_by_an_older_piexp_read_through_run_folder(tmp_path) -> None:
+    """The recorded run folders under tests/golden (written by an older piexp, the check's
+    before the run-folder format was versioned in its manifest) read through `RunFolder`:
+    their config, overrides and manifest, and `jobs_under` finds them; a folder moved aside
+    by --replace is not a job, and a folder without a record is refused by name."""
+    import shutil
+
+    import pytest
+
+    from piexp.errors import UserError
+
+    golden = Path(__file__).resolve().parent / "golden"
+    for name in ("check", "learner_local", "learner_local_train"):
+        run = RunFolder(golden / name)
+        assert run.is_run()
+        assert run.config()["seed"] is not None and run.mode_name() in {"check", "eval", "train"}
+        assert isinstance(run.overrides(), list)
+        assert run.manifest(needed_for="its tasks cannot be verified")["task_digests"]
+    assert RunFolder(golden / "check").overrides()[0] == "mode=check"
+
+    shutil.copytree(golden / "check", tmp_path / "sweep" / "10")
+    shutil.copytree(golden / "check", tmp_path / "sweep" / "2")
+    shutil.copytree(golden / "check", tmp_path / "sweep" / f"3{RunFolder.REPLACED_MARK}20261205-000000")
+    assert RunFolder.jobs_under(tmp_path / "sweep") == [tmp_path / "sweep" / "2", tmp_path / "sweep" / "10"]
+    with pytest.raises(UserError, match="is not a piexp run folder"):
+        RunFolder(tmp_path).config()
+    assert RunFolder(tmp_path).mode_name() == "?" and RunFolder(tmp_path).completion() is None

@@ -20,7 +20,7 @@ the folder is free or holds the same run.
 
 from __future__ import annotations
 
-from piexp.run_files import RunFiles
+from piexp.run_folder import RunFolder
 
 import os
 from collections.abc import Sequence
@@ -32,7 +32,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
-from piexp.run_records import REPLACED_MARK
 
 # The command-line flag that moves a folder holding another run aside.
 REPLACE_FLAG = "--replace"
@@ -40,7 +39,7 @@ REPLACE_FLAG = "--replace"
 # set by the CLI itself, never needed by hand.
 REPLACE_ENV = "PIEXP_REPLACE_HELD_RUNS"
 # Where a run folder keeps the record of its run (Hydra's own name for it).
-RECORD_SUBDIR = RunFiles.RECORD_SUBDIR
+RECORD_SUBDIR = RunFolder.RECORD_SUBDIR
 
 
 def take_replace_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
@@ -97,12 +96,12 @@ def _refuse_hydra_writing_into_jobs(cfg: DictConfig) -> None:
 def _held_run(folder: Path) -> tuple[RunConfig | None, str | None]:
     """The validated config of the run `folder` holds (None, None when it holds none),
     or (None, why) when its saved config cannot be read by this piexp."""
-    from piexp.config.compose import saved_run_config, validate_saved
+    from piexp.config.compose import validate_saved
 
-    if not (folder / RunFiles.CONFIG).is_file():
+    if not (folder / RunFolder.CONFIG).is_file():
         return None, None
     try:
-        return validate_saved(saved_run_config(folder), folder), None
+        return validate_saved(RunFolder(folder).config(), folder), None
     except Exception as error:  # a corrupt or older config: still another run's folder
         return None, " ".join(str(error).split())[:300]
 
@@ -135,9 +134,9 @@ def folder_conflict(folder: Path, config: RunConfig) -> str | None:
 def move_aside(folder: Path) -> Path:
     """Rename `folder` to `<folder>.replaced-<UTC time>` (unique), and return the new path."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target, n = folder.with_name(f"{folder.name}{REPLACED_MARK}{stamp}"), 1
+    target, n = folder.with_name(f"{folder.name}{RunFolder.REPLACED_MARK}{stamp}"), 1
     while target.exists():
-        target, n = folder.with_name(f"{folder.name}{REPLACED_MARK}{stamp}-{n}"), n + 1
+        target, n = folder.with_name(f"{folder.name}{RunFolder.REPLACED_MARK}{stamp}-{n}"), n + 1
     folder.rename(target)
     return target
 
@@ -156,7 +155,7 @@ def guard_folders(folders: Sequence[Path | None], configs: Sequence[RunConfig], 
         raise UserError(
             f"{folder} already holds a different run{more}; {why}. Its results are kept and nothing was "
             f"written. Either run into a new folder (another hydra.run.dir=... or hydra.sweep.dir=...), or "
-            f"add {REPLACE_FLAG} to move the old folder aside to {folder.name}{REPLACED_MARK}<time> (never "
+            f"add {REPLACE_FLAG} to move the old folder aside to {folder.name}{RunFolder.REPLACED_MARK}<time> (never "
             "deleted) and start afresh. Rerunning with the same config resumes instead."
         )
     return [f"moved {folder} aside to {move_aside(folder)} ({why})" for folder, why in conflicts]
@@ -175,9 +174,9 @@ def claim_job_folder(run_dir: Path, task_cfg: DictConfig, config: RunConfig) -> 
     hydra_cfg: Any = HydraConfig.instance().cfg
     assert hydra_cfg is not None
     for name, node in (
-        (RunFiles.CONFIG, task_cfg),
-        (RunFiles.HYDRA_CONFIG, hydra_cfg),
-        (RunFiles.OVERRIDES, hydra_cfg.hydra.overrides.task),
+        (RunFolder.CONFIG, task_cfg),
+        (RunFolder.HYDRA_CONFIG, hydra_cfg),
+        (RunFolder.OVERRIDES, hydra_cfg.hydra.overrides.task),
     ):
         (run_dir / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
     return moved

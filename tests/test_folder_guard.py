@@ -181,7 +181,7 @@ def test_training_longer_in_the_same_folder_is_a_continuation_not_another_run(tm
     from omegaconf import OmegaConf
 
     from piexp.config.compose import load
-    from piexp.launch.run_folder import folder_conflict
+    from piexp.launch.folder_guard import folder_conflict
 
     base = ["service=local", "model=tiny-local", "family=arith", "lang=python"]
     (tmp_path / ".hydra").mkdir()

@@ -45,10 +45,10 @@ class ServiceBase(VariantSettings):
     GROUP = "service"
     TAG = "name"
 
+    # Each variant narrows it to its own name (declared here so that it comes first).
+    name: str = Field(description="where training and model sampling run")
     # Every service's client is built on it (policies, the training loop).
-    base_url: str | None = Field(
-        description="tinker: endpoint override (null = the SDK's default); local/selfhosted: set at run time"
-    )
+    base_url: str | None = Field(description="the endpoint piexp's Tinker clients use")
 
 
 class TinkerService(ServiceBase):
@@ -57,6 +57,7 @@ class TinkerService(ServiceBase):
     FORMER_DEFAULTS = _only(_SERVICE_DEFAULTS, "url", "start_timeout_s", "tcmalloc", "prefix_cache", "compat_proxy")
 
     name: Literal["tinker"] = Field(description="where training and model sampling run: the Tinker API")
+    base_url: str | None = Field(description="endpoint override (null = $TINKER_BASE_URL, else the SDK's default)")
     connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
 
 
@@ -66,6 +67,7 @@ class LocalService(ServiceBase):
     FORMER_DEFAULTS = _only(_SERVICE_DEFAULTS, "url", "connect_timeout_s", "compat_proxy")
 
     name: Literal["local"] = Field(description="where training and model sampling run: a server piexp starts")
+    base_url: str | None = Field(description="set at run time (the server's compatibility proxy)")
     start_timeout_s: PositiveFloat = Field(description="bound on the server's start-up")
     tcmalloc: bool = Field(description="the server allocates with tcmalloc where installed")
     prefix_cache: bool = Field(description="removed (only false is accepted): the local server's prefix cache")
@@ -90,6 +92,7 @@ class SelfhostedService(ServiceBase):
     FORMER_DEFAULTS = _only(_SERVICE_DEFAULTS, "start_timeout_s", "tcmalloc", "prefix_cache")
 
     name: Literal["selfhosted"] = Field(description="where training and model sampling run: a server you run")
+    base_url: str | None = Field(description="set at run time (the compatibility proxy's URL, or service.url)")
     url: str = Field(description="the server's URL (http:// or https://)")
     connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
     compat_proxy: bool = Field(description="put piexp's SkyRL compatibility proxy in front")
@@ -114,6 +117,9 @@ class SandboxBase(VariantSettings):
     GROUP = "sandbox"
     TAG = "kind"
 
+    # Each variant narrows them (declared here so that they come first).
+    kind: str = Field(description="where programs run")
+    url: str | None = Field(description="the server's /run_code URL")
     max_concurrency: PositiveInt | None = Field(description="concurrent runs (null = cores x 2)")
     memory_limit_mb: PositiveInt = Field(description="per-run memory limit")
     start_timeout_s: PositiveFloat = Field(description="the server must answer /v1/ping within this many seconds")

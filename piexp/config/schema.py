@@ -110,9 +110,9 @@ class RunConfig(_Strict):
     reward: RewardSettings = Field(description="reward mode and weights used for training")
     limits: Limits = Field(description="episode and sandbox limits")
     model: ModelSettings = Field(description="sampled/trained model, renderer, LoRA rank, learning rate")
-    service: ServiceSettings = Field(description="where training and model sampling run: tinker | local | selfhosted")
+    service: ServiceSettings = Field(description="where training and model sampling run")
     warm_start: WarmStartSettings = Field(description="supervised steps on scripted trajectories before RL")
-    sandbox: SandboxSettings = Field(description="where programs run: embedded | remote")
+    sandbox: SandboxSettings = Field(description="where programs run")
     harness: HarnessSettings = Field(
         description="the agent that plays each episode (builtin: the reference environment)"
     )

@@ -12,8 +12,8 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 from piexp.config.base import VariantSettings
 
 __all__ = [
-    "EmbeddedSandboxSettings", "LocalService", "RemoteSandboxSettings", "SandboxBase", "SandboxSettings", "SelfhostedService",
-    "ServiceBase", "ServiceSettings", "TinkerService",
+    "EmbeddedSandboxSettings", "LocalService", "RemoteSandboxSettings", "SandboxBase", "SandboxSettings",
+    "SelfhostedService", "ServiceBase", "ServiceSettings", "TinkerService",
 ]  # fmt: skip
 
 # The values every YAML of the old flat blocks gave the keys a variant no longer has: a

@@ -123,17 +123,30 @@ def schema_keys(model: type[BaseModel], prefix: str = "") -> Iterator[Key]:
             yield Key(path, type_name(field.annotation, list(field.metadata)), field.description or "")
 
 
-def _mode_models() -> dict[str, type[BaseModel]]:
-    """mode=NAME -> its settings model (the `mode` field is a union on `name`)."""
+def _variant_models(group: str) -> dict[str, type[BaseModel]]:
+    """NAME -> the settings model of `group=NAME`, for a group whose field is a tagged
+    union (mode and service on `name`, sandbox on `kind`); empty for another group."""
     from piexp.config.schema import RunConfig
 
-    annotation = RunConfig.model_fields["mode"].annotation
+    annotation = RunConfig.model_fields[group].annotation
     if typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return {}
     models = {}
     for arg in typing.get_args(annotation):
-        models[typing.get_args(arg.model_fields["name"].annotation)[0]] = arg
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            models[typing.get_args(arg.model_fields[_tag(arg)].annotation)[0]] = arg
     return models
+
+
+def _tag(model: type[BaseModel]) -> str:
+    """The key naming a union's variant: `TAG` where the variant declares it, else `name`."""
+    return str(getattr(model, "TAG", "name"))
+
+
+# The groups whose options are variants with keys of their own.
+VARIANT_GROUPS = ("mode", "service", "sandbox")
 
 
 def undocumented_keys() -> list[str]:
@@ -142,8 +155,11 @@ def undocumented_keys() -> list[str]:
     from piexp.config.schema import RunConfig
 
     missing = [key.path for key in schema_keys(RunConfig) if not key.description.strip()]
-    for mode, model in _mode_models().items():
-        missing += [f"mode={mode}: {key.path}" for key in schema_keys(model, "mode.") if not key.description.strip()]
+    for group in VARIANT_GROUPS:
+        for name, model in _variant_models(group).items():
+            missing += [
+                f"{group}={name}: {key.path}" for key in schema_keys(model, f"{group}.") if not key.description.strip()
+            ]
     for family in _families():
         if hasattr(family, "param_names"):
             from piexp.tasks.params_help import param_docs
@@ -376,7 +392,6 @@ def config_page() -> str:
         lines.append(
             f"| `{key.path}` | {_cell(key.type)} | {_cell(key.description)} | {show_value(value_at(base, key.path))} |"
         )
-    mode_models = _mode_models()
     for group in groups:
         if group == "family":
             lines += ["", *_family_section()]
@@ -392,12 +407,14 @@ def config_page() -> str:
             "",
             *_options_list(group, options, defaults[group], folder),
         ]
-        if group == "mode":
-            # One settings model per mode: each option's keys are its mode's.
-            for mode, model in mode_models.items():
-                family_options = [option for option in options if composed([f"mode={option}"])["mode"]["name"] == mode]
-                lines += ["", f"### `mode={mode}`", ""]
-                lines += _group_table("mode", model, family_options, mode)
+        if group in VARIANT_GROUPS:
+            # One settings model per variant (mode=train, service=local): each option's
+            # keys are its variant's.
+            for name, model in _variant_models(group).items():
+                tag = _tag(model)
+                same = [option for option in options if composed([f"{group}={option}"])[group][tag] == name]
+                lines += ["", f"### `{group}={name}`", ""]
+                lines += _group_table(group, model, same, name if name in same else same[0])
         elif group == "languages":
             lines += ["", _languages_table(base)]
         else:

@@ -102,6 +102,15 @@ BAD = [
         "Add mode=train",
     ),
     (["mode=check", "mode.preflight=false"], "mode.preflight is a mode=eval or mode=train option"),
+    # So does a key of another service or sandbox: it would have no effect on this one.
+    (
+        ["service=tinker", "service.tcmalloc=false", "mode=check"],
+        "service.tcmalloc is not a setting of service=tinker: it is a service=local option. Add service=local",
+    ),
+    (
+        ["sandbox=remote", "sandbox.url=http://127.0.0.1:9/run_code", "sandbox.launcher=bwrap", "mode=check"],
+        "sandbox.launcher is not a setting of sandbox=remote: it is a sandbox=embedded option",
+    ),
     # A mistyped policy gets a suggestion; a mistyped tasks option is not handed to
     # Hydra, which would fail with a LexerNoViableAltException.
     (["mode=eval", "policy=orcale"], "unknown policy 'orcale'. Did you mean oracle?"),

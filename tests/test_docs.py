@@ -138,12 +138,13 @@ def test_the_config_reference_lists_every_key_and_option(site: Path) -> None:
 
     page = html.unescape((site / "reference" / "config" / "index.html").read_text(encoding="utf-8"))
     for key in gen_reference.schema_keys(RunConfig):
-        if key.type != "block" and not key.path.startswith(("mode.", "languages.")):
+        if key.type != "block" and not key.path.startswith(("mode.", "service.", "sandbox.", "languages.")):
             assert f"<code>{key.path}</code>" in page, key.path
-    for mode, model in gen_reference._mode_models().items():
-        assert f"<code>mode={mode}</code>" in page
-        for key in gen_reference.schema_keys(model, "mode."):
-            assert f"<code>{key.path}</code>" in page, key.path
+    for group in gen_reference.VARIANT_GROUPS:
+        for name, model in gen_reference._variant_models(group).items():
+            assert f"<code>{group}={name}</code>" in page
+            for key in gen_reference.schema_keys(model, f"{group}."):
+                assert f"<code>{key.path}</code>" in page, key.path
     for group in ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode", "experiment"):
         for option in group_options(group):
             assert f"<code>{group}={option}</code>" in page, f"{group}={option}"

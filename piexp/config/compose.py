@@ -44,13 +44,39 @@ __all__ = [
 MAX_VALIDATED_SWEEP_JOBS = 256
 
 
+def _union_variants(annotation: Any) -> list[type[BaseModel]]:
+    """The settings classes of a tagged union field (`mode`, `service`, `sandbox`); none
+    for another field."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return []
+    return [arg for arg in typing.get_args(annotation) if isinstance(arg, type) and issubclass(arg, BaseModel)]
+
+
+def _tag_key(variant: type[BaseModel]) -> str:
+    return str(getattr(variant, "TAG", "name"))  # the modes' tag is `name`
+
+
+def _variant_tags(field: str) -> set[str]:
+    field_info = RunConfig.model_fields.get(field)
+    if field_info is None:
+        return set()
+    return {
+        str(value)
+        for variant in _union_variants(field_info.annotation)
+        for value in typing.get_args(variant.model_fields[_tag_key(variant)].annotation)
+    }
+
+
 def _format_validation_error(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
-        location = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-"))
-        # The discriminated mode union adds the variant name to the path; drop it.
-        for variant in ("train.", "eval.", "check."):
-            location = location.replace(f"mode.{variant}", "mode.")
+        parts = [str(part) for part in item["loc"] if not str(part).startswith("function-")]
+        # A tagged union (mode, service, sandbox) adds the variant's tag to the path; drop it.
+        if len(parts) > 1 and parts[1] in _variant_tags(parts[0]):
+            del parts[1]
+        location = ".".join(parts)
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a known option here"
@@ -238,17 +264,14 @@ def _with_missing_fields(saved: dict[str, Any], recomposed: dict[str, Any], sche
 
 
 def _settings_model(annotation: Any, saved: dict[str, Any], recomposed: dict[str, Any]) -> type[BaseModel] | None:
-    """The settings model of a nested block: the field's model, or for the `mode` union
-    the variant both sides name (another mode has other options: none are taken)."""
+    """The settings model of a nested block: the field's model, or for a tagged union
+    (mode, service, sandbox) the variant both sides name (another variant has other
+    options: none are taken)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
-        return None  # a table (families, languages) or a plain value
-    name = saved.get("name")
-    if name != recomposed.get("name"):
-        return None
-    for variant in typing.get_args(annotation):
-        if isinstance(variant, type) and issubclass(variant, BaseModel) and "name" in variant.model_fields:
-            if name in typing.get_args(variant.model_fields["name"].annotation):
+    for variant in _union_variants(annotation):  # none: a table (families, languages) or a plain value
+        tag = _tag_key(variant)
+        if tag in variant.model_fields and saved.get(tag) == recomposed.get(tag):
+            if saved.get(tag) in typing.get_args(variant.model_fields[tag].annotation):
                 return variant
     return None

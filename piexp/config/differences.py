@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# The keys that name a section's variant: `name` (mode, service), `kind` (sandbox).
+_TAGS = ("name", "kind")
+
 
 def config_differences(
     saved: dict[str, Any], recomposed: dict[str, Any], ignore: frozenset[str] = frozenset({"reproduces"})
@@ -24,9 +27,11 @@ def config_differences(
             if any(dotted == name or dotted.startswith(f"{name}.") for name in ignore):
                 continue
             left, right = a.get(key, ...), b.get(key, ...)
-            if isinstance(left, dict) and isinstance(right, dict) and left.get("name") != right.get("name"):
-                # Another variant of a section (mode=eval vs mode=train): its name says it all.
-                lines.append(f"{dotted}.name: {left.get('name')!r} -> {right.get('name')!r} (another {key})")
+            tag = next((tag for tag in _TAGS if isinstance(left, dict) and tag in left), "name")
+            if isinstance(left, dict) and isinstance(right, dict) and left.get(tag) != right.get(tag):
+                # Another variant of a section (mode=eval vs mode=train, sandbox=remote vs
+                # sandbox=embedded): its tag says it all.
+                lines.append(f"{dotted}.{tag}: {left.get(tag)!r} -> {right.get(tag)!r} (another {key})")
             elif isinstance(left, dict) and isinstance(right, dict):
                 walk(left, right, f"{dotted}.")
             elif left != right:

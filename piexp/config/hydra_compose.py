@@ -73,28 +73,37 @@ def _key_hint(key: str, overrides: Sequence[str]) -> str:
     return unknown_key_hint(key, config_keys(tree), list(tree.get("family") or {}))
 
 
+# The groups each of whose options is a variant with its own keys, and the key naming it.
+_VARIANT_GROUPS = {"mode": "name", "service": "name", "sandbox": "kind"}
+
+
 def _other_mode_hint(key: str, overrides: Sequence[str]) -> str:
-    """The refusal of a `mode.KEY` that another mode takes (`mode.max_steps` in an eval):
-    which mode takes it, rather than "no such option" (empty when no mode takes it)."""
+    """The refusal of a key that another option of its group takes (`mode.max_steps` in an
+    eval, `service.tcmalloc` with service=tinker): which option takes it, rather than "no
+    such option" (empty when none takes it)."""
     from piexp.config.suggest import config_keys, other_mode_hint
 
-    if not key.startswith("mode."):
+    group = key.split(".", 1)[0]
+    if group not in _VARIANT_GROUPS or "." not in key:
         return ""
+    tag = _VARIANT_GROUPS[group]
     choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in (*_GROUPS, "hydra.searchpath")]
-    keys_by_mode: dict[str, list[str]] = {}
+    keys_by_option: dict[str, list[str]] = {}
     current = ""
     try:
         tree = OmegaConf.to_container(compose(choices), resolve=False)
         assert isinstance(tree, dict)
-        current = str(tree["mode"]["name"])
-        others = [c for c in choices if c.split("=", 1)[0].lstrip("+~") != "mode"]
-        for option in group_options("mode", overrides):
-            mode_tree = OmegaConf.to_container(compose([*others, f"mode={option}"]), resolve=False)
-            assert isinstance(mode_tree, dict)
-            keys_by_mode.setdefault(str(mode_tree["mode"]["name"]), []).extend(config_keys(mode_tree["mode"], "mode."))
+        current = str(tree[group][tag])
+        others = [c for c in choices if c.split("=", 1)[0].lstrip("+~") != group]
+        for option in group_options(group, overrides):
+            option_tree = OmegaConf.to_container(compose([*others, f"{group}={option}"]), resolve=False)
+            assert isinstance(option_tree, dict)
+            keys_by_option.setdefault(str(option_tree[group][tag]), []).extend(
+                config_keys(option_tree[group], f"{group}.")
+            )
     except UserError:
         return ""
-    return other_mode_hint(key, current, keys_by_mode)
+    return other_mode_hint(key, current, keys_by_option, group=group)
 
 
 def compose(overrides: Sequence[str], *, with_hydra: bool = False) -> DictConfig:

@@ -6,9 +6,10 @@ from __future__ import annotations
 # The run config's parts, imported from here by name: their home is the module each is
 # defined in.
 __all__ = [
-    "AdaptiveDifficultySettings", "CheckMode", "DifficultyPoolSettings", "EvalMode", "Fraction", "LanguageSettings",
-    "Limits", "ModelSettings", "PoolWeights", "RewardSettings", "RewardWeights", "RunConfig", "SandboxSettings",
-    "ServiceSettings", "TaskCounts", "TrainMode", "WarmStartSettings", "HarnessSettings",
+    "AdaptiveDifficultySettings", "CheckMode", "DifficultyPoolSettings", "EmbeddedSandboxSettings", "EvalMode",
+    "Fraction", "LanguageSettings", "Limits", "LocalService", "ModelSettings", "PoolWeights", "RemoteSandboxSettings",
+    "RewardSettings", "RewardWeights", "RunConfig", "SandboxSettings", "SelfhostedService", "ServiceSettings",
+    "TaskCounts", "TinkerService", "TrainMode", "WarmStartSettings", "HarnessSettings",
 ]  # fmt: skip
 
 from typing import Annotated, Any, Literal
@@ -16,6 +17,15 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from piexp.config.algo import AlgoSettings
+from piexp.config.backends import (
+    EmbeddedSandboxSettings,
+    LocalService,
+    RemoteSandboxSettings,
+    SandboxSettings,
+    SelfhostedService,
+    ServiceSettings,
+    TinkerService,
+)
 from piexp.config.base import NonNegativeFloat
 from piexp.config.base import StrictSettings as _Strict
 from piexp.config.capabilities import refuse_unsupported_algo
@@ -51,44 +61,6 @@ class ModelSettings(_Strict):
     temperature: NonNegativeFloat = Field(description="sampling temperature")
 
 
-class ServiceSettings(_Strict):
-    # tinker: the Tinker API; local: a SkyRL server piexp starts on loopback (offline);
-    # selfhosted: a Tinker-compatible server the user runs, at `url`.
-    name: Literal["tinker", "local", "selfhosted"] = Field(description="where training and model sampling run")
-    base_url: str | None = Field(description="tinker: endpoint override; local/selfhosted: set at run time")
-    # Absent from the other services' YAML: a run folder's saved config of those has none.
-    url: str | None = Field(default=None, description="selfhosted: the server's URL")
-    connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
-    start_timeout_s: PositiveFloat = Field(description="local: bound on the server's start-up")
-    tcmalloc: bool = Field(description="local: the server allocates with tcmalloc where installed")
-    prefix_cache: bool = Field(description="removed (only false is accepted): the local server's prefix cache")
-    compat_proxy: bool = Field(description="selfhosted: put piexp's SkyRL compatibility proxy in front")
-
-    @field_validator("prefix_cache")
-    @classmethod
-    def _prefix_cache_removed(cls, value: bool) -> bool:
-        if value:
-            raise ValueError(
-                "service.prefix_cache=true is no longer available: the local server's prefix cache was "
-                "removed because it measured no gain (about 1.0x the wall time of an "
-                "experiment=learn_offline run, about 0.9x of an eval alone, and sampled tokens that "
-                "differed from a full prefill's in their last bits). Drop the override or set "
-                "service.prefix_cache=false; the server now always prefills every prompt in full."
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _url_fits_service(self) -> ServiceSettings:
-        if self.name == "selfhosted":
-            if not self.url:
-                raise ValueError("service=selfhosted needs service.url (e.g. service.url=http://gpu-box:8000)")
-            if not self.url.startswith(("http://", "https://")):
-                raise ValueError(f"service.url must be an http:// or https:// URL, got {self.url!r}")
-        elif self.url is not None:
-            raise ValueError(f"service.url is only used with service=selfhosted (service is {self.name})")
-        return self
-
-
 class WarmStartSettings(_Strict):
     """Supervised steps on scripted-policy trajectories before RL (0 = off)."""
 
@@ -96,44 +68,6 @@ class WarmStartSettings(_Strict):
     policy: Literal["oracle"] = Field(description="the scripted policy whose trajectories are imitated")
     tasks: PositiveInt = Field(description="train tasks rolled out (one episode each) to make the SFT data")
     learning_rate: PositiveFloat | None = Field(description="null = model.learning_rate")
-
-
-class SandboxSettings(_Strict):
-    """Where programs run, and the settings piexp gives an embedded server (the server's
-    own settings, piexp.sandbox.settings, keep a default for each; see launch/sandbox.py)."""
-
-    kind: Literal["embedded", "remote"] = Field(description="piexp's own server, or an existing loopback one")
-    url: str | None = Field(description="remote: the server's loopback /run_code URL; embedded: set at start-up")
-    max_concurrency: PositiveInt | None = Field(description="concurrent runs (null = cores x 2)")
-    memory_limit_mb: PositiveInt = Field(description="per-run memory limit")
-    output_cap_bytes: PositiveInt = Field(description="embedded: stdout and stderr are each capped at this")
-    allow_unisolated: bool = Field(description="embedded: run without bubblewrap (unsafe)")
-    launcher: Literal["zygote", "bwrap"] = Field(description="embedded: how an isolated run starts")
-    start_timeout_s: PositiveFloat = Field(description="the server must answer /v1/ping within this many seconds")
-    max_restarts: Annotated[int, Field(ge=0)] = Field(
-        description="embedded: restarts of a server that died or hung allowed within restart_window_s"
-    )
-    restart_window_s: PositiveFloat = Field(description="embedded: the window max_restarts is counted in")
-    health_timeout_s: PositiveFloat = Field(
-        description="embedded: a live server that answers no health check for this long is restarted"
-    )
-    unavailable_after_s: PositiveFloat = Field(
-        description="a sandbox that answers nothing for this long is given up and the run stops (resumable)"
-    )
-    episode_retries: Annotated[int, Field(ge=0)] = Field(
-        description="an episode whose program could not run for the sandbox's reasons is played again "
-        "up to this many times (in training: per group); it is never scored"
-    )
-
-    @model_validator(mode="after")
-    def _url_is_loopback(self) -> SandboxSettings:
-        if self.kind == "remote":
-            if not self.url:
-                raise ValueError("sandbox=remote needs sandbox.url (a loopback /run_code URL)")
-            from piexp.sandbox.url import ensure_loopback_url
-
-            ensure_loopback_url(self.url)
-        return self
 
 
 class HarnessSettings(_Strict):
@@ -159,7 +93,8 @@ class RunConfig(_Strict):
     """The values, and their comments, live in the YAML under conf/: every field that all
     of a group's options set is required here (a composed config that lacks one is
     refused), so no value is written twice. Only fields some YAML leaves out on purpose
-    (`service.url`, the languages' derived ids) have a default, None."""
+    (the languages' derived ids) have a default, None. `mode`, `service` and `sandbox`
+    are tagged unions: each option of the group has its own settings class."""
 
     family: dict[str, dict[str, Any]] = Field(description="the task families and their difficulty params")
     languages: dict[str, LanguageSettings] = Field(description="per-language runtime table")

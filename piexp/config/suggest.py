@@ -70,16 +70,22 @@ def unknown_key_hint(key: str, keys: Sequence[str], selected_families: Sequence[
     return did_you_mean(key, keys)
 
 
-def other_mode_hint(key: str, current_mode: str, keys_by_mode: Mapping[str, Sequence[str]]) -> str:
-    """The refusal of `key`, an option of other modes than `current_mode` (`mode.max_steps`
-    is a train option): which modes take it, and the fix (empty when none takes it)."""
+def other_mode_hint(key: str, current_mode: str, keys_by_mode: Mapping[str, Sequence[str]], group: str = "mode") -> str:
+    """The refusal of `key`, an option of other options of `group` than `current_mode`
+    (`mode.max_steps` is a train option, `service.tcmalloc` a local one): which take it,
+    and the fix (empty when none takes it)."""
     takers = [mode for mode, keys in keys_by_mode.items() if mode != current_mode and key in keys]
     if not takers or key in keys_by_mode.get(current_mode, ()):
         return ""
-    named = " or ".join(f"mode={mode}" for mode in takers)
+    named = " or ".join(f"{group}={mode}" for mode in takers)
+    if group == "mode":
+        return (
+            f"{key} is a {named} option; this command line runs mode={current_mode}, which does not take it. "
+            f"Add {named} to run that mode, or drop {key}."
+        )
     return (
-        f"{key} is a {named} option; this command line runs mode={current_mode}, which does not take it. "
-        f"Add {named} to run that mode, or drop {key}."
+        f"{key} is not a setting of {group}={current_mode}: it is a {named} "
+        f"option. Add {named} to use that {group}, or drop {key}."
     )
 
 

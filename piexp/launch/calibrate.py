@@ -67,13 +67,14 @@ def level_folder(out: Path, family: str, level: int) -> Path:
 @contextlib.contextmanager
 def _shared_sandbox(config: RunConfig) -> Iterator[RunConfig]:
     """One embedded sandbox for every level (each level's eval uses it as a remote one)."""
-    if config.sandbox.kind != "embedded":
+    sandbox = config.sandbox
+    if sandbox.kind != "embedded":
         yield config
         return
     from piexp.launch.sandbox import run_sandbox
 
-    with run_sandbox(config.sandbox) as url:
-        yield config.model_copy(update={"sandbox": config.sandbox.model_copy(update={"kind": "remote", "url": url})})
+    with run_sandbox(sandbox) as url:
+        yield config.model_copy(update={"sandbox": sandbox.as_remote(url)})
 
 
 def run_levels(levels: Sequence[Level], out: Path) -> None:

@@ -62,19 +62,35 @@ def _loaded_paths(tree: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...
     return paths
 
 
-def _settings(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+def _settings(annotation: Any, key: str | None = None) -> tuple[type[BaseModel] | None, bool]:
     """The settings model a field's value is (or, for a `{name: settings}` table, each
-    entry is), and whether it is such a table."""
+    entry is), and whether it is such a table. Of a tagged union's variants (service,
+    sandbox), the first that has `key`, the key looked up in it."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, False
     if typing.get_origin(annotation) is dict:
         model, _ = _settings(typing.get_args(annotation)[1])
         return model, True
+    found: tuple[type[BaseModel] | None, bool] = (None, False)
     for argument in typing.get_args(annotation):
-        model, table = _settings(argument)
-        if model is not None:
+        model, table = _settings(argument, key)
+        if model is not None and (key is None or table or key in model.model_fields):
             return model, table
-    return None, False
+        if found[0] is None:
+            found = model, table
+    return found
+
+
+def _variant(group: str, path: Path) -> type[BaseModel]:
+    """The settings class of the option `path` of a tagged-union group (its own keys)."""
+    annotation = RunConfig.model_fields[group].annotation
+    tag, value = next((tag, value) for tag in ("name", "kind") for keys, value, _ in _keys(path) if keys == (tag,))
+    for variant in typing.get_args(
+        typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
+    ):
+        if value in typing.get_args(variant.model_fields[tag].annotation):
+            return variant
+    raise AssertionError(f"{path}: no {group} variant has {tag}: {value}")
 
 
 def _schema_field(model: type[BaseModel], keys: tuple[str, ...]) -> tuple[type[BaseModel], FieldInfo] | None:
@@ -87,7 +103,7 @@ def _schema_field(model: type[BaseModel], keys: tuple[str, ...]) -> tuple[type[B
         rest = keys[index + 1 :]
         if not rest:
             return model, field
-        inner, table = _settings(field.annotation)
+        inner, table = _settings(field.annotation, rest[0])
         if inner is None:
             return None
         if table:
@@ -126,12 +142,15 @@ def _file_keys() -> Iterator[tuple[Path, type[BaseModel], tuple[str, ...], str |
             root: type[BaseModel] = RunConfig
         elif group == ("mode",):
             root = MODES[compose([f"mode={path.stem}"]).mode.name]  # a file may take its name from another
+        elif group in (("service",), ("sandbox",)):
+            root = _variant(group[0], path)  # each option's keys are its own variant's
         else:
             root = RunConfig
+        variant_file = group in (("mode",), ("service",), ("sandbox",))
         for keys, _value, comment in _keys(path):
             if keys[0] == "defaults" or (not group and keys[0] == "hydra"):
                 continue  # Hydra's own: the defaults list of a file, Hydra's settings
-            yield path, root, (*group, *keys) if group != ("mode",) else keys, comment
+            yield path, root, keys if variant_file else (*group, *keys), comment
 
 
 def test_the_key_reader_sees_every_key_of_conf() -> None:

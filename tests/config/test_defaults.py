@@ -15,14 +15,13 @@ from pydantic import BaseModel
 from piexp.config.algo import AlgoSettings
 from piexp.config.compose import compose, load, validate_saved
 from piexp.config.defaults import default_settings
-from piexp.config.schema import CheckMode, EvalMode, LanguageSettings, RunConfig, ServiceSettings, WarmStartSettings
+from piexp.config.schema import CheckMode, EvalMode, LanguageSettings, LocalService, RunConfig, WarmStartSettings
 from piexp.errors import UserError
 
 # The only fields code gives a default: each is absent from some YAML on purpose, and
 # None, so no value lives in two places.
 CODE_DEFAULTS = {
     (LanguageSettings, "sandbox_language"): None,  # derived from the language registry
-    (ServiceSettings, "url"): None,  # only service=selfhosted has one
 }
 
 
@@ -48,7 +47,7 @@ def test_the_default_config_composes() -> None:
 
 def test_every_field_the_yaml_sets_is_required_and_described() -> None:
     models = _settings_models(RunConfig)
-    assert {AlgoSettings, CheckMode, WarmStartSettings} <= models
+    assert {AlgoSettings, CheckMode, LocalService, WarmStartSettings} <= models
     for model in models:
         for name, field in model.model_fields.items():
             if (model, name) in CODE_DEFAULTS:
@@ -84,7 +83,7 @@ def _saved_run(tmp_path: Path, overrides: list[str], drop: list[str]) -> Path:
 
 def test_a_saved_config_from_before_an_option_takes_its_composed_value(tmp_path: Path) -> None:
     overrides = ["algo=ppo", "service=local", "model=tiny-local", "mode.max_steps=3"]
-    dropped = ["algo.shuffle_rewards", "algo.termination.grader_timeout_seconds", "service.compat_proxy", "reproduces"]
+    dropped = ["algo.shuffle_rewards", "algo.termination.grader_timeout_seconds", "service.tcmalloc", "reproduces"]
     run_dir = _saved_run(tmp_path, overrides, dropped)
     saved = validate_saved(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), run_dir)  # type: ignore[arg-type]
     assert saved == load(overrides)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from piexp.config.argv import rewrite_list_overrides
-from piexp.config.compose import load, saved_run_config, saved_run_overrides, validate_command_line, validate_saved
+from piexp.config.compose import load, validate_command_line, validate_saved
+from piexp.run_folder import RunFolder
 from piexp.config.differences import config_differences
 from piexp.errors import UserError
 
@@ -138,8 +139,8 @@ def test_a_saved_config_of_the_flat_blocks_still_reads(folder: str) -> None:
     """The golden run folders saved every service and sandbox key: they validate, and
     recompose to the same config (`piexp reproduce` finds no difference)."""
     run_dir = GOLDEN / folder
-    saved = validate_saved(saved_run_config(run_dir), run_dir)
-    now = load(saved_run_overrides(run_dir))
+    saved = validate_saved(RunFolder(run_dir).config(), run_dir)
+    now = load(RunFolder(run_dir).overrides())
     assert type(saved.service) is type(now.service) and type(saved.sandbox) is type(now.sandbox)
     differences = config_differences(saved.model_dump(mode="json"), now.model_dump(mode="json"))
     assert not [line for line in differences if line.startswith(("service.", "sandbox."))], differences

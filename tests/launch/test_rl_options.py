@@ -373,3 +373,20 @@ def test_the_recorded_config_is_checked_by_reproduce(tmp_path: Path) -> None:
         verify_rl_record(tmp_path, load(["algo=grpo"]))
     assert describe(cookbook_config(config, tmp_path, SANDBOX))["type"] == "tinker_cookbook.rl.train.Config"
     assert verify_rl_record(tmp_path / "no-record", config) == "not recorded"
+
+
+def test_the_algo_blocks_names_of_cookbook_values_are_the_pinned_cookbooks() -> None:
+    """`piexp.config.algo` spells two sets of the cookbook's and tinker's values so that
+    choosing a config loads no RL stack: the RL loss functions (tinker's `LossFnType` but
+    supervised cross-entropy and custom code) and the stop reasons a trajectory's limits
+    cut it off by (tinker-cookbook's `StopReason`). An upgrade that renames or adds one
+    fails here instead of leaving the config's bounds behind."""
+    import typing
+
+    from tinker.types import LossFnType
+    from tinker_cookbook.rl.types import StopReason
+
+    from piexp.config.algo import LIMIT_STOP_REASONS, RL_LOSS_FNS
+
+    assert set(RL_LOSS_FNS) == set(typing.get_args(LossFnType)) - {"cross_entropy", "custom"}
+    assert set(LIMIT_STOP_REASONS) <= {reason.value for reason in StopReason}

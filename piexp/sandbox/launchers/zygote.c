@@ -73,16 +73,6 @@ static struct sock_fprog FILTER = {0, NULL}; /* the runs' seccomp filter (len 0:
 #define MAX_FDS 16
 #define MAX_ARGS 256
 
-void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "piexp-zygote: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, ": %s\n", strerror(errno));
-  va_end(ap);
-  _exit(1);
-}
-
 /* ------------------------------------------------------------------ one run */
 
 struct request {

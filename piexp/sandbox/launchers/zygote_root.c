@@ -1,10 +1,12 @@
 /* The zygote's read-only root, built once in its own user and mount namespaces (see
  * zygote.c for the layout and why): the only file of the zygote that mounts the host's
- * files into the sandbox. */
+ * files into the sandbox; and die(), which both files call, so that zygote.c uses this
+ * file and never the other way round. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -13,6 +15,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "zygote.h"
+
+void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "piexp-zygote: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, ": %s\n", strerror(errno));
+  va_end(ap);
+  _exit(1);
+}
 
 static int put(const char *path, const char *text) {
   int fd = open(path, O_WRONLY | O_CLOEXEC);

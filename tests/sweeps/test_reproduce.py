@@ -142,6 +142,24 @@ def test_a_run_saved_before_families_named_their_code_still_reproduces(source_ru
     assert report["reproduces"] == str(source_run.resolve())
 
 
+def test_a_check_run_recorded_by_an_older_piexp_reproduces(tmp_path: Path) -> None:
+    """tests/golden/check was recorded by an older piexp: its saved `service` and `sandbox`
+    blocks are the flat ones, with the keys that a variant does not use at their
+    then-default values. `reproduce`
+    still verifies it as the same run (config, then every task's digest) and, run
+    for real, plays it again into a new folder that records what it reproduces."""
+    old = tmp_path / "old"
+    shutil.copytree(REPO / "tests" / "golden" / "check", old)
+    saved = yaml.safe_load((old / ".hydra" / "config.yaml").read_text())
+    assert "compat_proxy" in saved["service"] and saved["service"]["name"] == "tinker"
+    _, _, report = verify(old)
+    assert report["reproduces"] == str(old.resolve())
+    result = run_piexp(tmp_path, "reproduce", str(old), f"hydra.run.dir={tmp_path / 'again'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(tmp_path / "again" / "reproduces.json")["reproduces"] == str(old.resolve())
+    assert read_json(tmp_path / "again" / "check.json")["passed"] is True
+
+
 def test_bad_folder_is_one_paragraph_exit_2(tmp_path: Path) -> None:
     for target in (tmp_path / "missing", tmp_path):
         result = run_piexp(tmp_path, "reproduce", str(target), "--check-only")

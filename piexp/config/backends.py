@@ -16,8 +16,8 @@ __all__ = [
     "SelfhostedService", "ServiceBase", "ServiceSettings", "TinkerService",
 ]  # fmt: skip
 
-# The values every YAML of the old flat blocks gave the keys a variant no longer has: a
-# run folder's saved config holding one of them still reads.
+# The values every YAML of the old flat blocks gave the keys that are now some variants'
+# only: a run folder's saved config holding one of them on another variant still reads.
 _SERVICE_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "url": (None,),
     "connect_timeout_s": (15,),
@@ -37,13 +37,10 @@ _SANDBOX_DEFAULTS: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _only(defaults: dict[str, tuple[Any, ...]], *keys: str) -> dict[str, tuple[Any, ...]]:
-    return {key: defaults[key] for key in keys}
-
-
 class ServiceBase(VariantSettings):
     GROUP = "service"
     TAG = "name"
+    FORMER_DEFAULTS = _SERVICE_DEFAULTS
 
     # Each variant narrows it to its own name (declared here so that it comes first).
     name: str = Field(description="where training and model sampling run")
@@ -54,8 +51,6 @@ class ServiceBase(VariantSettings):
 class TinkerService(ServiceBase):
     """The Tinker API (needs TINKER_API_KEY)."""
 
-    FORMER_DEFAULTS = _only(_SERVICE_DEFAULTS, "url", "start_timeout_s", "tcmalloc", "prefix_cache", "compat_proxy")
-
     name: Literal["tinker"] = Field(description="where training and model sampling run: the Tinker API")
     base_url: str | None = Field(description="endpoint override (null = $TINKER_BASE_URL, else the SDK's default)")
     connect_timeout_s: PositiveFloat = Field(description="seconds the service has to answer")
@@ -63,8 +58,6 @@ class TinkerService(ServiceBase):
 
 class LocalService(ServiceBase):
     """A SkyRL server piexp starts on loopback and stops at exit (offline)."""
-
-    FORMER_DEFAULTS = _only(_SERVICE_DEFAULTS, "url", "connect_timeout_s", "compat_proxy")
 
     name: Literal["local"] = Field(description="where training and model sampling run: a server piexp starts")
     base_url: str | None = Field(description="set at run time (the server's compatibility proxy)")
@@ -88,8 +81,6 @@ class LocalService(ServiceBase):
 
 class SelfhostedService(ServiceBase):
     """A Tinker-compatible server the user runs, at `url`."""
-
-    FORMER_DEFAULTS = _only(_SERVICE_DEFAULTS, "start_timeout_s", "tcmalloc", "prefix_cache")
 
     name: Literal["selfhosted"] = Field(description="where training and model sampling run: a server you run")
     base_url: str | None = Field(description="set at run time (the compatibility proxy's URL, or service.url)")
@@ -116,6 +107,7 @@ class SandboxBase(VariantSettings):
 
     GROUP = "sandbox"
     TAG = "kind"
+    FORMER_DEFAULTS = _SANDBOX_DEFAULTS
 
     # Each variant narrows them (declared here so that they come first).
     kind: str = Field(description="where programs run")
@@ -157,8 +149,6 @@ class EmbeddedSandboxSettings(SandboxBase):
 
 class RemoteSandboxSettings(SandboxBase):
     """An existing SandboxFusion-compatible server on loopback (piexp does not own it)."""
-
-    FORMER_DEFAULTS = _SANDBOX_DEFAULTS
 
     kind: Literal["remote"] = Field(description="where programs run: an existing loopback server")
     url: str = Field(description="the server's loopback /run_code URL")

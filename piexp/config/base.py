@@ -26,9 +26,10 @@ class VariantSettings(StrictSettings):
     one at the value the old YAML gave it is dropped (the folder still reads), any other
     value is refused, as a setting with no effect must not pass silently.
 
-    The variants of a block subclass one shared base (which declares the keys all of them
-    use); each sets `GROUP` and `TAG` (the block and its tag key) and `FORMER_DEFAULTS`:
-    each key of the old flat block it lacks -> the values an old YAML gave it."""
+    The variants of a block subclass one shared base, which declares the keys all of them
+    use and sets `GROUP` and `TAG` (the block and its tag key) and `FORMER_DEFAULTS`: each
+    key of the old flat block that only some variants have -> the values an old YAML gave
+    it (a variant that has the key validates it as its own)."""
 
     GROUP: ClassVar[str]
     TAG: ClassVar[str]

@@ -83,3 +83,60 @@ def test_pi_s_resent_history_re_renders_to_the_tokens_sampled(tasks, renderer_na
     assert [r.reward for r in records] == [1.0, 1.0]
     assert (len(oracle_calls), len(edit_calls)) == (4, 6)
     assert sequence_splits(oracle_calls) == 0 and sequence_splits(edit_calls) == 0
+
+
+class CompactToolCalls:
+    """Test fixture standing in for a model that writes its tool calls in a form of its
+    own: text before the call and JSON without spaces, which the renderer parses but
+    re-renders to other tokens (its canonical `{"name": ..., "arguments": ...}`). Its
+    turns: write the task's reference program, run it, state the answer; `shown` keeps
+    every prompt."""
+
+    def __init__(self, renderer, task):
+        from piexp.tasks import task_reference
+
+        self.renderer = renderer
+        self.shown: list[list[int]] = []
+        program = task_reference(task, "python")
+        self.texts = [
+            "Writing it.\n<tool_call>\n" + json.dumps({"name": "write", "arguments": {"path": "solution.py", "content": program}}, separators=(",", ":")) + "\n</tool_call>",
+            "Running it.\n<tool_call>\n" + json.dumps({"name": "bash", "arguments": {"command": "python solution.py"}}, separators=(",", ":")) + "\n</tool_call>",
+            f"The answer is {task.answer}.",
+        ]  # fmt: skip
+
+    async def __call__(self, model_input, stop, **_):
+        from tinker_cookbook.completers import TokensWithLogprobs
+
+        self.shown.append(model_input.to_ints())
+        text = self.texts[min(len(self.shown), len(self.texts)) - 1]
+        tokens = self.renderer.tokenizer.encode(text, add_special_tokens=False) + [stop[0]]
+        return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[-0.5] * len(tokens))
+
+
+def test_a_sampled_turn_in_a_form_of_the_model_s_own_stays_verbatim_in_its_context(tasks):
+    """The model's earlier turns stay in its context as it sampled them, not as Pi's
+    re-sent history re-renders them: each observation extends the previous observation
+    plus the sampled tokens (no sequence split), the episode passes, and the same
+    requests rendered afresh would have split at every later call (the control: the
+    fixture's turns are not the renderer's canonical form)."""
+    from piexp.harness.pi.model import ModelResponder
+
+    renderer = get_run_renderer(*MODEL)
+    task = tasks[0]
+    fixture = CompactToolCalls(renderer, task)
+    responder = ModelResponder(fixture, renderer, max_tokens=4096)
+    requests = []
+
+    async def respond(body):
+        requests.append(body)
+        return await responder(body)
+
+    (record,) = play_all([lambda h: h.play_responder(respond, "model", task, "python", episode_settings())])
+    assert record.reward == 1.0 and len(responder.calls) == 3
+    assert sequence_splits(responder.calls) == 0
+    assert [call.prompt_tokens for call in responder.calls] == fixture.shown
+    rendered_afresh = [
+        SampledCall(render_request(renderer, body).to_ints(), call.sampled_tokens, None, "stop")
+        for body, call in zip(requests, responder.calls)
+    ]
+    assert sequence_splits(rendered_afresh) == 2

@@ -3,15 +3,15 @@
 The loop drives an `Env` (observation, sample, step, ...) while Pi drives its own run
 (it sends a chat request and waits for the answer). `PiEpisodeEnv` joins the two: its
 first observation starts the episode (`PiHarness.play_responder`) and waits for Pi's
-first request; each request, rendered with the run's renderer (`render_request`), is an
+first request; each request, rendered with the run's renderer (`Observations`), is an
 observation; each sampled action is parsed (`answer_message`) and sent back to Pi as its
 answer; when Pi ends, the last step is done, with the reward graded from what Pi did
 (`piexp.harness.pi.trace`). The episode is the same one `mode=eval harness=pi` plays,
 limits, sandbox and grading included.
 
 Token-exact: an observation is exactly the tokens the model is sampled on and an action
-exactly the tokens it sampled. Where Pi's re-sent history re-renders to other tokens than
-the previous observation plus the action, the cookbook's `trajectory_to_data` starts a new
+exactly the tokens it sampled. An observation extends the previous one plus the action
+wherever Pi's re-sent history allows (`Observations`); where it does not, the cookbook's `trajectory_to_data` starts a new
 sequence there (it merges turns only while each observation extends the previous one), so
 no token the model did not sample is trained on; the episode's `sequence_splits` metric
 counts those places.
@@ -33,18 +33,20 @@ from typing import Any
 import tinker
 from tinker_cookbook import renderers
 from tinker_cookbook.completers import TokensWithLogprobs
+from tinker_cookbook.renderers.base import Message
 from tinker_cookbook.rl.types import Env, StepResult, Trajectory, Transition
 
 from piexp.env.episode import EpisodeSettings, InfrastructureFailure
 from piexp.env.reward import PASSED_METRIC, REWARD_METRICS
 from piexp.harness.endpoint import LimitReached, PlaysThroughEndpoint
 from piexp.harness.pi.model import (
+    Observations,
     SampledCall,
     answer_message,
     assistant_message,
-    render_request,
     sequence_splits,
 )
+from piexp.harness.pi.parse_errors import PARSE_ERROR, ParseErrorRule, parse_error_policy, retry_messages
 from piexp.harness.pi.scripted import ScriptedResponder
 from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import ScriptedPolicy, render_assistant_tokens
@@ -57,7 +59,8 @@ CONTEXT_OVERFLOW = "context_overflow"
 class _Request:
     """One of Pi's requests, waiting for the loop's action."""
 
-    def __init__(self, observation: tinker.ModelInput) -> None:
+    def __init__(self, body: dict[str, Any], observation: tinker.ModelInput) -> None:
+        self.body = body
         self.observation = observation
         self.answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
@@ -83,6 +86,9 @@ class PiEpisodeEnv(Env):
         self.renderer = renderer
         self.evaluation = evaluation
         self.calls: list[SampledCall] = []
+        self.observations = Observations(renderer)
+        self.parse_errors = ParseErrorRule(parse_error_policy(settings.rollout))
+        self._extra: list[Message] = []  # turns piexp answered itself since Pi's last request
         self.played: EpisodeRecord | None = None
         self._events: asyncio.Queue[_Request | EpisodeRecord | BaseException] | None = None
         self._pending: _Request | None = None
@@ -109,7 +115,30 @@ class PiEpisodeEnv(Env):
         self.calls[-1].sampled_tokens = tokens
         if extra is not None and getattr(extra, "stop_reason", None):
             self.calls[-1].stop_reason = str(extra.stop_reason)
-        pending.answer.set_result(answer_message(self.renderer, tokens, len(self.calls)))
+        message, _ = self.renderer.parse_response(tokens)
+        verdict = self.parse_errors.judge(message)
+        if verdict is not None:
+            self.observations.answered(tokens, message)
+            if verdict.retry:
+                # The reference environment's corrective message: piexp's answer, not
+                # Pi's; Pi still waits for the model's turn and never sees this one.
+                self._extra += retry_messages(message, verdict.message)
+                observation = self.observations.observe(pending.body, self._extra)
+                self.calls.append(SampledCall(observation.to_ints(), [], None, "stop"))
+                self._pending = pending
+                return StepResult(
+                    reward=verdict.reward,
+                    episode_done=False,
+                    next_observation=observation,
+                    next_stop_condition=self.stop_condition,
+                    metrics={PARSE_ERROR: 1.0},
+                )
+            pending.answer.set_exception(LimitReached(PARSE_ERROR))
+        else:
+            self._extra = []
+            answer = answer_message(self.renderer, tokens, len(self.calls))
+            self.observations.answered(tokens, assistant_message(answer))
+            pending.answer.set_result(answer)
         event = await self._next()
         if isinstance(event, _Request):
             return StepResult(
@@ -123,11 +152,11 @@ class PiEpisodeEnv(Env):
     async def _respond(self, body: dict[str, Any]) -> dict[str, Any]:
         """The endpoint's responder: each request becomes the loop's next observation."""
         assert self._events is not None
-        observation = render_request(self.renderer, body)
+        observation = self.observations.observe(body)
         if observation.length > self.settings.limits.max_trajectory_tokens:
             raise LimitReached(CONTEXT_OVERFLOW)
         self.calls.append(SampledCall(observation.to_ints(), [], None, "stop"))
-        request = _Request(observation)
+        request = _Request(body, observation)
         await self._events.put(request)
         return await request.answer
 
@@ -161,6 +190,7 @@ class PiEpisodeEnv(Env):
 
     def _final_step(self, record: EpisodeRecord) -> StepResult:
         """The last step: the episode's reward from Pi's trace, or piexp's failure raised."""
+        self.parse_errors.settle(record)
         self._attach_tokens(record)
         if record.stop_reason == "completed" and self.calls and self.calls[-1].stop_reason == "length":
             # The model's last turn was cut at limits.max_generation_tokens and Pi ended
@@ -178,6 +208,11 @@ class PiEpisodeEnv(Env):
         elif record.stop_reason == CONTEXT_OVERFLOW:
             reward = settings.reward.context_overflow_reward
             metrics = dict(record.metrics)
+        elif record.stop_reason == PARSE_ERROR:
+            # Ended by the parse-error rule: its terminal reward, no grade (the retried
+            # turns' penalties were their own steps' rewards).
+            reward = self.parse_errors.rewards[-1]
+            metrics = dict(record.metrics) | {PARSE_ERROR: 1.0}
         else:
             binary = self.evaluation or settings.reward.mode == "binary"
             reward = record.reward if binary else record.shaped
@@ -238,11 +273,13 @@ async def scripted_trajectory(
     responder = ScriptedResponder(policy)
     stops = renderer.get_stop_sequences()
     transitions: list[Transition] = []
+    observations = Observations(renderer)
 
     async def respond(body: dict[str, Any]) -> dict[str, Any]:
-        observation = render_request(renderer, body)
+        observation = observations.observe(body)
         answer = await responder(body)
         tokens = render_assistant_tokens(renderer, assistant_message(answer), stops)
+        observations.answered(tokens, assistant_message(answer))
         transitions.append(
             Transition(
                 ob=observation,

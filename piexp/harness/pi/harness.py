@@ -184,8 +184,11 @@ class PiHarness(Harness):
         from piexp.env.episode import get_run_renderer
         from piexp.harness.pi.model import ModelResponder
 
+        from piexp.harness.pi.parse_errors import ParseErrorRule, parse_error_policy
+
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
-        return ModelResponder(policy, renderer, max_tokens=settings.limits.max_generation_tokens)
+        rule = ParseErrorRule(parse_error_policy(settings.rollout))
+        return ModelResponder(policy, renderer, max_tokens=settings.limits.max_generation_tokens, parse_errors=rule)
 
     async def play(
         self,
@@ -199,9 +202,13 @@ class PiHarness(Harness):
         record_transcript: bool = True,
     ) -> EpisodeRecord:
         responder = self.responder(policy, settings)
-        return await self.play_responder(
+        record = await self.play_responder(
             responder, policy_name, task, language, settings, sample=sample, record_transcript=record_transcript
         )
+        rule = getattr(responder, "parse_errors", None)
+        if rule is not None:
+            rule.settle(record)  # a malformed tool call scored as in the reference environment
+        return record
 
     async def play_responder(
         self,

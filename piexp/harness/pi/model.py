@@ -23,6 +23,9 @@ from tinker_cookbook import renderers
 from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.renderers.base import Message, ToolCall, ToolSpec
 
+from piexp.harness.endpoint import LimitReached
+from piexp.harness.pi.parse_errors import PARSE_ERROR, ParseErrorRule, retry_messages
+
 
 def _text(content: Any) -> str:
     if isinstance(content, str):
@@ -95,19 +98,73 @@ def sequence_splits(calls: list[SampledCall]) -> int:
     return splits
 
 
-def render_request(renderer: renderers.Renderer, body: dict[str, Any]) -> tinker.ModelInput:
+def render_request(
+    renderer: renderers.Renderer, body: dict[str, Any], extra: list[Message] | None = None
+) -> tinker.ModelInput:
     """The tokens the model sees for one of Pi's chat requests: its system prompt with its
-    tools, then the history, as the run's renderer writes them, ready for a reply."""
+    tools, then the history (and `extra`, turns piexp answered itself), as the run's
+    renderer writes them, ready for a reply."""
     system, messages, tools = conversation(body)
+    messages += extra or []
     prefix = renderer.create_conversation_prefix_with_tools(tools, system_prompt=system) if tools else []
     if not tools and system:
         prefix = [Message(role="system", content=system)]
     return renderer.build_generation_prompt([*prefix, *messages])
 
 
+class Observations:
+    """The tokens the model sees for each of one episode's requests, extending the last
+    observation wherever Pi's re-sent history allows it.
+
+    Pi sends the whole history with each request, the model's earlier turns as Pi parsed
+    them; rendered anew (`render_request`), a turn the model wrote in a form of its own
+    (other whitespace around a tool call, another key order in its arguments) comes back
+    as the renderer's canonical tokens, not the ones sampled, and the training sequence
+    would have to be split there. So when a request renders to exactly the previous
+    request plus the canonical tokens of the answer Pi was given, then more (the tool
+    results and a new generation prompt), the observation is the previous observation,
+    the tokens actually sampled, then that more: what the model produced stays in its
+    context verbatim, as in a token-in-token-out rollout. Where the history does not
+    extend (Pi rewrote it, or the last turn was cut before its end-of-turn token) the
+    request is rendered as it stands and `sequence_splits` counts the place."""
+
+    def __init__(self, renderer: renderers.Renderer) -> None:
+        self.renderer = renderer
+        self._stops = renderer.get_stop_sequences()
+        self._pending: tuple[list[int], list[int]] | None = None  # (canonical, observation) awaiting its answer
+        self._last: tuple[list[int], list[int], list[int]] | None = None  # (canonical + answer, observation, sampled)
+
+    def observe(self, body: dict[str, Any], extra: list[Message] | None = None) -> tinker.ModelInput:
+        """The observation for one of Pi's requests, followed by `extra` (turns piexp
+        answered itself: a malformed turn and its corrective message); `answered` follows."""
+        canonical = render_request(self.renderer, body, extra).to_ints()
+        observation = canonical
+        if self._last is not None:
+            answered, seen, sampled = self._last
+            if len(canonical) > len(answered) and canonical[: len(answered)] == answered:
+                observation = seen + sampled + canonical[len(answered) :]
+        self._pending = (canonical, observation)
+        return tinker.ModelInput.from_ints(observation)
+
+    def answered(self, sampled: list[int], answer: Message) -> None:
+        """The model sampled `sampled` for the last observation, read as `answer`."""
+        from piexp.policies.scripted import render_assistant_tokens
+
+        assert self._pending is not None, "answered() follows observe()"
+        canonical, observation = self._pending
+        self._pending = None
+        ended = bool(sampled) and sampled[-1] in [s for s in self._stops if isinstance(s, int)]
+        if not ended:
+            self._last = None  # a turn cut before its end: what follows cannot extend it
+            return
+        emitted = render_assistant_tokens(self.renderer, answer, self._stops)
+        self._last = (canonical + emitted, observation, list(sampled))
+
+
 def answer_message(renderer: renderers.Renderer, tokens: list[int], call_index: int) -> dict[str, Any]:
     """The OpenAI-style assistant message Pi gets for sampled `tokens`: their text and
-    tool calls as the renderer parses them (a call without an id is given one)."""
+    tool calls as the renderer parses them (a call without an id is given one). A turn
+    whose tool calls all failed to parse never reaches Pi (`ParseErrorRule`)."""
     message, _termination = renderer.parse_response(list(tokens))
     answer: dict[str, Any] = {"content": renderers.get_text_content(message) or None}
     calls = message.get("tool_calls") or []
@@ -148,21 +205,37 @@ class ModelResponder:
     policy: TokenCompleter
     renderer: renderers.Renderer
     max_tokens: int
+    parse_errors: ParseErrorRule = field(default_factory=lambda: ParseErrorRule(None))
     calls: list[SampledCall] = field(default_factory=list)
+    observations: Observations | None = None
 
     async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
-        model_input = render_request(self.renderer, body)
+        if self.observations is None:
+            self.observations = Observations(self.renderer)
         stop = self.renderer.get_stop_sequences()
-        sampled = await self.policy(model_input, stop, max_tokens=self.max_tokens)
-        self.calls.append(
-            SampledCall(
-                prompt_tokens=model_input.to_ints(),
-                sampled_tokens=list(sampled.tokens),
-                logprobs=list(sampled.maybe_logprobs) if sampled.maybe_logprobs is not None else None,
-                stop_reason=str(getattr(sampled, "stop_reason", "stop")),
+        extra: list[Message] = []
+        while True:
+            model_input = self.observations.observe(body, extra)
+            sampled = await self.policy(model_input, stop, max_tokens=self.max_tokens)
+            tokens = list(sampled.tokens)
+            self.calls.append(
+                SampledCall(
+                    prompt_tokens=model_input.to_ints(),
+                    sampled_tokens=tokens,
+                    logprobs=list(sampled.maybe_logprobs) if sampled.maybe_logprobs is not None else None,
+                    stop_reason=str(getattr(sampled, "stop_reason", "stop")),
+                )
             )
-        )
-        return answer_message(self.renderer, list(sampled.tokens), len(self.calls))
+            message, _ = self.renderer.parse_response(tokens)
+            verdict = self.parse_errors.judge(message)
+            if verdict is None:
+                answer = answer_message(self.renderer, tokens, len(self.calls))
+                self.observations.answered(tokens, assistant_message(answer))
+                return answer
+            self.observations.answered(tokens, message)
+            if not verdict.retry:
+                raise LimitReached(PARSE_ERROR)
+            extra += retry_messages(message, verdict.message)
 
 
 def _json_object(arguments: str) -> str:

@@ -25,7 +25,7 @@ def main(argv: Sequence[str]) -> int:
     from piexp.config.compose import load
     from piexp.config.search_path import take_config_dir
     from piexp.config.suggest import did_you_mean
-    from piexp.harbor.export import export_tasks, prepare_out
+    from piexp.harbor.export import export_tasks
     from piexp.tasks import build_splits
 
     if "-h" in argv or "--help" in argv:
@@ -55,7 +55,6 @@ def main(argv: Sequence[str]) -> int:
         params=config.family,
     )
     out = Path(out_text)
-    prepare_out(out, replace)
     languages = config.languages
     exported = export_tasks(
         out,
@@ -65,6 +64,7 @@ def main(argv: Sequence[str]) -> int:
         ],
         config.seed,
         name,
+        replace=replace,
     )
     print(f"wrote {len(exported)} Harbor task folders and {out / 'dataset.toml'}")
     return 0

@@ -30,6 +30,7 @@ from piexp.harbor.digest import task_folder_digest
 from piexp.harbor.scripts import ANSWER_FILE, RUN_TIMEOUT_S, WORKDIR, solve_script, test_script
 from piexp.harbor.toml_text import table_text, value_text
 from piexp.tasks import Task, task_reference
+from piexp.tasks.core import canonical_json
 
 SCHEMA_VERSION = "1.4"
 # The org of every exported task's and dataset's name (Harbor names are `org/name`).
@@ -88,6 +89,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _params_entry(task: Task) -> dict[str, Any]:
+    """The params as a TOML table, or as their canonical JSON where TOML has no form for
+    a value (a null)."""
+    params = _plain(task.params)
+    try:
+        value_text(params)
+    except (TypeError, ValueError):
+        return {"params_json": canonical_json(params)}
+    return {"params": params}
+
+
 def task_toml(task: Task, language: str, seed: int) -> str:
     name = f"{ORG}/{folder_name(task, language)}"
     sections = [
@@ -109,7 +121,7 @@ def task_toml(task: Task, language: str, seed: int) -> str:
                 "split": task.split,
                 "language": language,
                 "seed": seed,
-                "params": _plain(task.params),
+                **_params_entry(task),
                 "piexp_task_digest": task.task_digest,
             },
         ),
@@ -143,7 +155,7 @@ def _workspace_path(root: Path, name: str) -> Path:
     return path
 
 
-def write_task(folder: Path, task: Task, language: str, spec: LanguageSettings, seed: int) -> None:
+def write_task(folder: Path, task: Task, language: str, spec: LanguageSettings, seed: int, reference: str) -> None:
     """One Harbor task folder for `task` in `language` (the folder must not exist)."""
     folder.mkdir(parents=True)
     _write(folder / "instruction.md", instruction_text(task, language, spec))
@@ -153,7 +165,6 @@ def write_task(folder: Path, task: Task, language: str, spec: LanguageSettings, 
     workspace.mkdir(parents=True)
     for name in sorted(task.files):
         _write(_workspace_path(workspace, name), task.files[name])
-    reference = task_reference(task, language)
     _write(folder / "solution" / "solve.sh", solve_script(reference, spec.filename, spec.command), executable=True)
     _write(folder / "tests" / "test.sh", test_script(task.answer, spec.filename, spec.command), executable=True)
 
@@ -184,19 +195,26 @@ def export_tasks(
     splits: Sequence[tuple[Sequence[Task], Mapping[str, LanguageSettings]]],
     seed: int,
     dataset_name: str,
+    *,
+    replace: bool = False,
 ) -> list[ExportedTask]:
     """Write every task of each split in each of its languages under `out`, and
-    `out/dataset.toml` listing them all."""
+    `out/dataset.toml` listing them all. Every task's reference program is found first,
+    so a task without one is refused before `out` is touched."""
+    plan = [
+        (task, language, spec, task_reference(task, language))
+        for tasks, languages in splits
+        for task in tasks
+        for language, spec in languages.items()
+    ]
+    prepare_out(out, replace)
     exported = []
-    for tasks, languages in splits:
-        for task in tasks:
-            for language, spec in languages.items():
-                relative = folder_name(task, language)
-                folder = out / relative
-                write_task(folder, task, language, spec, seed)
-                exported.append(ExportedTask(relative, f"{ORG}/{relative}", task_folder_digest(folder)))
-    families = sorted({task.family for tasks, _ in splits for task in tasks})
-    languages_used = list(dict.fromkeys(language for _, languages in splits for language in languages))
+    for task, language, spec, reference in plan:
+        relative = folder_name(task, language)
+        write_task(out / relative, task, language, spec, seed, reference)
+        exported.append(ExportedTask(relative, f"{ORG}/{relative}", task_folder_digest(out / relative)))
+    families = sorted({task.family for task, *_ in plan})
+    languages_used = list(dict.fromkeys(language for _, language, *_ in plan))
     description = f"piexp tasks of {', '.join(families)} in {', '.join(languages_used)} (seed {seed})"
     _write(out / DATASET_FILE, dataset_toml(dataset_name, description, exported))
     return exported

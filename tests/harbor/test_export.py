@@ -170,3 +170,63 @@ def test_harbors_own_code_loads_every_exported_task_and_agrees_on_each_digest(ex
     report = json.loads(result.stdout)
     assert set(report["tasks"]) == set(check_dataset(exported))
     assert all(task["schema_version"] == "1.4" for task in report["tasks"].values())
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["family=arith"], "needs --out DIR"),
+        (["family=arith", "--out", "x", "--frobnicate"], "Unknown option --frobnicate"),
+        (["family=arith", "--out", "x", "split=test"], "split must be one of train, eval, all"),
+        (["family=arith", "--out", "x", "--name", "a/b"], "a Harbor dataset name"),
+        (["family=nosuch", "--out", "x"], "nosuch"),
+    ],
+)
+def test_bad_command_lines_are_refused_in_one_paragraph_before_writing(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    result = run_piexp(tmp_path, "export-harbor", *args)
+    assert_refused(result, tmp_path / "x", needle)
+
+
+TASK_FILE_LINE = {
+    "id": "p1", "instruction": "Print the sum of the numbers in `data/numbers.txt`.",
+    "files": {"data/numbers.txt": "1\n2\n"}, "answer": 3, "split": "eval",
+    "references": {"python": "print(sum(int(l) for l in open('data/numbers.txt')))"},
+}  # fmt: skip
+
+
+TRAIN_LINE = {
+    "id": "p2", "instruction": "Print the sum of the numbers in `numbers.txt`.", "files": {"numbers.txt": "5\n2\n"},
+    "answer": 7, "split": "train", "references": {"python": "print(sum(int(l) for l in open('numbers.txt')))"},
+}  # fmt: skip
+
+
+def _task_file_family(root: Path, line: dict) -> Path:
+    """A task-file family `mine`: `line` in the eval split, a task with a reference in train."""
+    (root / "conf" / "family").mkdir(parents=True)
+    (root / "conf" / "family" / "mine.yaml").write_text(
+        "# @package family\nmine:\n  _target_: piexp.tasks.task_file.TaskFileFamily\n  path: tasks.jsonl\n"
+    )
+    (root / "conf" / "family" / "tasks.jsonl").write_text(json.dumps(line) + "\n" + json.dumps(TRAIN_LINE) + "\n")
+    return root / "conf"
+
+
+def test_a_task_file_exports_its_own_reference_and_nested_files(tmp_path: Path) -> None:
+    conf = _task_file_family(tmp_path / "mine", TASK_FILE_LINE)
+    out = tmp_path / "out"
+    result = export(tmp_path, out, "--config-dir", str(conf), "family=mine", "lang=python", "split=eval")
+    assert result.returncode == 0, said(result)
+    folder = out / "eval-mine-p1-python"
+    assert (folder / "environment" / "workspace" / "data" / "numbers.txt").read_text() == "1\n2\n"
+    assert check_dataset(out)["piexp/eval-mine-p1-python"] == harbor_digest(folder)
+    run_in_container(folder, tmp_path / "run", "/solution/solve.sh")
+    assert parse_rewards(run_in_container(folder, tmp_path / "run", "/tests/test.sh"))["reward"] == 1
+
+
+def test_a_task_without_a_reference_is_refused_by_name_before_anything_is_written(tmp_path: Path) -> None:
+    line = {key: value for key, value in TASK_FILE_LINE.items() if key != "references"}
+    conf = _task_file_family(tmp_path / "mine", line)
+    out = tmp_path / "out"
+    result = export(tmp_path, out, "--config-dir", str(conf), "family=mine", "lang=python", "split=eval")
+    assert_refused(result, out, "eval-mine-p1", "no python reference")

@@ -60,7 +60,8 @@ def check_task_folder(folder: Path) -> dict[str, Any]:
 
 def harbor_digest(folder: Path) -> str:
     """Packager.compute_content_hash: task.toml, instruction.md, README.md, trajectory.json
-    and the files under environment/, tests/, solution/, steps/, less the default ignores,
+    and the files under environment/, tests/, solution/, steps/, less the default ignores
+    and `.harborignore` files (a folder with ignore rules is not covered here),
     sorted by relative POSIX path; sha256 over `relpath\\0sha256(file)\\n`."""
     files = [folder / name for name in ("task.toml", "instruction.md", "README.md", "trajectory.json")]
     files = [path for path in files if path.exists()]
@@ -70,6 +71,8 @@ def harbor_digest(folder: Path) -> str:
 
     def ignored(relative: str) -> bool:
         name = relative.rsplit("/", 1)[-1]
+        if name == ".harborignore":  # TaskFileFilter leaves the ignore files themselves out
+            return True
         return "__pycache__" in relative.split("/")[:-1] or any(Path(name).match(p) for p in DEFAULT_IGNORES)
 
     relatives = sorted(path.relative_to(folder).as_posix() for path in files)

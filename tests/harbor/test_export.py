@@ -230,3 +230,18 @@ def test_a_task_without_a_reference_is_refused_by_name_before_anything_is_writte
     out = tmp_path / "out"
     result = export(tmp_path, out, "--config-dir", str(conf), "family=mine", "lang=python", "split=eval")
     assert_refused(result, out, "eval-mine-p1", "no python reference")
+
+
+def test_params_toml_cannot_hold_go_into_metadata_as_canonical_json(tmp_path: Path) -> None:
+    from piexp.config.schema import LanguageSettings
+    from piexp.harbor.export import write_task
+    from piexp.tasks import Task
+
+    task = Task(
+        task_id="eval-demo-0-00000", family="demo", split="eval", answer="3", instruction="Print 3.",
+        files={"a.txt": "x\n"}, params={"limit": None, "n": 2},
+    )  # fmt: skip
+    spec = LanguageSettings(runtimes=["python"], filename="solution.py")
+    write_task(tmp_path / "t", task, "python", spec, 0, "print(3)\n")
+    metadata = check_task_folder(tmp_path / "t")["metadata"]
+    assert "params" not in metadata and json.loads(metadata["params_json"]) == {"limit": None, "n": 2}

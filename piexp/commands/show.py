@@ -331,8 +331,8 @@ def main(argv: Sequence[str]) -> int:
         return 0
     refuse_absent_values(view, args)
     rows = select(view, args)
-    if args.atif is not None:
-        return _write_atif(view, rows if args.episode is None else rows[args.episode : args.episode + 1], args.atif)
+    if args.atif is not None and args.episode is None:
+        return _write_atif(view, rows, args.atif)
     if args.episode is None:
         if args.json:
             print(json.dumps([{"number": n, **row} for n, row in enumerate(rows)], indent=1))
@@ -347,6 +347,8 @@ def main(argv: Sequence[str]) -> int:
             f"{len(rows)} (numbered from 0). Run the same command without the number to see them."
         )
     row = rows[args.episode]
+    if args.atif is not None:
+        return _write_atif(view, [row], args.atif)
     transcript = view.transcripts.get(row["id"])
     if args.json:
         print(json.dumps({"episode": row, "transcript": transcript}, indent=1))

@@ -71,9 +71,15 @@ def test_every_episode_of_a_run_becomes_a_valid_trajectory_with_linked_calls_and
     bash = next(r for r in results if r.get("extra", {}).get("tool") == "bash")
     assert json.loads(bash["content"])["stdout"].strip() == oracle["extra"]["piexp"]["expected"]
 
-    one = tmp_path / "one"
-    result = run_piexp(ROOT, "show", str(oracle_run), "--source", "eval", "--failed", "--atif", str(one))
+    none = tmp_path / "none"
+    result = run_piexp(ROOT, "show", str(oracle_run), "--source", "eval", "--failed", "--atif", str(none))
     assert result.returncode == 0 and "wrote 0 ATIF trajectories" in result.stdout, result.stderr
+    one = tmp_path / "one"
+    result = run_piexp(ROOT, "show", str(oracle_run), "--source", "eval", "1", "--atif", str(one))
+    assert result.returncode == 0, result.stderr
+    assert [path.name for path in one.iterdir()] == ["eval-oracle-eval-arith-0-00001-python-s0.json"]
+    result = run_piexp(ROOT, "show", str(oracle_run), "--source", "eval", "9", "--atif", str(tmp_path / "nine"))
+    assert result.returncode == 2 and "There is no episode 9" in result.stderr and not (tmp_path / "nine").exists()
 
 
 # A labelled stand-in for a model's episode: the transcript a policy=model run records,

@@ -57,8 +57,13 @@ def test_readme_example(line: str, tmp_path: Path) -> None:
     if subcommand == "new-family" and "--from-jsonl" in argv:
         pytest.skip("--from-jsonl needs the user's task file; tests/tasks/test_user_families.py runs it")
     real = any(marker in line + " " for marker in RUN_FOR_REAL) and "-m" not in argv
-    # new-family writes the skeleton into the test's folder (it has no --cfg).
-    if not real and subcommand not in ("tasks", "new-family") and "--help" not in argv and "--cfg" not in argv:
+    # new-family and export-harbor write into the test's folder (they have no --cfg).
+    if (
+        not real
+        and subcommand not in ("tasks", "new-family", "export-harbor")
+        and "--help" not in argv
+        and "--cfg" not in argv
+    ):
         argv = [*argv, "--cfg", "job"]
     result = run(argv, tmp_path)
     assert result.returncode == 0, f"{line}\n{result.stderr[-2000:]}"

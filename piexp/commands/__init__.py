@@ -51,4 +51,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "NAME [--dir DIR] [--from-jsonl FILE]",
         "a task family of your own, with its check (docs/families.md)",
     ),
+    "export-harbor": Subcommand(
+        "piexp.commands.export_harbor:main",
+        "[family=...] [lang=...] [split=train|eval|all] --out DIR [--replace]",
+        "tasks as Harbor task folders with a digest-pinned dataset.toml (docs/harbor.md)",
+    ),
 }

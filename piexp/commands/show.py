@@ -6,7 +6,8 @@ every job's), narrowed by `--family`, `--lang`, `--failed`, `--stop-reason`, `--
 conversation: roles, code with syntax highlighting, tool results summarised (status,
 return code, stdout head), the reward breakdown and the tool-call failures. `--json`
 prints the same as JSON for scripts. `--html` writes the run viewer instead (default
-`RUN/viewer.html`), side by side with `--against OTHER`.
+`RUN/viewer.html`), side by side with `--against OTHER`. `--atif DIR` writes the listed
+episodes as ATIF trajectories, one JSON file each (docs/harbor.md).
 """
 
 from __future__ import annotations
@@ -271,6 +272,17 @@ def _viewer_path(given: str, file_name: str) -> Path:
     return path
 
 
+def _write_atif(view: RunView, rows: list[dict[str, Any]], out: Path) -> int:
+    from piexp.harbor.atif import write_trajectories
+
+    episodes = [(row, view.transcripts[row["id"]]) for row in rows if row["id"] in view.transcripts]
+    written = write_trajectories(out, episodes, view.root)
+    missing = len(rows) - len(episodes)
+    note = f" ({missing} listed episodes have no transcript)" if missing else ""
+    print(f"wrote {len(written)} ATIF trajectories into {out}{note}")
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="piexp show", description=__doc__.split("\n\n")[1].replace("\n", " "))
     parser.add_argument("run", type=Path, help="an eval or check run folder, or a sweep folder")
@@ -302,6 +314,9 @@ def main(argv: Sequence[str]) -> int:
         "FOLDER/viewer.html) instead",
     )
     parser.add_argument("--against", type=Path, help="with --html: a second run shown side by side")
+    parser.add_argument(
+        "--atif", type=Path, metavar="DIR", help="write the listed episodes as ATIF trajectories into DIR"
+    )
     args = parser.parse_intermixed_args(list(argv))  # RUN N may follow the options
     if args.against is not None and args.html is None:
         raise UserError("--against compares two runs in the browser viewer: add --html.")
@@ -316,6 +331,8 @@ def main(argv: Sequence[str]) -> int:
         return 0
     refuse_absent_values(view, args)
     rows = select(view, args)
+    if args.atif is not None and args.episode is None:
+        return _write_atif(view, rows, args.atif)
     if args.episode is None:
         if args.json:
             print(json.dumps([{"number": n, **row} for n, row in enumerate(rows)], indent=1))
@@ -330,6 +347,8 @@ def main(argv: Sequence[str]) -> int:
             f"{len(rows)} (numbered from 0). Run the same command without the number to see them."
         )
     row = rows[args.episode]
+    if args.atif is not None:
+        return _write_atif(view, [row], args.atif)
     transcript = view.transcripts.get(row["id"])
     if args.json:
         print(json.dumps({"episode": row, "transcript": transcript}, indent=1))

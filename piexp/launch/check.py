@@ -270,10 +270,11 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             "wall_s": round(time.perf_counter() - started, 3),
         }
         run_dir.mkdir(parents=True, exist_ok=True)
+        digests = {task.task_id: task.task_digest for task in tasks}
         with TranscriptWriter(run_dir / CHECK_TRANSCRIPTS) as transcripts:
             for record in records:
                 if record.transcript is not None:
-                    transcripts.write(record.transcript)
+                    transcripts.write({**record.transcript, "task_digest": digests.get(record.task_id)})
         (run_dir / RunFolder.CHECK).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
         from piexp.transcripts.viewer import write_run_viewer
 

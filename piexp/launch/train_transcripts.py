@@ -102,7 +102,13 @@ class TranscriptRecord(Stage):
             assert record.transcript is not None
             record.transcript["sample"] = sample
             transcripts.append(
-                {**record.transcript, "iteration": group.step, "group": group.group, "trained_reward": total}
+                {
+                    **record.transcript,
+                    "iteration": group.step,
+                    "group": group.group,
+                    "trained_reward": total,
+                    "task_digest": task.task_digest,
+                }
             )
         TrainRecorder.write(self.path, group.step, transcripts)
 

@@ -41,6 +41,26 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# Harbor's own code checks the task folders and ATIF trajectories piexp exports
+# (tests/harbor): harbor 0.25.0 needs Python 3.12, so it gets a venv of its own,
+# .venv-harbor, where a python3.12 exists (elsewhere those checks skip, saying so; the
+# same rules written out in tests/harbor still run). Only the modules they load are
+# needed: harbor without its dependencies, then pydantic, toml and pathspec.
+PYTHON312=""
+for candidate in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
+  if "$candidate" -c "" >/dev/null 2>&1; then PYTHON312=$candidate; break; fi  # a pyenv shim may name none
+done
+if [ -n "$PYTHON312" ] && [ ! -f .venv-harbor/.harbor-0.25.0 ]; then
+  rm -rf .venv-harbor
+  if "$PYTHON312" -m venv .venv-harbor \
+    && .venv-harbor/bin/python -m pip install -q --no-deps "harbor==0.25.0" \
+    && .venv-harbor/bin/python -m pip install -q --no-warn-conflicts "pydantic>=2.6" "toml" "pathspec"; then
+    touch .venv-harbor/.harbor-0.25.0
+  else
+    echo "set-up: continuing; the tests check exports against Harbor's rules only (no Harbor venv)" >&2
+  fi
+fi
+
 # The sandbox's zygote, compiled once per source version into ~/.cache/piexp (instant
 # when it is there; otherwise the first server start would compile it).
 .venv/bin/python -m piexp.sandbox build-zygote || echo "set-up: continuing; the sandbox starts a bwrap per run instead" >&2

@@ -114,3 +114,20 @@ def parse_rewards(logs: Path) -> dict[str, float | int]:
         assert math.isfinite(value)
         return {"reward": value}
     raise AssertionError(f"no reward file in {logs}")
+
+
+def harbor_python() -> str | None:
+    """A Python that imports Harbor 0.25.0's own code: $HARBOR_PYTHON, else the set-up's
+    .venv-harbor (scripts/setup.sh makes it where a python3.12 exists), else None."""
+    import os
+    from pathlib import Path
+
+    named = os.environ.get("HARBOR_PYTHON")
+    if named:
+        return named
+    venv = Path(__file__).resolve().parents[2] / ".venv-harbor" / "bin" / "python"
+    return str(venv) if (venv.parent.parent / ".harbor-0.25.0").exists() else None
+
+
+HARBOR_PYTHON = harbor_python()
+NO_HARBOR = "no Python with Harbor's code: set HARBOR_PYTHON, or run `make setup` where python3.12 exists"

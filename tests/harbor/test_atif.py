@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from piexp.harbor.atif import RunAgent, trajectory
 from piexp.tasks import build_tasks
 from tests.harbor.atif_rules import atif_errors
+from tests.harbor.harbor_rules import HARBOR_PYTHON, NO_HARBOR
 from tests.tasks.test_user_families import run_piexp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,11 +153,11 @@ def test_the_schema_checker_rejects_each_kind_of_broken_trajectory() -> None:
         assert atif_errors(broken), f"the checker accepted: {name}"
 
 
-@pytest.mark.skipif(not os.environ.get("HARBOR_PYTHON"), reason="HARBOR_PYTHON names no Python with `harbor`")
+@pytest.mark.skipif(HARBOR_PYTHON is None, reason=NO_HARBOR)
 def test_harbors_own_trajectory_model_accepts_them_and_rejects_the_broken_ones(tmp_path: Path) -> None:
     data = trajectory(MODEL_TRANSCRIPT, RunAgent("pi", "m", "0.1.0"), "eval", "run/one")
     (tmp_path / "good.json").write_text(json.dumps(data))
-    validate = [os.environ["HARBOR_PYTHON"], str(Path(__file__).parent / "harbor_validate.py"), "--trajectory"]
+    validate = [str(HARBOR_PYTHON), str(Path(__file__).parent / "harbor_validate.py"), "--trajectory"]
     result = subprocess.run([*validate, str(tmp_path / "good.json")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     for name, broken in _broken(data).items():

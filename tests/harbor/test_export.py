@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harbor.harbor_rules import check_dataset, check_task_folder, harbor_digest, parse_rewards
+from tests.harbor.harbor_rules import (
+    HARBOR_PYTHON,
+    NO_HARBOR,
+    check_dataset,
+    check_task_folder,
+    harbor_digest,
+    parse_rewards,
+)
 from tests.tasks.test_user_families import assert_refused, run_piexp, said, write_family
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,10 +167,10 @@ def test_an_export_into_a_folder_that_is_not_empty_is_refused_unless_replace(tmp
     assert sorted(p.name for p in out.iterdir()) == ["dataset.toml", "eval-arith-0-00000-python"]
 
 
-@pytest.mark.skipif(not os.environ.get("HARBOR_PYTHON"), reason="HARBOR_PYTHON names no Python with `harbor`")
+@pytest.mark.skipif(HARBOR_PYTHON is None, reason=NO_HARBOR)
 def test_harbors_own_code_loads_every_exported_task_and_agrees_on_each_digest(exported: Path) -> None:
     result = subprocess.run(
-        [os.environ["HARBOR_PYTHON"], str(Path(__file__).parent / "harbor_validate.py"), str(exported)],
+        [str(HARBOR_PYTHON), str(Path(__file__).parent / "harbor_validate.py"), str(exported)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,6 +1,7 @@
 """`python -m piexp replay RUN [N ...] [filters] [reward overrides] [--out DIR] [--json]`:
-play a training, eval or check run's recorded episodes again through today's renderer
-parse, workspace tools, sandbox and reward (`piexp.launch.replay`), and report which
+play a training, eval or check run's recorded episodes again, in the harness that played
+them, through today's renderer parse, tools, sandbox and reward (`piexp.launch.replay`;
+a run of another Pi version than this piexp's is refused by name), and report which
 replay identically and, for each that does not, the first difference. It plays the
 episodes the run's mode played (a training run's training episodes, not its preflight
 check's) unless `--source` names others. N are row numbers of `piexp show RUN --source
@@ -105,10 +106,13 @@ def main(argv: Sequence[str]) -> int:
     from piexp.config.compose import load, validate_saved
     from piexp.transcripts.runs import load_run
 
-    from piexp.launch.rescore import refuse_other_harness
+    from piexp.harness.base import harness_class, refuse_another_harness
 
-    config = validate_saved(RunFolder(run).config(), run)
-    refuse_other_harness(config, "replay")
+    folder = RunFolder(run)
+    config = validate_saved(folder.config(), run)
+    # Played again in the harness that played it: that harness as the run recorded it.
+    harness_class(config.harness).refuse_unusable(config.harness)
+    refuse_another_harness((folder.manifest() or {}).get("harness"), config.harness, run, "replayed")
     if overrides:
         config = config.model_copy(update={"reward": load([*saved_overrides(run), *overrides]).reward})
     view = load_run(run)
@@ -143,6 +147,7 @@ def _replay(run: Path, config: Any, transcripts: list[dict[str, Any]], args: arg
     from piexp.env.dataset import episode_settings
     from piexp.env.episode import get_run_renderer
     from piexp.launch.base_model import register_local_model_tokenizer
+    from piexp.harness.base import make_harness
     from piexp.launch.replay import replay_episode
     from piexp.launch.rescore import refuse_cut, task_answers
     from piexp.launch.sandbox import run_sandbox
@@ -158,9 +163,13 @@ def _replay(run: Path, config: Any, transcripts: list[dict[str, Any]], args: arg
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
 
         async def replay_all() -> list[Any]:
+            harness = make_harness(config.harness)
             try:
-                return [await replay_episode(t, tasks[str(t["task_id"])], settings, renderer) for t in transcripts]
+                return [
+                    await replay_episode(t, tasks[str(t["task_id"])], settings, renderer, harness) for t in transcripts
+                ]
             finally:
+                await harness.aclose()
                 await close_sandbox_clients()
 
         outcomes = asyncio.run(replay_all())

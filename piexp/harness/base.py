@@ -166,9 +166,10 @@ def harness_manifest(settings: HarnessSettings) -> dict[str, Any] | None:
     return make_harness(settings).manifest()
 
 
-def refuse_another_harness(recorded: Any, settings: HarnessSettings, run_dir: Any) -> None:
-    """`reproduce`: refuse a rerun whose harness would be another version than the one
-    the run's manifest records (each versioned field, named)."""
+def refuse_another_harness(recorded: Any, settings: HarnessSettings, run_dir: Any, done: str = "reproduced") -> None:
+    """`reproduce` and `replay`: refuse a rerun whose harness would be another version than
+    the one the run's manifest records (each versioned field, named); `done` is what the
+    command would do to the run."""
     if not isinstance(recorded, dict):
         return
     now = harness_manifest(settings) or {"name": settings.name}
@@ -176,6 +177,6 @@ def refuse_another_harness(recorded: Any, settings: HarnessSettings, run_dir: An
         if key.endswith("_version") and now.get(key) != before:
             raise UserError(
                 f"The run in {run_dir} was played by {recorded.get('name')} with {key.removesuffix('_version')} "
-                f"{before}; this piexp has {now.get(key)}. It cannot be reproduced with another version; use the "
+                f"{before}; this piexp has {now.get(key)}. It cannot be {done} with another version; use the "
                 "piexp (and its lockfile) the run used, and run `make setup`."
             )

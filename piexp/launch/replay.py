@@ -1,6 +1,7 @@
 """Replay recorded episodes against today's code: each recorded assistant turn is
 rendered back into the tokens the model emitted (`ReplayPolicy`), and the episode runs
-again through today's renderer parse, workspace tools, sandbox and reward. The new
+again, in the harness that played it, through today's renderer parse, tools, sandbox
+and reward (in Pi: today's Pi, its requests answered with the recorded turns). The new
 conversation is compared with the recording message by message; the first difference is
 named (a parse, a tool result, the stop reason, the reward or a reward metric).
 
@@ -27,7 +28,8 @@ from tinker_cookbook.renderers.base import UNTERMINATED_TOOL_BLOCK_ERROR, Messag
 from piexp.env.episode import EpisodeSettings
 from piexp.env.reward import REWARD_METRICS
 from piexp.env.tools import last_nonempty_line
-from piexp.policies.rollout import EpisodeRecord, run_episode
+from piexp.harness.base import Harness
+from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import render_assistant_tokens
 from piexp.tasks import Task
 
@@ -217,12 +219,13 @@ def turns_cut_at_max_tokens(transcript: dict[str, Any]) -> list[bool]:
 
 
 async def replay_episode(
-    transcript: dict[str, Any], task: Task, settings: EpisodeSettings, renderer: renderers.Renderer
+    transcript: dict[str, Any], task: Task, settings: EpisodeSettings, renderer: renderers.Renderer, harness: Harness
 ) -> ReplayOutcome:
-    """Play the recorded episode again through today's code; compare."""
+    """Play the recorded episode again through today's code, in the harness that played
+    it (its recorded turns are the model's answers, whatever the harness asks); compare."""
     messages = [recorded_message(m) for m in transcript.get("conversation") or [] if m.get("role") == "assistant"]
     policy = ReplayPolicy(renderer, messages, turns_cut_at_max_tokens(transcript))
-    record: EpisodeRecord = await run_episode(
+    record: EpisodeRecord = await harness.play(
         policy,
         str(transcript.get("policy")),
         task,

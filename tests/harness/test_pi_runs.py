@@ -5,6 +5,7 @@ nothing written."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from piexp.harness.pi.harness import PiHarness
+from piexp.run_folder import RunFolder
 from tests.harness.conftest import requires_pi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +33,8 @@ def piexp(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> 
 @requires_pi
 def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     """Two families x Python and JavaScript, one oracle task per cell and split (24 Pi
-    episodes: 22 s on this 2-core machine idle, up to 63 s while other suites run)."""
+    episodes: 22 s on this 2-core machine idle, up to 63 s while other suites run), then
+    replayed (as long again)."""
     run_dir = tmp_path / "check"
     done = piexp("mode=check", "harness=pi", "family=arith,csv_agg", "lang=python,javascript",
                  "mode.oracle_tasks_per_cell=1", f"hydra.run.dir={run_dir}")  # fmt: skip
@@ -47,12 +50,33 @@ def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     shown = piexp("show", str(run_dir), "0")
     assert shown.returncode == 0, shown.stderr
     assert "Use python to complete this workspace task" in shown.stdout
-    # rescore and replay grade the builtin harness's JSON tool results: a Pi run's plain-text
-    # ones would be graded wrong, so they refuse it, in one paragraph.
-    for command in ("rescore", "replay"):
-        refused = piexp(command, str(run_dir), timeout=300)
-        assert refused.returncode == 2 and "harness=pi" in refused.stderr, refused.stderr[-2000:]
-        assert "Traceback" not in refused.stderr
+    # rescore grades the builtin harness's JSON tool results: a Pi run's plain-text ones
+    # would be graded wrong, so it refuses the run, in one paragraph.
+    refused = piexp("rescore", str(run_dir), timeout=300)
+    assert refused.returncode == 2 and "harness=pi" in refused.stderr, refused.stderr[-2000:]
+    assert "Traceback" not in refused.stderr
+    # replay plays every recorded episode (each scripted policy's) again through today's Pi.
+    replayed = piexp("replay", str(run_dir), "--out", str(tmp_path / "replay"), timeout=600)
+    assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
+    report = json.loads((tmp_path / "replay" / "replay.json").read_text())
+    assert (
+        report["episodes"] == report["identical"] == len(json.loads((run_dir / "check.json").read_text())["episodes"])
+    )
+    # A recording whose program printed something else than today's Pi and sandbox give
+    # (its bash result changed) is found, as a tool result.
+    with gzip.open(run_dir / RunFolder.CHECK_TRANSCRIPTS, "rt") as f:
+        transcripts = [json.loads(line) for line in f]
+    oracle = next(t for t in transcripts if t["policy"] == "oracle")
+    conversation = oracle["conversation"]
+    ran = next(i for i, m in enumerate(conversation) if any(c["name"] == "bash" for c in m.get("tool_calls") or []))
+    conversation[ran + 1]["text"] = "12345"
+    with gzip.open(run_dir / RunFolder.CHECK_TRANSCRIPTS, "wt") as f:
+        f.writelines(json.dumps(t) + "\n" for t in transcripts)
+    changed = piexp("replay", str(run_dir), "--policy", "oracle", "--out", str(tmp_path / "changed"), timeout=600)
+    assert changed.returncode == 1, changed.stderr[-2000:]
+    report = json.loads((tmp_path / "changed" / "replay.json").read_text())
+    different = [e for e in report["outcomes"] if not e["identical"]]
+    assert len(different) == 1 and different[0]["difference"]["kind"] == "tool result"
     # A rerun with another Pi than the run's is refused by name, before anything runs.
     manifest["harness"]["pi_version"] = "1.5.0"
     (run_dir / "manifest.json").write_text(json.dumps(manifest))

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from piexp.config.schema import HarnessSettings
+from piexp.config.schema import HarnessSettings, LanguageSettings, RunConfig
 from piexp.errors import UserError
 
 if TYPE_CHECKING:
@@ -49,6 +50,13 @@ class Harness(ABC):
     def refuse_unusable(cls, settings: HarnessSettings) -> None:
         """Raise a `UserError` naming the fix when this harness cannot run here (not
         installed, bad options). Called when a run starts, before its folder is written."""
+
+    @classmethod
+    def refuse_missing_runtimes(cls, settings: HarnessSettings, languages: Mapping[str, LanguageSettings]) -> None:
+        """Raise a `UserError` when a runtime the run's languages need is missing where this
+        harness runs their programs (`harness=pi`: in its own sandbox, on this machine);
+        called before a run's folder is written. The reference environment runs programs
+        in the run's sandbox server, whose preflight check reports its runtimes."""
 
     @classmethod
     def refuse_concurrency(cls, settings: HarnessSettings, concurrency: int) -> None:
@@ -139,17 +147,20 @@ async def close_run_harnesses() -> None:
         await harness.aclose()
 
 
-def refuse_unusable_harness(
-    settings: HarnessSettings, *, training: bool = False, concurrency: int | None = None
-) -> None:
-    """`make_harness`'s checks alone, for a job before its folder is claimed; `training`:
-    the run trains (mode=train), which only a harness that `trains` can; `concurrency`:
-    the episodes the run plays at once, which must fit the machine."""
+def refuse_unusable_harness(config: RunConfig) -> None:
+    """`make_harness`'s checks alone, for a job before its folder is claimed: the harness
+    imports and can run here with its options, the runtimes of the run's languages are
+    there, the episodes the run plays at once fit the machine (`mode.max_concurrency`),
+    and a training run (mode=train) trains in a harness that `trains`."""
+    settings = config.harness
     cls = harness_class(settings)
     cls.refuse_unusable(settings)
+    languages = dict.fromkeys([*config.train_languages, *config.eval_languages])
+    cls.refuse_missing_runtimes(settings, {name: config.languages[name] for name in languages})
+    concurrency = getattr(config.mode, "max_concurrency", None)
     if concurrency is not None:
         cls.refuse_concurrency(settings, concurrency)
-    if training and not cls.trains:
+    if config.mode.name == "train" and not cls.trains:
         raise UserError(
             f"mode=train cannot train in harness={settings.name}: its class ({settings.target}) does not train (its "
             "`trains` is False; a harness trains by implementing `training_env`, docs/harness.md). Train in a "

@@ -51,11 +51,7 @@ def run_job(cfg: DictConfig) -> float | None:
     try:
         config = validate(cfg)
         refuse_checkpoint_of_another_base_model(config)
-        refuse_unusable_harness(  # e.g. before `make setup`
-            config.harness,
-            training=config.mode.name == "train",
-            concurrency=getattr(config.mode, "max_concurrency", None),
-        )
+        refuse_unusable_harness(config)  # e.g. before `make setup`
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from piexp.config.schema import HarnessSettings, LanguageSettings, RunConfig
 from piexp.errors import UserError
+from piexp.run_folder import harness_identity
 
 if TYPE_CHECKING:
     # Types only: choosing and checking a harness (before a run's folder is made, and on
@@ -68,6 +69,10 @@ class Harness(ABC):
         """What the run's manifest records of the harness (versions, config); `reproduce`
         refuses a rerun whose harness records other values."""
         return {"name": self.name, "settings": self.settings.model_dump(mode="json", by_alias=True)}
+
+    def identity(self) -> dict[str, str]:
+        """The harness's name and versions, as results name it (`results.json`'s `harness`)."""
+        return harness_identity(self.manifest())
 
     @abstractmethod
     async def play(

@@ -105,10 +105,10 @@ def main(argv: Sequence[str]) -> int:
     from piexp.config.compose import load, validate_saved
     from piexp.transcripts.runs import load_run
 
-    from piexp.launch.rescore import refuse_other_harness
+    from piexp.launch.rescore import refuse_unreplayable_harness
 
     config = validate_saved(RunFolder(run).config(), run)
-    refuse_other_harness(config, "replay")
+    refuse_unreplayable_harness(config)
     if overrides:
         config = config.model_copy(update={"reward": load([*saved_overrides(run), *overrides]).reward})
     view = load_run(run)

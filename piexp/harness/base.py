@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from piexp.config.schema import HarnessSettings, LanguageSettings, RunConfig
+from piexp.config.schema import HarnessSettings, LanguageSettings, RewardSettings, RunConfig
 from piexp.errors import UserError
 from piexp.run_folder import harness_identity
 
@@ -43,6 +43,9 @@ class Harness(ABC):
     # Whether `mode=train` can train in this harness (its episodes become the RL loop's
     # trajectories); a harness that cannot is refused for training, not silently swapped.
     trains: ClassVar[bool] = False
+    # Whether `replay` can play its recorded turns again: replay drives the reference
+    # environment's parse, tools and sandbox, so only the builtin harness's episodes.
+    replays: ClassVar[bool] = False
 
     def __init__(self, settings: HarnessSettings) -> None:
         self.settings = settings
@@ -69,6 +72,20 @@ class Harness(ABC):
         """What the run's manifest records of the harness (versions, config); `reproduce`
         refuses a rerun whose harness records other values."""
         return {"name": self.name, "settings": self.settings.model_dump(mode="json", by_alias=True)}
+
+    @classmethod
+    def rescored_reward(cls, transcript: dict[str, Any], answer: str, reward: RewardSettings, *, binary: bool) -> float:
+        """A recorded episode's reward under `reward` (binary or shaped), from its transcript
+        alone (`rescore`: no sampling, no sandbox). By default from the reward steps the
+        harness graded and recorded (`metrics`: the same four steps in every harness), under
+        today's `steps_reward`; an episode that ended before grading (no steps recorded,
+        or a context overflow) keeps its recorded reward."""
+        from piexp.env.reward import steps_reward
+
+        metrics = transcript.get("metrics")
+        if not isinstance(metrics, dict) or not metrics or transcript.get("stop_reason") == "context_overflow":
+            return float(transcript["reward"])
+        return steps_reward(metrics, reward.weights, binary=binary)
 
     def identity(self) -> dict[str, str]:
         """The harness's name and versions, as results name it (`results.json`'s `harness`)."""
@@ -100,6 +117,9 @@ class Harness(ABC):
     async def aclose(self) -> None:
         """Stop what the harness started for the run."""
 
+
+# A harness's `rescored_reward`: (transcript, the task's answer, reward settings, binary=) -> reward.
+Regrade = Callable[..., float]
 
 _classes: dict[str, type[Harness]] = {}
 

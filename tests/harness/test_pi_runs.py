@@ -47,12 +47,22 @@ def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     shown = piexp("show", str(run_dir), "0")
     assert shown.returncode == 0, shown.stderr
     assert "Use python to complete this workspace task" in shown.stdout
-    # rescore and replay grade the builtin harness's JSON tool results: a Pi run's plain-text
-    # ones would be graded wrong, so they refuse it, in one paragraph.
-    for command in ("rescore", "replay"):
-        refused = piexp(command, str(run_dir), timeout=300)
-        assert refused.returncode == 2 and "harness=pi" in refused.stderr, refused.stderr[-2000:]
-        assert "Traceback" not in refused.stderr
+    # rescore regrades the steps graded from Pi's trace under other reward settings (no
+    # sampling): the run's own settings reproduce every recorded reward, and the policies
+    # that earn partial credit earn it under the new weights.
+    rescored = piexp("rescore", str(run_dir), "reward.weights.output=0.6", "--out", str(tmp_path / "rs"), "--json",
+                     timeout=300)  # fmt: skip
+    assert rescored.returncode == 0, rescored.stderr[-2000:]
+    report = json.loads(rescored.stdout)
+    assert report["reproduced"] == report["episodes"] == len(json.loads((run_dir / "check.json").read_text())[
+        "episodes"]) and not report["differ"]  # fmt: skip
+    (setting,) = report["settings"]
+    assert setting["label"] == "reward.weights.output=0.6" and 0 < setting["mean"] < 1
+    # replay plays turns through the builtin harness's own tools: a Pi run is refused, in
+    # one paragraph naming rescore and reproduce.
+    refused = piexp("replay", str(run_dir), timeout=300)
+    assert refused.returncode == 2 and "harness=pi" in refused.stderr, refused.stderr[-2000:]
+    assert "rescore" in refused.stderr and "Traceback" not in refused.stderr
     # A rerun with another Pi than the run's is refused by name, before anything runs.
     manifest["harness"]["pi_version"] = "1.5.0"
     (run_dir / "manifest.json").write_text(json.dumps(manifest))

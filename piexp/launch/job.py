@@ -27,6 +27,7 @@ from piexp.console import (
     detach_job_log,
     outlive_closed_streams,
     quiet_third_party_deprecations,
+    third_party_warnings_to_job_log,
     set_job_label,
 )
 from piexp.errors import UserError, deliver_interrupts_quietly, report_user_error
@@ -46,6 +47,7 @@ def run_job(cfg: DictConfig) -> float | None:
     deliver_interrupts_quietly()  # a parallel sweep's worker too
     outlive_closed_streams()  # likewise: a closed console never ends a job
     quiet_third_party_deprecations()  # likewise (a sweep's job process starts here)
+    third_party_warnings_to_job_log()  # likewise
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     job = JobInfo.from_hydra()
     try:

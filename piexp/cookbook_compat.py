@@ -172,6 +172,9 @@ def extra_step_metrics(extra: Callable[[int], Mapping[str, Any]]) -> Iterator[No
     def setup_logging(log_dir: str, *args: Any, **kwargs: Any) -> ml_log.Logger:
         log_files.append(add_log_file(Path(log_dir) / "logs.log"))
         kwargs["do_configure_logging_module"] = False
+        root = logging.getLogger()
+        if root.getEffectiveLevel() > logging.INFO:
+            root.setLevel(logging.INFO)  # as the cookbook's configuration leaves it: its step tables are INFO
         return StepMetricsLogger(original(log_dir, *args, **kwargs), extra)
 
     ml_log.setup_logging = setup_logging

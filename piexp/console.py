@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -49,6 +50,41 @@ _JOB_LOG_WIDTH = 120
 _job_label: Optional[str] = None
 
 _job_log: Optional[Path] = None
+# An ANSI escape sequence (colour, style, cursor): what a third party's rich console or
+# coloured log format writes on a terminal, and never into a log file.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def plain(text: str) -> str:
+    """`text` without ANSI escape sequences."""
+    return _ANSI.sub("", text)
+
+
+class PlainFormatter(logging.Formatter):
+    """A log file's formatter: `inner`'s lines (the console's format) without ANSI codes."""
+
+    def __init__(self, inner: Optional[logging.Formatter] = None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter("%(name)s:%(lineno)d [%(levelname)s] %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return plain(self.inner.format(record))
+
+
+def add_log_file(path: Path) -> logging.Handler:
+    """Write every log record, as plain text, into `path` too (a third party's own log file,
+    such as tinker-cookbook's logs.log); remove it with `remove_log_file`."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(PlainFormatter())
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def remove_log_file(handler: logging.Handler) -> None:
+    logging.getLogger().removeHandler(handler)
+    handler.close()
+
+
 # The root logger's handler writing log records into the job.log (Hydra's own file
 # handler is off: it would open the file before the folder is checked).
 _job_log_records: Optional[logging.FileHandler] = None
@@ -63,7 +99,7 @@ def attach_job_log(path: Path) -> None:
     root = logging.getLogger()
     _job_log_records = logging.FileHandler(_job_log, encoding="utf-8")
     # Log lines in job.log look like those on the console (the format Hydra configured).
-    _job_log_records.setFormatter(next((h.formatter for h in root.handlers if h.formatter), None))
+    _job_log_records.setFormatter(PlainFormatter(next((h.formatter for h in root.handlers if h.formatter), None)))
     root.addHandler(_job_log_records)
 
 
@@ -103,6 +139,7 @@ def _to_job_log(*objects: Any, **kwargs: Any) -> None:
     if _job_log is None:
         return
     buffer = io.StringIO()
+    objects = tuple(plain(item) if isinstance(item, str) else item for item in objects)
     Console(file=buffer, width=_JOB_LOG_WIDTH, no_color=True, force_terminal=False, highlight=False).print(
         *objects, **kwargs
     )
@@ -178,6 +215,29 @@ def quiet_third_party_deprecations() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"tinker(_cookbook)?(\.|$)")
+
+
+def third_party_warnings_to_job_log() -> None:
+    """A warning raised from another package's code (torch, matplotlib, the cookbook) goes
+    into the run's job.log only: the user can do nothing about it, and on the console it
+    would break the run's lines. piexp's own warnings still show on the console."""
+    import warnings
+
+    if getattr(warnings.showwarning, "piexp_routed", False):
+        return
+    shown = warnings.showwarning
+    own = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+    def showwarning(
+        message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        if os.path.abspath(filename).startswith(own):
+            shown(message, category, filename, lineno, file, line)
+        else:
+            _to_job_log(warnings.formatwarning(message, category, filename, lineno, line).rstrip(), markup=False)
+
+    showwarning.piexp_routed = True  # type: ignore[attr-defined]
+    warnings.showwarning = showwarning
 
 
 def outlive_closed_streams() -> None:

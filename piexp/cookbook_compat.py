@@ -20,13 +20,20 @@ bump the pin here and in pyproject.toml.
    ``ml_log.setup_logging`` and offers no way to add to what it logs per step;
    :func:`extra_step_metrics` replaces that function while ``main`` runs by one whose
    logger adds piexp's metrics to every training step's row (``metrics.jsonl``, W&B).
+   It also calls it with ``do_configure_logging_module=False``: the cookbook's own
+   configuration replaces every handler of the root logger (piexp's console and the
+   run's job.log) by a console handler whose level names are always ANSI-coloured, in a
+   terminal as in a log file; piexp keeps its handlers and adds the cookbook's
+   ``logs.log`` as a plain-text file beside them.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import tinker
@@ -36,6 +43,7 @@ from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.types import Env
 from tinker_cookbook.utils import ml_log
 
+from piexp.console import add_log_file, remove_log_file
 from piexp.errors import ThirdPartyMismatchError
 from piexp.pinned_hooks import Hook, Pin, mismatch_paragraph, pin_problems
 
@@ -58,7 +66,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook("tinker_cookbook.renderers", "Renderer._get_generation_suffix", parameters=("self", "role", "ctx"),
          used_by="piexp/cookbook_compat.py item 3"),
     Hook("tinker_cookbook.utils.ml_log", "setup_logging",
-         parameters=("log_dir", "wandb_project", "wandb_name", "config"), used_by="piexp/cookbook_compat.py item 4"),
+         parameters=("log_dir", "wandb_project", "wandb_name", "config", "do_configure_logging_module"),
+         used_by="piexp/cookbook_compat.py item 4"),
     Hook("tinker_cookbook.utils.ml_log", "Logger.log_metrics", parameters=("self", "metrics", "step"),
          used_by="piexp/cookbook_compat.py item 4 (StepMetricsLogger)"),
 )  # fmt: skip
@@ -158,12 +167,20 @@ def extra_step_metrics(extra: Callable[[int], Mapping[str, Any]]) -> Iterator[No
     """While inside, loggers the cookbook sets up add `extra(step)` to each training step's
     metrics (hook 4); the cookbook's own function is back on leaving."""
     original = ml_log.setup_logging
+    log_files: list[logging.Handler] = []
 
-    def setup_logging(*args: Any, **kwargs: Any) -> ml_log.Logger:
-        return StepMetricsLogger(original(*args, **kwargs), extra)
+    def setup_logging(log_dir: str, *args: Any, **kwargs: Any) -> ml_log.Logger:
+        log_files.append(add_log_file(Path(log_dir) / "logs.log"))
+        kwargs["do_configure_logging_module"] = False
+        root = logging.getLogger()
+        if root.getEffectiveLevel() > logging.INFO:
+            root.setLevel(logging.INFO)  # as the cookbook's configuration leaves it: its step tables are INFO
+        return StepMetricsLogger(original(log_dir, *args, **kwargs), extra)
 
     ml_log.setup_logging = setup_logging
     try:
         yield
     finally:
         ml_log.setup_logging = original
+        for handler in log_files:
+            remove_log_file(handler)

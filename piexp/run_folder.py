@@ -137,6 +137,16 @@ class RunFolder:
             )
         return manifest
 
+    def harness(self) -> dict[str, str]:
+        """Which harness played the run's episodes, with its versions (`harness_identity`
+        of the manifest's `harness` entry); builtin where the manifest records none (a
+        builtin run, or one recorded before harnesses were configurable)."""
+        try:
+            manifest = self.manifest() or {}
+        except UserError:
+            manifest = {}
+        return harness_identity(manifest.get("harness"))
+
     def config(self) -> DictConfig:
         """The whole config the run composed (`.hydra/config.yaml`), as recorded; the user's
         error when the folder holds no run."""
@@ -242,3 +252,23 @@ class RunFolder:
             return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts]
 
         return sorted(folders, key=natural)
+
+
+def harness_identity(entry: Any) -> dict[str, str]:
+    """A harness's name and versions, `{"name": "pi", "pi_version": "1.6.0", "node_version":
+    ...}`: a manifest's `harness` entry without its settings; `{"name": "builtin"}` for none."""
+    if not isinstance(entry, dict) or not entry.get("name"):
+        return {"name": "builtin"}
+    return {key: str(value) for key, value in entry.items() if key == "name" or key.endswith("_version")}
+
+
+def harness_label(identity: Any) -> str:
+    """How a result names the harness that played it: `pi 1.6.0 (node 22.23.5)` (the name,
+    its own version, the others in parentheses), `builtin`; a result recorded before
+    harnesses (no identity) reads as builtin."""
+    identity = identity if isinstance(identity, dict) and identity.get("name") else {"name": "builtin"}
+    name = str(identity["name"])
+    own = identity.get(f"{name}_version")
+    others = [f"{key.removesuffix('_version')} {value}" for key, value in identity.items()
+              if key.endswith("_version") and key != f"{name}_version"]  # fmt: skip
+    return name + (f" {own}" if own else "") + (f" ({', '.join(others)})" if others else "")

@@ -273,7 +273,7 @@ def test_without_a_terminal_lines_stay_whole_and_sweep_tables_name_their_job(eva
     lines = (eval_sweep.parent / "sweep.stderr").read_text().splitlines()
     stripped = [line.strip() for line in lines]
     for number, policy in ((0, "oracle"), (1, "wrong")):
-        assert f"job {number}: pass@1 ({policy}, k=1)" in stripped, lines
+        assert f"job {number}: pass@1 ({policy}, k=1, harness builtin)" in stripped, lines
         assert any(line.startswith(f"eval {policy}: 2/2 episodes (100%),") and "elapsed" in line for line in lines)
     assert stripped.count("overall pass@1 1.000 over 2 episodes") == 1
     assert stripped.count("overall pass@1 0.000 over 2 episodes") == 1
@@ -295,8 +295,12 @@ def test_summarize_of_an_eval_sweep_has_no_training_columns(eval_sweep: Path, tm
     """summarize of eval runs prints no training columns (`steps -`, final = best)."""
     result = piexp(tmp_path, "summarize", str(eval_sweep), "--out", str(tmp_path / "summary"))
     assert result.returncode == 0, result.stderr
-    assert "| job | mode | state | overrides | pass@1 | pass@1_ci95 | reward | tool_failures |" in result.stdout
+    assert (
+        "| job | mode | harness | state | overrides | pass@1 | pass@1_ci95 | reward | tool_failures |" in result.stdout
+    )
     assert "steps" not in result.stdout and "best_" not in result.stdout and "final_" not in result.stdout
-    assert "| 1 | eval | complete | policy=wrong | 0 | 0 | 0.3 | none |" in result.stdout  # pass@1 0, interval 0
+    assert (
+        "| 1 | eval | builtin | complete | policy=wrong | 0 | 0 | 0.3 | none |" in result.stdout
+    )  # pass@1 0, interval 0
     csv_header = (tmp_path / "summary" / "runs_summary.csv").read_text().splitlines()[0]
     assert "final_pass@1" in csv_header  # scripts keep every column

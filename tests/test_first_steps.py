@@ -54,14 +54,18 @@ def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return small_eval(tmp_path_factory.mktemp("first-steps"), "oracle")
 
 
-@pytest.mark.parametrize("given", ["views/deeper/run.html", "views/deeper/"], ids=["file", "folder"])
+@pytest.mark.parametrize(
+    "given", ["views/deeper/run.html", "views/deeper/", "views/named"], ids=["file", "folder", "no-suffix"]
+)
 def test_show_html_into_a_missing_folder_makes_it(oracle_run: Path, tmp_path: Path, given: str) -> None:
     """`show RUN --html PATH` whose folder does not exist yet failed with a traceback
-    (FileNotFoundError); a PATH ending in `/` names a folder, which gets `viewer.html`."""
+    (FileNotFoundError); a PATH ending in `/` names a folder, which gets `viewer.html`, and
+    so does a PATH without the `.html` suffix (it wrote a file a browser would not open)."""
     done = piexp(tmp_path, "show", str(oracle_run), "--html", given)
     assert done.returncode == 0, done.stderr[-3000:]
-    expected = tmp_path / (given + "viewer.html" if given.endswith("/") else given)
-    assert done.stdout.strip() == f"wrote {Path(given) / 'viewer.html' if given.endswith('/') else given}"
+    written = given if given.endswith(".html") else str(Path(given) / "viewer.html")
+    assert done.stdout.strip() == f"wrote {written}"
+    expected = tmp_path / written
     assert expected.is_file() and "<html" in expected.read_text(encoding="utf-8")[:2000].lower()
 
 

@@ -57,7 +57,8 @@ def main(argv: list[str]) -> int:
 
         metrics, tables = compare_tables(json.loads((out / RunFolder.COMPARE_JSON).read_text(encoding="utf-8")))
         files = [out / RunFolder.COMPARE_MD, out / RunFolder.COMPARE_JSON, out / RunFolder.COMPARE_PNG]
-        runs = {"runs": [str(run) for run in args.runs]}
+        runs = {"runs": [str(run) for run in args.runs], "harnesses": json.loads(
+            (out / RunFolder.COMPARE_JSON).read_text(encoding="utf-8")).get("harnesses")}  # fmt: skip
         log_result(out, args.wandb_project, out.name, runs, metrics, tables, files, "compare")
     return 0
 

@@ -7,7 +7,7 @@ by setting (their overrides but the seed)."""
 
 from __future__ import annotations
 
-from piexp.run_folder import RunFolder
+from piexp.run_folder import RunFolder, harness_label
 
 import json
 from collections.abc import Sequence
@@ -45,6 +45,7 @@ class JobSummary:
     mode: str
     overrides: list[str]
     state: str
+    harness: str = "builtin"  # the harness that played its episodes, with its version
     finals: dict[str, float | None] = field(default_factory=dict)
     # The half-width of the final pass@1's 95% interval: over an eval's tasks, or over the
     # episodes of a training run's last periodic eval (None when it has one value).
@@ -104,7 +105,8 @@ def summarize_job(folder: Path, root: Path, states: dict[str, str]) -> JobSummar
     state = states.get(str(folder.resolve()))
     if state is None:
         state = "complete" if run.completion() is not None else "incomplete"
-    job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state)
+    job = JobSummary(folder=folder, name=name, mode=mode, overrides=[str(o) for o in overrides], state=state,
+                     harness=harness_label(run.harness()))  # fmt: skip
 
     results = run.json_record(RunFolder.RESULTS)
     if isinstance(results, dict) and isinstance(results.get("overall"), dict):

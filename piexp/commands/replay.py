@@ -107,10 +107,12 @@ def main(argv: Sequence[str]) -> int:
     from piexp.transcripts.runs import load_run
 
     from piexp.harness.base import harness_class, refuse_another_harness
+    from piexp.launch.rescore import refuse_unreplayable_harness
 
     folder = RunFolder(run)
     config = validate_saved(folder.config(), run)
     # Played again in the harness that played it: that harness as the run recorded it.
+    refuse_unreplayable_harness(config)
     harness_class(config.harness).refuse_unusable(config.harness)
     refuse_another_harness((folder.manifest() or {}).get("harness"), config.harness, run, "replayed")
     if overrides:

@@ -85,9 +85,7 @@ def main(argv: Sequence[str]) -> int:
     from piexp.launch.rescore import (
         plot_settings,
         refuse_cut,
-        refuse_other_harness,
         rescore_markdown,
-        rescored_reward,
         reproduction_check,
         score_setting,
         task_answers,
@@ -95,21 +93,22 @@ def main(argv: Sequence[str]) -> int:
 
     combinations = _settings(args.overrides)  # refused before anything is read or written
     config = validate_saved(RunFolder(run).config(), run)
-    refuse_other_harness(config, "rescore")
+    from piexp.harness.base import harness_class
+
+    regrade = harness_class(config.harness).rescored_reward
     source = args.source or default_source(config.mode.name)
     transcripts = _transcripts(run, source)
     for transcript in transcripts:
         refuse_cut(transcript)
     tasks = task_answers(config, transcripts, _digests(run))
-    reproduced, differ = reproduction_check(transcripts, tasks, config.reward)
+    reproduced, differ = reproduction_check(transcripts, tasks, config.reward, regrade)
     base = saved_overrides(run)
     scores = []
     for combination in combinations:
         reward = load([*base, *combination]).reward if combination else config.reward
         label = " ".join(combination) or "the run's own settings"
         rewards = [
-            rescored_reward(t, tasks[str(t["task_id"])].answer, reward, binary=reward.mode == "binary")
-            for t in transcripts
+            regrade(t, tasks[str(t["task_id"])].answer, reward, binary=reward.mode == "binary") for t in transcripts
         ]
         scores.append(score_setting(label, transcripts, rewards))
     out = args.out or run / f"rescore-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

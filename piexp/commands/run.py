@@ -161,16 +161,13 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
         local_mode = wandb_credentials(f"mode.wandb_project={','.join(projects)}")
         if local_mode:
             print(f"piexp: {offline_note(local_mode)}", file=sys.stderr)
-    verify_tasks(configs)
     from piexp.harness.base import refuse_unusable_harness
 
     for config in configs:
-        # harness=pi before `make setup`, an unknown _target_, training where it cannot
-        refuse_unusable_harness(
-            config.harness,
-            training=config.mode.name == "train",
-            concurrency=getattr(config.mode, "max_concurrency", None),
-        )
+        # harness=pi before `make setup` or with options Pi cannot run under, a runtime
+        # missing where the harness runs programs, an unknown _target_, training where it cannot
+        refuse_unusable_harness(config)
+    verify_tasks(configs)
     if any(config.uses_service and config.service.name == "tinker" for config in configs):
         # Only the key's presence here: reachability is probed inside the job, bounded.
         require_api_key()

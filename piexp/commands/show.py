@@ -86,10 +86,14 @@ def _failures(failures: dict[str, int] | None) -> str:
 
 def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
     jobs = len({row["job"] for row in view.rows}) > 1
-    table = Table(title=f"{view.root}: {len(rows)} of {len(view.rows)} episodes", title_justify="left")
+    harnesses = view.harness_names()
+    several = len(harnesses) > 1  # a sweep over harnesses: a column, else the title names it
+    named = "" if several else f", harness {harnesses[0] if harnesses else 'builtin'}"
+    table = Table(title=f"{view.root}: {len(rows)} of {len(view.rows)} episodes{named}", title_justify="left")
     for name in (
         "#",
         *(["job"] if jobs else []),
+        *(["harness"] if several else []),
         "source",
         "policy",
         "task",
@@ -111,6 +115,7 @@ def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
         table.add_row(
             str(number),
             *([row["job"]] if jobs else []),
+            *([str(row.get("harness"))] if several else []),
             row["source"],
             str(row["policy"]),
             str(row["task_id"]),
@@ -191,7 +196,7 @@ def conversation(row: dict[str, Any], transcript: dict[str, Any] | None) -> Grou
     parts: list[Any] = [
         Text(
             f"{row['source']} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
-            f"sample {row['sample']}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
+            f"sample {row['sample']}, harness {row.get('harness') or 'builtin'}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
             f"stop {row['stop_reason']}; {_answer(row)}",
             style="bold",
         )
@@ -233,8 +238,11 @@ def conversation(row: dict[str, Any], transcript: dict[str, Any] | None) -> Grou
     if transcript.get("omitted"):
         parts.append(Text(str(transcript["omitted"]), style="yellow"))
     for message in transcript.get("prompt") or []:
-        if message.get("role") == "user":
-            parts.append(Panel(Text(str(message.get("text", ""))), title="user (prompt)", title_align="left"))
+        # The harness's own system prompt (Pi's), once; the conversation holds none.
+        if message.get("role") in ("system", "user"):
+            parts.append(
+                Panel(Text(str(message.get("text", ""))), title=f"{message['role']} (prompt)", title_align="left")
+            )
     for message in transcript.get("conversation") or []:
         role = message.get("role")
         body: list[Any] = []
@@ -264,10 +272,11 @@ def _console() -> Console:
 
 
 def _viewer_path(given: str, file_name: str) -> Path:
-    """Where `--html GIVEN` writes: GIVEN itself, or GIVEN/viewer.html when it names a folder
-    (one that exists, or one written with a trailing slash)."""
+    """Where `--html GIVEN` writes: GIVEN itself when it names an HTML file (`.html`),
+    else GIVEN/viewer.html: GIVEN names a folder (one that exists, one written with a
+    trailing slash, or a name without the suffix, never a page a browser would not open)."""
     path = Path(given)
-    if path.is_dir() or given.endswith(("/", os.sep)):
+    if path.is_dir() or given.endswith(("/", os.sep)) or path.suffix.lower() not in (".html", ".htm"):
         return path / file_name
     return path
 
@@ -310,8 +319,8 @@ def main(argv: Sequence[str]) -> int:
         const=True,
         default=None,
         metavar="PATH",
-        help="write the run viewer (default RUN/viewer.html; a folder, made if missing, gets "
-        "FOLDER/viewer.html) instead",
+        help="write the run viewer (default RUN/viewer.html; PATH ending in .html is the page itself, any other "
+        "PATH a folder, made if missing, that gets PATH/viewer.html) instead",
     )
     parser.add_argument("--against", type=Path, help="with --html: a second run shown side by side")
     parser.add_argument(

@@ -70,7 +70,7 @@ def _fmt(value: float | None) -> str:
 
 
 def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
-    header = ["job", "mode", "state", "overrides", "all_overrides", "steps"]
+    header = ["job", "mode", "harness", "state", "overrides", "all_overrides", "steps"]
     for metric in KEY_METRICS:
         header += [f"final_{metric}", f"best_{metric}"]
         if metric == "pass@1":
@@ -81,6 +81,7 @@ def table_rows(jobs: Sequence[JobSummary]) -> tuple[list[str], list[list[str]]]:
         row = [
             job.name,
             job.mode,
+            job.harness,
             job.state + (f" ({job.not_run} episodes not run)" if job.not_run else ""),
             " ".join(varying),
             " ".join(job.overrides),

@@ -27,7 +27,9 @@ def group_options(group: str, overrides: Sequence[str] = ()) -> list[str]:
     return search_path_group_options(group, user_search_path(overrides))
 
 
-_GROUPS = ("family", "reward", "limits", "model", "service", "sandbox", "algo", "mode", "languages", "experiment")
+_GROUPS = (
+    "family", "reward", "limits", "model", "service", "sandbox", "algo", "mode", "languages", "harness", "experiment",
+)  # fmt: skip
 
 
 def hydra_error_to_user_error(error: Exception, overrides: Sequence[str]) -> UserError:
@@ -74,7 +76,7 @@ def _key_hint(key: str, overrides: Sequence[str]) -> str:
 
 
 # The groups each of whose options is a variant with its own keys, and the key naming it.
-_VARIANT_GROUPS = {"mode": "name", "service": "name", "sandbox": "kind"}
+_VARIANT_GROUPS = {"mode": "name", "service": "name", "sandbox": "kind", "harness": "name"}
 
 
 def _other_mode_hint(key: str, overrides: Sequence[str]) -> str:

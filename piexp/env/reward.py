@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,16 +82,7 @@ class WorkspaceReward:
         final_correct = final_answer(history) == self.answer
         infrastructure_error = any(p.get("status") == "infrastructure_error" for p in payloads)
         fully_correct = mutation and executed and output_correct and final_correct
-        if infrastructure_error:
-            reward = self.weights.infrastructure_error
-        elif self.binary or fully_correct:
-            reward = float(fully_correct)
-        else:
-            w = self.weights
-            reward = (
-                w.mutation * mutation + w.execution * executed + w.output * output_correct + w.answer * final_correct
-            )
-        return reward, {
+        metrics = {
             "tool_called": float(bool(payloads)),
             "mutation_succeeded": float(mutation),
             "execution_succeeded": float(executed),
@@ -99,3 +91,21 @@ class WorkspaceReward:
             "functional_correct": float(fully_correct),
             "infrastructure_error": float(infrastructure_error),
         }
+        return steps_reward(metrics, self.weights, binary=self.binary), metrics
+
+
+def steps_reward(metrics: Mapping[str, float], weights: RewardWeights, *, binary: bool) -> float:
+    """The reward of an episode whose four steps (and infrastructure error) are `metrics`
+    (`REWARD_METRICS`): shaped, weighted partial credit and 1.0 when all four hold;
+    binary, 1.0 only then; the infrastructure-error value when the sandbox failed. Every
+    harness grades with it, and `rescore` regrades recorded steps under other weights."""
+    if metrics.get("infrastructure_error"):
+        return weights.infrastructure_error
+    if binary or metrics.get("functional_correct"):
+        return float(bool(metrics.get("functional_correct")))
+    return (
+        weights.mutation * bool(metrics.get("mutation_succeeded"))
+        + weights.execution * bool(metrics.get("execution_succeeded"))
+        + weights.output * bool(metrics.get("execution_output_correct"))
+        + weights.answer * bool(metrics.get("response_answer_correct"))
+    )

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from piexp.config.schema import HarnessSettings
+from piexp.config.schema import HarnessSettings, LanguageSettings, RewardSettings, RunConfig
 from piexp.errors import UserError
+from piexp.run_folder import harness_identity
 
 if TYPE_CHECKING:
     # Types only: choosing and checking a harness (before a run's folder is made, and on
@@ -41,6 +43,11 @@ class Harness(ABC):
     # Whether `mode=train` can train in this harness (its episodes become the RL loop's
     # trajectories); a harness that cannot is refused for training, not silently swapped.
     trains: ClassVar[bool] = False
+    # Whether `replay` can play its recorded turns again: it plays each recorded episode
+    # through `play` with the recorded turns as the model's tokens, and compares the new
+    # transcript's conversation with the recorded one (so a harness whose transcripts
+    # record the model's turns and the tool results in piexp's format can).
+    replays: ClassVar[bool] = False
 
     def __init__(self, settings: HarnessSettings) -> None:
         self.settings = settings
@@ -49,6 +56,13 @@ class Harness(ABC):
     def refuse_unusable(cls, settings: HarnessSettings) -> None:
         """Raise a `UserError` naming the fix when this harness cannot run here (not
         installed, bad options). Called when a run starts, before its folder is written."""
+
+    @classmethod
+    def refuse_missing_runtimes(cls, settings: HarnessSettings, languages: Mapping[str, LanguageSettings]) -> None:
+        """Raise a `UserError` when a runtime the run's languages need is missing where this
+        harness runs their programs (`harness=pi`: in its own sandbox, on this machine);
+        called before a run's folder is written. The reference environment runs programs
+        in the run's sandbox server, whose preflight check reports its runtimes."""
 
     @classmethod
     def refuse_concurrency(cls, settings: HarnessSettings, concurrency: int) -> None:
@@ -60,6 +74,24 @@ class Harness(ABC):
         """What the run's manifest records of the harness (versions, config); `reproduce`
         refuses a rerun whose harness records other values."""
         return {"name": self.name, "settings": self.settings.model_dump(mode="json", by_alias=True)}
+
+    @classmethod
+    def rescored_reward(cls, transcript: dict[str, Any], answer: str, reward: RewardSettings, *, binary: bool) -> float:
+        """A recorded episode's reward under `reward` (binary or shaped), from its transcript
+        alone (`rescore`: no sampling, no sandbox). By default from the reward steps the
+        harness graded and recorded (`metrics`: the same four steps in every harness), under
+        today's `steps_reward`; an episode that ended before grading (no steps recorded,
+        or a context overflow) keeps its recorded reward."""
+        from piexp.env.reward import steps_reward
+
+        metrics = transcript.get("metrics")
+        if not isinstance(metrics, dict) or not metrics or transcript.get("stop_reason") == "context_overflow":
+            return float(transcript["reward"])
+        return steps_reward(metrics, reward.weights, binary=binary)
+
+    def identity(self) -> dict[str, str]:
+        """The harness's name and versions, as results name it (`results.json`'s `harness`)."""
+        return harness_identity(self.manifest())
 
     @abstractmethod
     async def play(
@@ -87,6 +119,9 @@ class Harness(ABC):
     async def aclose(self) -> None:
         """Stop what the harness started for the run."""
 
+
+# A harness's `rescored_reward`: (transcript, the task's answer, reward settings, binary=) -> reward.
+Regrade = Callable[..., float]
 
 _classes: dict[str, type[Harness]] = {}
 
@@ -139,17 +174,20 @@ async def close_run_harnesses() -> None:
         await harness.aclose()
 
 
-def refuse_unusable_harness(
-    settings: HarnessSettings, *, training: bool = False, concurrency: int | None = None
-) -> None:
-    """`make_harness`'s checks alone, for a job before its folder is claimed; `training`:
-    the run trains (mode=train), which only a harness that `trains` can; `concurrency`:
-    the episodes the run plays at once, which must fit the machine."""
+def refuse_unusable_harness(config: RunConfig) -> None:
+    """`make_harness`'s checks alone, for a job before its folder is claimed: the harness
+    imports and can run here with its options, the runtimes of the run's languages are
+    there, the episodes the run plays at once fit the machine (`mode.max_concurrency`),
+    and a training run (mode=train) trains in a harness that `trains`."""
+    settings = config.harness
     cls = harness_class(settings)
     cls.refuse_unusable(settings)
+    languages = dict.fromkeys([*config.train_languages, *config.eval_languages])
+    cls.refuse_missing_runtimes(settings, {name: config.languages[name] for name in languages})
+    concurrency = getattr(config.mode, "max_concurrency", None)
     if concurrency is not None:
         cls.refuse_concurrency(settings, concurrency)
-    if training and not cls.trains:
+    if config.mode.name == "train" and not cls.trains:
         raise UserError(
             f"mode=train cannot train in harness={settings.name}: its class ({settings.target}) does not train (its "
             "`trains` is False; a harness trains by implementing `training_env`, docs/harness.md). Train in a "

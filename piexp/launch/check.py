@@ -254,6 +254,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
         oracle = [r for r in records if r.policy == "oracle"]
         oracle_rate = sum(r.reward == 1.0 for r in oracle) / len(oracle) if oracle else 0.0
         report = {
+            "harness": harness.identity(),
             "passed": not violations,
             "oracle_pass_rate": oracle_rate,
             "requested_languages": requested,
@@ -285,7 +286,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
             metrics, tables = check_tables(report)
             files = [run_dir / RunFolder.VIEWER, run_dir / RunFolder.CHECK]
             log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
-                       tables, files, "check")  # fmt: skip
+                       tables, files, "check", harness=harness.identity())  # fmt: skip
         say(_table(config, cells, runtimes))
         if violations:
             shown = violations[:5]

@@ -6,7 +6,7 @@ compare.json and compare.png."""
 
 from __future__ import annotations
 
-from piexp.run_folder import RunFolder
+from piexp.run_folder import RunFolder, harness_label
 
 import json
 import statistics
@@ -41,6 +41,7 @@ class Run:
     label: str
     tasks: dict[tuple[str, str], TaskResult]  # (task_id, language) -> result
     digests: dict[str, str]  # task_id -> content digest
+    harness: dict[str, str]  # the harness that played its episodes, with its versions
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:
@@ -65,7 +66,10 @@ def load_run(folder: Path) -> Run:
                         shaped=statistics.fmean(float(r["shaped"]) for r in records))
         for key, records in grouped.items()
     }  # fmt: skip
-    return Run(folder=folder, label=folder.name, tasks=tasks, digests=digests)
+    results = RunFolder(folder).json_record(RESULTS_FILE)
+    recorded = results.get("harness") if isinstance(results, dict) else None
+    harness = recorded if isinstance(recorded, dict) else RunFolder(folder).harness()
+    return Run(folder=folder, label=folder.name, tasks=tasks, digests=digests, harness=harness)
 
 
 def check_same_tasks(runs: Sequence[Run]) -> None:
@@ -89,7 +93,7 @@ def _cell(runs: Sequence[Run], keys: list[tuple[str, str]], k: int) -> dict[str,
     cell: dict[str, Any] = {"tasks": len(keys), "runs": []}
     for index, run in enumerate(runs):
         results = [run.tasks[key] for key in keys]
-        entry: dict[str, Any] = {"run": run.label}
+        entry: dict[str, Any] = {"run": run.label, "harness": harness_label(run.harness)}
         for j in range(1, k + 1):
             entry[f"pass@{j}"] = statistics.fmean(pass_at_k(r.samples, r.correct, j) for r in results)
         entry["reward"], entry["reward_ci"] = mean_interval([r.shaped for r in results])
@@ -116,6 +120,7 @@ def compare(runs: Sequence[Run]) -> dict[str, Any]:
         cells[f"{family} / {language}"] = _cell(runs, cell_keys, k)
     return {
         "runs": [str(run.folder) for run in runs],
+        "harnesses": [run.harness for run in runs],
         "k": k,
         "interval": "95% paired t-interval over tasks (mean +- t(0.975, n-1) sd / sqrt(n))",
         "overall": _cell(runs, keys, k),
@@ -125,7 +130,9 @@ def compare(runs: Sequence[Run]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     k = result["k"]
-    lines = ["# Comparison of eval runs", "", f"Runs: {', '.join(result['runs'])}.",
+    harnesses = result.get("harnesses") or [None] * len(result["runs"])
+    named = [f"{run} (harness {harness_label(harness)})" for run, harness in zip(result["runs"], harnesses)]
+    lines = ["# Comparison of eval runs", "", f"Runs: {', '.join(named)}.",
              f"Differences are against the first run; intervals: {result['interval']}.", "",
              "| cell | tasks | run | " + " | ".join(f"pass@{j}" for j in range(1, k + 1))
              + " | mean reward | diff pass@1 | diff reward |",
@@ -135,7 +142,7 @@ def markdown(result: dict[str, Any]) -> str:
             diff = ("| — | — |" if "diff_pass@1" not in entry else
                     f"| {entry['diff_pass@1']:+.3f} ± {entry['diff_pass@1_ci']:.3f} "
                     f"| {entry['diff_reward']:+.3f} ± {entry['diff_reward_ci']:.3f} |")  # fmt: skip
-            lines.append(f"| {name} | {cell['tasks']} | {entry['run']} | "
+            lines.append(f"| {name} | {cell['tasks']} | {entry['run']} ({entry.get('harness', 'builtin')}) | "
                          + " | ".join(f"{entry[f'pass@{j}']:.3f}" for j in range(1, k + 1))
                          + f" | {entry['reward']:.3f} ± {entry['reward_ci']:.3f} {diff}")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from piexp.env.reward import REWARD_METRICS
+from piexp.run_folder import harness_label
 from piexp.transcripts.failures import failure_markdown
 
 
@@ -94,7 +95,7 @@ def results_markdown(results: dict[str, Any]) -> str:
     subject = results["policy"] + (
         f" ({results['checkpoint'] or results['model']})" if results["policy"] == "model" else ""
     )
-    lines = [f"# Eval results: {subject}", ""]
+    lines = [f"# Eval results: {subject}, harness {harness_label(results.get('harness'))}", ""]
     if (note := incomplete_note(results)) is not None:
         lines += [f"**{note}.**", ""]
     lines += [f"k = {k} samples per task; binary reward decides a pass.", ""]
@@ -208,7 +209,7 @@ def plot_heatmap(results: dict[str, Any], path: Path) -> None:
 def summary_table(results: dict[str, Any]) -> Table:
     languages = results["languages"]
     table = Table(
-        title=f"pass@1 ({results['policy']}, k={results['k']})",
+        title=f"pass@1 ({results['policy']}, k={results['k']}, harness {harness_label(results.get('harness'))})",
         caption=f"overall pass@1 {results['overall']['pass@1']:.3f} over {results['overall']['episodes']} episodes"
         + (f"\n[red]{note}[/red]" if (note := incomplete_note(results)) else ""),
     )

@@ -272,6 +272,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
     wanted = {episode.key for episode in episodes}
     records = [finished[key] for key in sorted(finished) if key in wanted]
     results = build_results(config, records, k, expected=episodes)
+    results["harness"] = harness.identity()
     results["wall_s"] = round(time.perf_counter() - started, 3)
     results["episodes_failed_to_run"] = len(episodes) - len(records)
     write_results(run_dir, results)
@@ -283,7 +284,7 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
         metrics, tables = eval_tables(results)
         files = [run_dir / name for name in (RunFolder.VIEWER, RunFolder.RESULTS_MD, RunFolder.RESULTS)]
         url = log_result(run_dir, config.mode.wandb_project, run_dir.name, config.model_dump(mode="json"), metrics,
-                         tables, files, "eval")  # fmt: skip
+                         tables, files, "eval", harness=results["harness"])  # fmt: skip
         say(f"logged to Weights & Biases project {config.mode.wandb_project}" + (f": {url}" if url else ""))
     missing = len(episodes) - len(records)
     resume = (

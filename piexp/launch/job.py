@@ -27,6 +27,7 @@ from piexp.console import (
     detach_job_log,
     outlive_closed_streams,
     quiet_third_party_deprecations,
+    third_party_warnings_to_job_log,
     set_job_label,
 )
 from piexp.errors import UserError, deliver_interrupts_quietly, report_user_error
@@ -46,16 +47,13 @@ def run_job(cfg: DictConfig) -> float | None:
     deliver_interrupts_quietly()  # a parallel sweep's worker too
     outlive_closed_streams()  # likewise: a closed console never ends a job
     quiet_third_party_deprecations()  # likewise (a sweep's job process starts here)
+    third_party_warnings_to_job_log()  # likewise
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     job = JobInfo.from_hydra()
     try:
         config = validate(cfg)
         refuse_checkpoint_of_another_base_model(config)
-        refuse_unusable_harness(  # e.g. before `make setup`
-            config.harness,
-            training=config.mode.name == "train",
-            concurrency=getattr(config.mode, "max_concurrency", None),
-        )
+        refuse_unusable_harness(config)  # e.g. before `make setup`
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)

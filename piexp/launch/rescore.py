@@ -1,6 +1,7 @@
 """Rescore recorded episodes under other reward settings, without sampling or a sandbox:
-each episode's reward is recomputed by today's `WorkspaceReward` from its recorded
-conversation (the tool results it got, the answer it stated) and the task's answer,
+each episode's reward is recomputed by its harness's `rescored_reward` (the builtin
+harness: today's `WorkspaceReward` over its recorded conversation, the tool results it
+got and the answer it stated; Pi: the steps graded from Pi's trace) and the task's answer,
 rebuilt from the run's own config and checked against the run's task digests. Under the
 run's own settings the recomputed rewards must equal the recorded ones (`reproduced`);
 each setting then gets its mean reward per family x language, the share of constant
@@ -10,48 +11,28 @@ under other rewards would have sampled other rollouts."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinker_cookbook.renderers.base import Message
-
 from piexp.config.schema import RewardSettings, RunConfig
-from piexp.env.reward import UNGRADED_ENDINGS, WorkspaceReward
 from piexp.errors import UserError
+from piexp.harness.base import Regrade, harness_class
 from piexp.tasks import Task
 from piexp.transcripts.capture import TRANSCRIPT_VERSION
 
 
-def recorded_history(transcript: dict[str, Any]) -> list[Message]:
-    """The episode's message history as the reward read it: the prompt and the
-    conversation, tool results as the JSON text the tools answered (sorted keys);
-    messages the env never put in its history are left out."""
-    history: list[Message] = []
-    for message in [*transcript.get("prompt", []), *transcript.get("conversation", [])]:
-        role = message.get("role")
-        if role not in ("system", "user", "assistant", "tool") or message.get("not_in_history"):
-            continue
-        if role == "tool" and "result" in message:
-            content = json.dumps(message["result"], sort_keys=True)
-        else:
-            content = str(message.get("text", ""))
-        history.append({"role": role, "content": content})
-    return history
-
-
-def refuse_other_harness(config: RunConfig, command: str) -> None:
-    """Rescore and replay read an episode's tool results as the reference environment
-    answers them (JSON of the builtin harness): an episode another harness played (Pi's
-    plain-text results, its general shell) would be graded wrong, so its run is refused."""
-    if config.harness.name != "builtin":
+def refuse_unreplayable_harness(config: RunConfig) -> None:
+    """Replay plays recorded turns again in the harness that played them, as a model's
+    tokens: a harness that cannot take them (`Harness.replays` False) is refused, naming
+    the commands that take its runs."""
+    if not harness_class(config.harness).replays:
         raise UserError(
-            f"This run's episodes were played by harness={config.harness.name}; {command} reads tool results as "
-            "the builtin harness (the reference environment) answers them, so it would grade them wrong. "
-            f"{command} takes runs of harness=builtin; rerun the episodes with `python -m piexp reproduce` instead."
+            f"This run's episodes were played by harness={config.harness.name}, which does not replay recorded "
+            "turns (its `replays` is False, docs/harness.md). `python -m piexp rescore RUN` regrades this run's "
+            "recorded episodes, and `python -m piexp reproduce RUN` plays them again."
         )
 
 
@@ -84,17 +65,6 @@ def episode_name(transcript: dict[str, Any]) -> str:
         f"{transcript.get('policy')} on {transcript.get('task_id')} {transcript.get('language')} "
         f"sample {transcript.get('sample')}"
     )
-
-
-def rescored_reward(transcript: dict[str, Any], answer: str, reward: RewardSettings, *, binary: bool) -> float:
-    """The episode's total reward under `reward` (binary or shaped grading)."""
-    turns = transcript.get("turns") or []
-    last_flags = (turns[-1].get("flags") or {}) if turns else {}
-    if any(last_flags.get(name) for name in UNGRADED_ENDINGS):
-        return float(transcript["reward"])  # ended before grading: the same in both modes
-    earlier = sum(float(turn.get("reward") or 0.0) for turn in turns[:-1])
-    grade, _metrics = WorkspaceReward(answer, reward.weights, binary=binary).grade(recorded_history(transcript))
-    return earlier + grade
 
 
 @dataclass
@@ -190,15 +160,16 @@ def task_answers(
 
 
 def reproduction_check(
-    transcripts: Sequence[dict[str, Any]], tasks: dict[str, Task], reward: RewardSettings
+    transcripts: Sequence[dict[str, Any]], tasks: dict[str, Task], reward: RewardSettings, regrade: Regrade
 ) -> tuple[int, list[str]]:
     """How many episodes today's reward grades exactly as recorded under the run's own
-    settings (binary `reward` and shaped `shaped`), and a line per one it does not."""
+    settings (binary `reward` and shaped `shaped`), and a line per one it does not;
+    `regrade`: the run's harness's `rescored_reward`."""
     same, differ = 0, []
     for transcript in transcripts:
         answer = tasks[str(transcript["task_id"])].answer
-        binary = rescored_reward(transcript, answer, reward, binary=True)
-        shaped = rescored_reward(transcript, answer, reward, binary=False)
+        binary = regrade(transcript, answer, reward, binary=True)
+        shaped = regrade(transcript, answer, reward, binary=False)
         if abs(binary - float(transcript["reward"])) < 1e-9 and abs(shaped - float(transcript["shaped"])) < 1e-9:
             same += 1
         else:

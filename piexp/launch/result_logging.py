@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from piexp.run_folder import harness_label
+
 LOG_SUBDIR = "wandb"
 
 
@@ -76,17 +78,24 @@ def log_result(
     tables: dict[str, tuple[list[str], list[list[Any]]]],
     files: Sequence[Path],
     kind: str,
+    *,
+    harness: dict[str, str] | None = None,
 ) -> str | None:
     """Log one result (`kind`: eval, check or compare) as the W&B run `name` of `project`;
-    returns the run's URL (None offline)."""
+    returns the run's URL (None offline). `harness`: the identity of the harness that
+    played the result's episodes, named in the run's name and config."""
     import wandb
     from tinker_cookbook.utils import ml_log
+
+    shown = name if harness is None else wandb_run_name(name, harness)
+    if harness is not None:
+        config = {**config, "harness_identity": harness}
 
     log_dir = folder / LOG_SUBDIR
     log_dir.mkdir(parents=True, exist_ok=True)
     # wandb.init puts its files into DIR/wandb/: handed the folder, they land in
     # folder/wandb/ beside the JSON log (as a training run's do), not in wandb/wandb/.
-    backend = ml_log.WandbLogger(project=project, config=config, log_dir=folder, wandb_name=name)
+    backend = ml_log.WandbLogger(project=project, config=config, log_dir=folder, wandb_name=shown)
     logger = ml_log.MultiplexLogger([ml_log.JsonLogger(log_dir), backend])
     try:
         logger.log_metrics(metrics, step=0)
@@ -101,6 +110,11 @@ def log_result(
         return logger.get_logger_url()
     finally:
         logger.close()
+
+
+def wandb_run_name(folder_name: str, harness: dict[str, str]) -> str:
+    """A W&B run's name: its folder's, and the harness that played it with its version."""
+    return f"{folder_name} {harness_label(harness)}"
 
 
 def eval_tables(results: dict[str, Any]) -> tuple[dict[str, float], dict[str, tuple[list[str], list[list[Any]]]]]:

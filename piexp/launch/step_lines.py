@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from piexp.run_folder import RunFolder
-from piexp.console import ProgressReport, say, to_job_log
+from piexp.console import ProgressReport, plain, say, to_job_log
 from piexp.run_records import EVAL_EPISODES_KEY, TRAIN_KEYS, finite_number
 from piexp.stats import share_ci95
 
 # tinker-cookbook's PrettyPrintLogger logs each step's table through this logger, as one
-# record whose text starts with the table's centred title.
+# record whose text starts with the table's centred title, and its config dump
+# ("Configuration:" and a line per field) likewise; on a terminal both are rich's
+# captured output, with ANSI styles ("\x1b[3m Step 0 \x1b[0m": the title is italic).
 COOKBOOK_TABLE_LOGGER = "tinker_cookbook.utils.ml_log"
 _STEP_TABLE = re.compile(r"\A\s*Step (\d+)\s*\n")
+_CONFIG_DUMP = re.compile(r"\A\s*Configuration:\s*\n")
 
 
 def step_line(row: dict[str, Any]) -> str:
@@ -55,7 +58,10 @@ class StepLines(logging.Filter):
         self.progress = progress
 
     def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
+        text = plain(record.getMessage())
+        if _CONFIG_DUMP.match(text):
+            to_job_log(text, markup=False)  # rl_train_config.json holds the same, as JSON
+            return False
         match = _STEP_TABLE.match(text)
         if match is None:
             return True

@@ -17,7 +17,7 @@ PIEXP_SET_FIELDS = {
     "log_path": "the run folder",
     "evaluator_builders": "none: the eval split comes from the dataset builder (mode.eval_every)",
     "load_checkpoint_path": "the warm start's checkpoint (warm_start.sft_steps), else none",
-    "wandb_name": "the run folder's name when mode.wandb_project is set",
+    "wandb_name": "the run folder's name and the harness with its version, when mode.wandb_project is set",
     "session_name": "left to the cookbook (it uses wandb_name)",
     "base_url": "service.base_url, resolved at run time for local and selfhosted services",
 }
@@ -28,6 +28,7 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_che
     the loop resumes from the last checkpoint there by itself (never interactively)."""
     from tinker_cookbook.rl import train as rl_train
 
+    from piexp.launch.result_logging import wandb_run_name
     from piexp.launch.train_transcripts import RecordingDatasetBuilder
     from piexp.env.rollout_policy import rollout_error_tolerance, termination_policy
 
@@ -57,7 +58,7 @@ def cookbook_config(config: RunConfig, run_dir: Path, sandbox_url: str, load_che
         save_every=mode.save_every,
         max_steps=mode.max_steps,
         wandb_project=mode.wandb_project,
-        wandb_name=run_dir.name if mode.wandb_project else None,
+        wandb_name=wandb_run_name(run_dir.name, RunFolder(run_dir).harness()) if mode.wandb_project else None,
         base_url=config.service.base_url,
         load_checkpoint_path=load_checkpoint_path,
         loss_fn=algo.loss_fn,

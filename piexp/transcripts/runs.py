@@ -6,7 +6,7 @@ reader."""
 
 from __future__ import annotations
 
-from piexp.run_folder import RunFolder
+from piexp.run_folder import RunFolder, harness_label
 
 import json
 from dataclasses import dataclass, field
@@ -50,6 +50,11 @@ class RunView:
     reward_curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # job -> (step, reward)
     control_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its controls per step
     incomplete: list[str] = field(default_factory=list)  # one line per eval that could not run every episode
+    harnesses: dict[str, str] = field(default_factory=dict)  # job -> the harness that played it, with its version
+
+    def harness_names(self) -> list[str]:
+        """The harnesses that played the view's episodes, each once, in job order."""
+        return list(dict.fromkeys(self.harnesses.values()))
 
 
 def _episode_lines(path: Path) -> list[dict[str, Any]]:
@@ -75,7 +80,7 @@ def _add_source(
     for episode in episodes:
         row_id = len(view.rows)
         row = {name: episode.get(name) for name in ROW_FIELDS}
-        row.update(id=row_id, job=job, source=source, passed=_passed(source, episode))
+        row.update(id=row_id, job=job, source=source, passed=_passed(source, episode), harness=view.harnesses[job])
         row["expectation_violation"] = episode.get("expectation_violation") if source == "check" else None
         transcript = by_key.get(transcript_key(episode))
         row["has_transcript"] = transcript is not None
@@ -99,6 +104,7 @@ def _incomplete_note(folder: Path, job: str) -> str | None:
 
 
 def _add_job(view: RunView, folder: Path, job: str) -> None:
+    view.harnesses[job] = harness_label(RunFolder(folder).harness())
     if (note := _incomplete_note(folder, job)) is not None:
         view.incomplete.append(note)
     check = folder / RunFolder.CHECK
@@ -117,6 +123,7 @@ def _add_job(view: RunView, folder: Path, job: str) -> None:
             row_id = len(view.rows)
             row = {name: transcript.get(name) for name in ROW_FIELDS}
             row.update(id=row_id, job=job, source="train", passed=transcript.get("reward") == 1.0)
+            row["harness"] = view.harnesses[job]
             row.update(expectation_violation=None, has_transcript=True, iteration=transcript.get("iteration"))
             row["turns"] = len(transcript.get("turns") or [])
             row["tool_calls"] = sum(m.get("role") == "tool" for m in transcript.get("conversation") or [])

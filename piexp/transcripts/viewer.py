@@ -90,12 +90,17 @@ def _embed(data: Any) -> str:
     return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
 
 
+def _named(view: RunView) -> str:
+    """A run as the viewer's header names it: its folder and the harness that played it."""
+    return f"{view.root} (harness {', '.join(view.harness_names()) or 'builtin'})"
+
+
 def render_viewer(view: RunView, other: RunView | None = None) -> str:
-    runs = [_run_json(view, str(view.root))]
+    runs = [_run_json(view, _named(view))]
     if other is not None:
-        runs.append(_run_json(other, str(other.root)))
+        runs.append(_run_json(other, _named(other)))
     data = {
-        "title": f"piexp: {view.root}" + (f" vs {other.root}" if other is not None else ""),
+        "title": f"piexp: {_named(view)}" + (f" vs {_named(other)}" if other is not None else ""),
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
         "failure_kinds": FAILURE_KINDS,
         "runs": runs,

@@ -50,11 +50,17 @@ def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     shown = piexp("show", str(run_dir), "0")
     assert shown.returncode == 0, shown.stderr
     assert "Use python to complete this workspace task" in shown.stdout
-    # rescore grades the builtin harness's JSON tool results: a Pi run's plain-text ones
-    # would be graded wrong, so it refuses the run, in one paragraph.
-    refused = piexp("rescore", str(run_dir), timeout=300)
-    assert refused.returncode == 2 and "harness=pi" in refused.stderr, refused.stderr[-2000:]
-    assert "Traceback" not in refused.stderr
+    # rescore regrades the steps graded from Pi's trace under other reward settings (no
+    # sampling): the run's own settings reproduce every recorded reward, and the policies
+    # that earn partial credit earn it under the new weights.
+    rescored = piexp("rescore", str(run_dir), "reward.weights.output=0.6", "--out", str(tmp_path / "rs"), "--json",
+                     timeout=300)  # fmt: skip
+    assert rescored.returncode == 0, rescored.stderr[-2000:]
+    report = json.loads(rescored.stdout)
+    assert report["reproduced"] == report["episodes"] == len(json.loads((run_dir / "check.json").read_text())[
+        "episodes"]) and not report["differ"]  # fmt: skip
+    (setting,) = report["settings"]
+    assert setting["label"] == "reward.weights.output=0.6" and 0 < setting["mean"] < 1
     # replay plays every recorded episode (each scripted policy's) again through today's Pi.
     replayed = piexp("replay", str(run_dir), "--out", str(tmp_path / "replay"), timeout=600)
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
@@ -125,13 +131,16 @@ def test_another_pi_version_is_refused_by_name(tmp_path):
 @requires_pi
 def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin(tmp_path):
     """oracle 1.000 and wrong 0.000 through Pi, and `compare` of a builtin and a Pi eval
-    of the oracle on the same tasks (three eval runs and a comparison, 40 s on this
-    2-core machine idle, up to 57 s while other suites run: each run starts its own sandbox server)."""
+    of the oracle on the same tasks; every place a result is shown names the harness that
+    played it, with Pi's version (three eval runs and a comparison, 40 s on this 2-core
+    machine idle, up to 57 s while other suites run: each run starts its own sandbox server)."""
     common = ["mode=eval", "family=arith", "lang=python,javascript", "tasks.eval_per_family=2", "mode.preflight=false"]
     runs = {}
     for harness, policy in (("pi", "oracle"), ("pi", "wrong"), ("builtin", "oracle")):
         run_dir = runs[harness, policy] = tmp_path / f"{harness}-{policy}"
-        done = piexp(*common, f"harness={harness}", f"policy={policy}", f"hydra.run.dir={run_dir}")
+        logged = ["mode.wandb_project=piexp-test"] if (harness, policy) == ("pi", "oracle") else []
+        done = piexp(*common, f"harness={harness}", f"policy={policy}", *logged, f"hydra.run.dir={run_dir}",
+                     env={"WANDB_MODE": "offline"})  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
     pi_oracle = json.loads((runs["pi", "oracle"] / "results.json").read_text())
     pi_wrong = json.loads((runs["pi", "wrong"] / "results.json").read_text())
@@ -143,7 +152,44 @@ def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin
         "compare", str(runs["builtin", "oracle"]), str(runs["pi", "oracle"]), "--out", str(tmp_path / "cmp")
     )
     assert compared.returncode == 0, compared.stderr
-    assert "| overall | 4 | pi-oracle | 1.000 |" in compared.stdout
+    assert "| overall | 4 | pi-oracle (pi 1.6.0 (node 22.23.5)) | 1.000 |" in compared.stdout
+    assert "| overall | 4 | builtin-oracle (builtin) | 1.000 |" in compared.stdout
+    assert f"{runs['pi', 'oracle']} (harness pi 1.6.0 (node 22.23.5))" in compared.stdout
+    assert_results_name_their_harness(tmp_path, runs)
+
+
+PI_LABEL = "pi 1.6.0 (node 22.23.5)"
+
+
+def assert_results_name_their_harness(root: Path, runs: dict[tuple[str, str], Path]) -> None:
+    """results.json and .md, the console's table, summarize, show's listing and one
+    episode (Pi's system prompt once), the viewer's header and the W&B run name Pi's eval
+    and the builtin one apart."""
+    pi, builtin = runs["pi", "oracle"], runs["builtin", "oracle"]
+    assert json.loads((pi / "results.json").read_text())["harness"] == {
+        "name": "pi", "pi_version": "1.6.0", "node_version": "22.23.5"}  # fmt: skip
+    assert json.loads((builtin / "results.json").read_text())["harness"] == {"name": "builtin"}
+    assert (pi / "results.md").read_text().startswith(f"# Eval results: oracle, harness {PI_LABEL}\n")
+    assert (builtin / "results.md").read_text().startswith("# Eval results: oracle, harness builtin\n")
+    summary = piexp("summarize", str(root), "--out", str(root / "summary"))
+    assert summary.returncode == 0, summary.stderr
+    assert f"| pi-oracle | eval | {PI_LABEL} | complete |" in summary.stdout
+    assert "| builtin-oracle | eval | builtin | complete |" in summary.stdout
+    listing = piexp("show", str(pi))
+    assert listing.returncode == 0 and f"4 of 4 episodes, harness {PI_LABEL}" in listing.stdout, listing.stdout
+    episode = piexp("show", str(pi), "0")
+    assert episode.returncode == 0, episode.stderr
+    assert f"harness {PI_LABEL}" in episode.stdout
+    assert (
+        episode.stdout.count("system (prompt)") == 1 and "running inside pi, a coding agent harness" in episode.stdout
+    )
+    assert f"piexp: {pi} (harness {PI_LABEL})" in (pi / "viewer.html").read_text()
+    assert f"piexp: {builtin} (harness builtin)" in (builtin / "viewer.html").read_text()
+    from tests.launch.test_result_logging import _records
+
+    wandb_run = _records(pi)["run"]
+    assert wandb_run["name"] == f"{pi.name} {PI_LABEL}"
+    assert wandb_run["harness_identity"]["pi_version"] == "1.6.0", wandb_run
 
 
 class EvalOnlyHarness(PiHarness):

@@ -73,3 +73,22 @@ def test_the_learner_local_training_episodes_with_malformed_tool_calls_replay_id
         transcripts = [json.loads(line) for line in lines]
     malformed = [t for t in transcripts if any(m.get("unparsed_tool_calls") for m in t["conversation"])]
     assert malformed and {t["reward"] for t in malformed} == {-0.1}  # Qwen's one-shot parse-error reward
+
+
+def test_golden_folders_recorded_before_harnesses_read_as_builtin(tmp_path, capsys):
+    """Run folders recorded before results named their harness (no `harness` in the
+    manifest) still read, and every view names them as played by the builtin harness:
+    show's listing and an episode, and the viewer's header."""
+    from piexp.commands.show import main as show
+    from piexp.run_folder import RunFolder
+
+    for folder in (GOLDEN, LEARNER, LEARNER_TRAIN):
+        assert "harness" not in json.loads((folder / "manifest.json").read_text())
+        assert RunFolder(folder).harness() == {"name": "builtin"}
+        assert show([str(folder)]) == 0
+        assert "episodes, harness builtin" in capsys.readouterr().out
+        assert show([str(folder), "0"]) == 0
+        assert "harness builtin)" in capsys.readouterr().out
+        page = tmp_path / folder.name / "viewer.html"
+        assert show([str(folder), "--html", str(page)]) == 0
+        assert f"piexp: {folder} (harness builtin)" in page.read_text(encoding="utf-8")

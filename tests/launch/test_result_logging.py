@@ -46,6 +46,7 @@ def _records(folder: Path) -> dict:
     store.open_for_scan(path)
     history: dict[str, object] = {}
     artifacts: list[tuple[str, str]] = []
+    run: dict[str, object] = {}
     while (data := store.scan_data()) is not None:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(data)
@@ -56,7 +57,10 @@ def _records(folder: Path) -> dict:
             )
         elif kind == "artifact":
             artifacts.append((record.artifact.name, record.artifact.type))
-    return {"history": history, "artifacts": artifacts}
+        elif kind == "run":
+            run["name"] = record.run.display_name
+            run.update({item.key: json.loads(item.value_json) for item in record.run.config.update})
+    return {"history": history, "artifacts": artifacts, "run": run}
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +85,9 @@ def test_an_eval_logs_pass_at_k_per_cell_its_table_and_its_viewer(runs):
     assert history["pass@1/dates/python"] == 1.0 and history["reward_shaped/arith/python"] == 1.0
     assert history["pass_at_k/nrows"] == 2 and history["pass_at_k/_type"] == "table-file"
     assert (f"{runs['oracle'].name}-eval", "piexp-eval") in records["artifacts"]
+    # The W&B run names the harness that played its episodes (its version, for one that has one).
+    assert records["run"]["name"] == f"{runs['oracle'].name} builtin"
+    assert records["run"]["harness_identity"] == {"name": "builtin"}, records["run"]
 
 
 def test_a_check_logs_its_verdict(runs):

@@ -7,13 +7,19 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+from rich.console import Console
 from tinker_cookbook.utils import ml_log
 
 from piexp.console import attach_job_log, detach_job_log
 from piexp.launch.step_lines import COOKBOOK_TABLE_LOGGER, show_steps_as_lines, step_line
 
 
-def test_a_step_table_becomes_one_line_and_goes_whole_into_job_log(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("terminal", [False, True], ids=["log", "terminal"])
+def test_a_step_table_becomes_one_line_and_goes_whole_into_job_log(tmp_path: Path, capsys, terminal: bool) -> None:
+    """In a log as in a terminal, where the cookbook's rich console styles the table
+    (its title "Step N" italic: an ANSI code before it) and its config dump: one line a
+    step on the console, the table and the config dump in job.log, without ANSI codes."""
     metrics = {
         "env/all/reward/total": 0.25,
         "env/all/total_episodes": 32,
@@ -28,7 +34,10 @@ def test_a_step_table_becomes_one_line_and_goes_whole_into_job_log(tmp_path: Pat
     attach_job_log(tmp_path / "job.log")
     lines = show_steps_as_lines(tmp_path)
     try:
-        logger = ml_log.MultiplexLogger([ml_log.JsonLogger(str(tmp_path)), ml_log.PrettyPrintLogger()])
+        pretty = ml_log.PrettyPrintLogger()
+        pretty.console = Console(force_terminal=terminal)
+        logger = ml_log.MultiplexLogger([ml_log.JsonLogger(str(tmp_path)), pretty])
+        logger.log_hparams({"learning_rate": 0.001, "max_steps": 2})
         logger.log_metrics(metrics, step=3)
     finally:
         cookbook.removeFilter(lines)
@@ -38,8 +47,10 @@ def test_a_step_table_becomes_one_line_and_goes_whole_into_job_log(tmp_path: Pat
     assert "step 3, reward 0.2500 over 32 episodes, eval pass@1 0.500 ± 0." in shown
     assert "(8 episodes), 12 s" in shown
     assert "time/part_59" not in shown and "Metric" not in shown
+    assert "Configuration" not in shown and "learning_rate" not in shown
     log = (tmp_path / "job.log").read_text()
-    assert "time/part_59" in log and "Step 3" in log
+    assert "time/part_59" in log and "Step 3" in log and "learning_rate: 0.001" in log
+    assert "\x1b" not in log
 
 
 def test_a_step_without_a_periodic_eval_says_no_pass_rate() -> None:

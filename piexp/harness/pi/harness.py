@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
@@ -30,7 +31,9 @@ from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.renderers import Renderer
 from tinker_cookbook.rl.types import Env
 
-from piexp.config.schema import HarnessSettings
+from piexp.config.defaults import default_settings
+from piexp.config.schema import HarnessSettings, LanguageSettings
+from piexp.config.suggest import did_you_mean
 from piexp.env.episode import EpisodeSettings
 from piexp.env.prompt import workspace_prompt
 from piexp.env.reward import REWARD_METRICS
@@ -44,6 +47,8 @@ from piexp.harness.pi.scripted import ScriptedResponder
 from piexp.harness.pi.trace import PiTrace, grade, parse_events, stated_answer
 from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import ScriptedPolicy
+from piexp.sandbox.isolation.layout import resolve_runtime
+from piexp.sandbox.protocol import PROTOCOL_LANGUAGES
 from piexp.sandbox.settings import SandboxSettings as ServerSettings
 from piexp.tasks import Task
 from piexp.transcripts.capture import finalize
@@ -70,6 +75,21 @@ class PiOptions(BaseModel):
 PI_EPISODE_MB = 128
 MEMORY_SHARE = 0.8
 
+# The least of each option under which a Pi episode can start and run a program, refused
+# before a run starts (else every episode fails as infrastructure, retried in vain).
+# Measured with Pi 1.6.0 on node 22.23.5 (2026-12-05, the 2-core machine, other work
+# running) by playing the oracle's arith episode in Python with one option lowered:
+# memory_mb 72 killed Pi before it finished, 80 let Pi run but not the program, 96
+# passed: the minimum is the 128 MB an episode holds (above). max_processes 12 aborted
+# node (pthread_create: node starts about a dozen threads), 14 passed: doubled, 32.
+# wall_time_s: Pi's first model request came about 0.5 s after its start and the whole
+# episode took 1.5 s, 0.5 s killed it: 3 s leaves room for a loaded machine.
+MINIMUM_OPTIONS: dict[str, tuple[float, str]] = {
+    "memory_mb": (PI_EPISODE_MB, "MB, what node with Pi loaded and a program its shell runs hold"),
+    "max_processes": (32, "processes and threads (node alone starts about a dozen threads)"),
+    "wall_time_s": (3, "s (Pi takes about 0.5 s to start and send its first request)"),
+}
+
 
 def available_memory_mb() -> float | None:
     """MemAvailable of /proc/meminfo in MB (None where it cannot be read)."""
@@ -86,6 +106,7 @@ def available_memory_mb() -> float | None:
 class PiHarness(Harness):
     name = "pi"
     trains = True
+    replays = True
 
     def __init__(self, settings: HarnessSettings) -> None:
         super().__init__(settings)
@@ -108,8 +129,17 @@ class PiHarness(Harness):
         try:
             options = PiOptions.model_validate(settings.options)
         except ValidationError as error:
-            problems = "; ".join(f"harness.options.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            problems = "; ".join(_option_problem(e) for e in error.errors())
             raise UserError(f"harness=pi has bad options ({problems}); see conf/harness/pi.yaml.") from None
+        for key, (least, unit) in MINIMUM_OPTIONS.items():
+            value = getattr(options, key)
+            if value < least:
+                default = default_settings("harness", HarnessSettings, "pi").options.get(key)
+                raise UserError(
+                    f"harness.options.{key}={value:g} is too little for a Pi episode to start and run a program: it "
+                    f"needs {least:g} {unit}. Set harness.options.{key}={least:g} or more (conf/harness/pi.yaml has "
+                    f"{default}); below that every episode fails as piexp's own failure, never a result."
+                )
         pinned = locked_versions()
         if options.version != pinned["pi"] or options.node_version != pinned["node"]:
             raise UserError(
@@ -123,6 +153,18 @@ class PiHarness(Harness):
                 f"in {install_dir(options.version)}. Run `make setup` (or `python -m piexp.harness.pi install`): it "
                 "installs them from the npm registry with the committed lockfile; runs never install anything."
             )
+
+    @classmethod
+    def refuse_missing_runtimes(cls, settings: HarnessSettings, languages: Mapping[str, LanguageSettings]) -> None:
+        for name, language in languages.items():
+            protocol_id = language.sandbox_language or LANGUAGES[name].sandbox_id
+            binary = PROTOCOL_LANGUAGES[protocol_id].binary
+            if resolve_runtime(binary) is None:
+                raise UserError(
+                    f"harness=pi runs the {name} programs of this run with `{binary}` in its own sandbox on this "
+                    f"machine, and `{binary}` is not installed here (not on PATH). Install {binary}, or drop {name} "
+                    "from lang and eval_lang."
+                )
 
     @classmethod
     def refuse_concurrency(cls, settings: HarnessSettings, concurrency: int) -> None:
@@ -339,6 +381,14 @@ class PiHarness(Harness):
         record.failures = _failures(trace, record.stop_reason)
         if record_transcript:
             record.transcript = _transcript(record, endpoint)
+
+
+def _option_problem(error: Any) -> str:
+    """One problem of `harness.options`, with the option meant for a misspelt one."""
+    key = ".".join(map(str, error["loc"]))
+    if error["type"] == "extra_forbidden":
+        return f"harness.options.{key} is no option of harness=pi.{did_you_mean(key, PiOptions.model_fields)}"
+    return f"harness.options.{key}: {error['msg']}"
 
 
 def _limited(responder: Responder, settings: EpisodeSettings) -> Responder:

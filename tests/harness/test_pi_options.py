@@ -1,0 +1,72 @@
+"""`harness=pi` options that cannot work, a runtime Pi's sandbox lacks, an unknown harness
+and a misspelt or misplaced harness option: each is one paragraph naming the fix, exit 2,
+before a run folder exists (never four retried infrastructure failures and exit 4). The
+minimums the refusals name are those under which the real Pi plays an episode."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from piexp.harness.pi.harness import MINIMUM_OPTIONS
+from piexp.tasks import build_tasks
+from tests.harness.conftest import episode_settings, pi_settings, play_all, requires_pi
+from tests.harness.test_pi_rewards import _play
+from tests.harness.test_pi_runs import piexp
+
+
+def _refused(tmp_path, *overrides: str) -> str:
+    run_dir = tmp_path / "run"
+    done = piexp("mode=check", "family=arith", "lang=python", *overrides, f"hydra.run.dir={run_dir}", timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not run_dir.exists()
+    return " ".join(done.stderr.split())  # the paragraph is wrapped to the terminal's width
+
+
+@requires_pi
+@pytest.mark.parametrize(
+    ("option", "value", "fix"),
+    [
+        ("memory_mb", "1", "harness.options.memory_mb=128 or more"),
+        ("max_processes", "1", "harness.options.max_processes=32 or more"),
+        ("wall_time_s", "1", "harness.options.wall_time_s=3 or more"),
+    ],
+)
+def test_an_option_pi_cannot_start_under_is_refused_naming_the_least_that_works(tmp_path, option, value, fix):
+    said = _refused(tmp_path, "harness=pi", f"harness.options.{option}={value}")
+    assert f"harness.options.{option}={value} is too little" in said and fix in said
+
+
+@requires_pi
+def test_pi_plays_an_episode_at_every_minimum_the_refusals_name():
+    """The oracle's arith episode in Python passes with each option at its minimum: the
+    refusals never refuse a value that works."""
+    task = build_tasks("train", 1, 0, ["arith"])[0]
+    least = {key: value for key, (value, _unit) in MINIMUM_OPTIONS.items()}
+    [record] = play_all([_play("oracle", task, "python", episode_settings(), [task])], pi_settings(**least))
+    assert record.reward == 1.0 and not record.infrastructure_failure, record.error
+
+
+@requires_pi
+@pytest.mark.skipif(shutil.which("julia") is not None, reason="julia is installed here")
+def test_a_language_whose_runtime_is_missing_is_refused_before_the_preflight(tmp_path):
+    said = _refused(tmp_path, "harness=pi", "lang=julia")
+    assert "`julia` is not installed here" in said and "drop julia from lang" in said
+
+
+def test_an_unknown_harness_lists_the_harnesses(tmp_path):
+    said = _refused(tmp_path, "harness=codex")
+    assert "Unknown harness option codex" in said and "Valid harness options: builtin, pi" in said
+
+
+def test_a_misspelt_harness_option_suggests_the_nearest(tmp_path):
+    said = _refused(tmp_path, "harness=pi", "harness.options.wall_tme_s=30")
+    assert "Did you mean harness.options.wall_time_s" in said
+    said = _refused(tmp_path, "harness=pi", "+harness.options.wall_tme_s=30")
+    assert "Did you mean wall_time_s?" in said
+
+
+def test_an_option_of_another_harness_names_the_harness_it_belongs_to(tmp_path):
+    said = _refused(tmp_path, "harness=builtin", "harness.options.wall_time_s=10")
+    assert "it is a harness=pi option" in said and "Add harness=pi" in said

@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.renderers import Renderer
 from tinker_cookbook.rl.types import Env
@@ -41,6 +41,7 @@ from piexp.harness.endpoint import EpisodeEndpoint, LimitReached, Responder
 from piexp.harness.pi.install import PiInstall, find_install, install_dir, locked_versions
 from piexp.harness.pi.sandbox import PiSandbox, dump_models_json, pi_argv
 from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.harness.pi.slot import SlotLimits, WarmSlots
 from piexp.harness.pi.trace import PiTrace, grade, parse_events, stated_answer
 from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import ScriptedPolicy
@@ -62,6 +63,21 @@ class PiOptions(BaseModel):
     memory_mb: PositiveInt = Field(description="memory of Pi and everything it starts")
     max_processes: PositiveInt = Field(description="processes and threads of one episode")
     output_cap_mb: PositiveInt = Field(default=32, description="Pi's JSON events kept per episode")
+    warm: bool = Field(
+        default=True, description="play episodes in warm slots (one long-lived Pi each) instead of one Pi per episode"
+    )
+    slot_episodes: int = Field(default=1000, ge=1, le=1_000_000, description="episodes a warm slot plays before it is recycled")
+    slot_rss_mb: int = Field(default=384, ge=64, description="Pi's resident set in MB past which a warm slot is recycled")
+    slot_heap_mb: int = Field(default=64, ge=32, le=8192, description="a warm slot's node heap cap (--max-old-space-size) in MB")
+
+    @model_validator(mode="after")
+    def _slot_fits(self) -> PiOptions:
+        if self.slot_rss_mb > self.memory_mb or self.slot_heap_mb >= self.slot_rss_mb:
+            raise ValueError(
+                f"a warm slot needs slot_heap_mb ({self.slot_heap_mb}) < slot_rss_mb ({self.slot_rss_mb}) "
+                f"<= memory_mb ({self.memory_mb})"
+            )
+        return self
 
 
 # What one Pi episode holds while it runs: node with Pi loaded, its tools' children
@@ -83,6 +99,17 @@ def available_memory_mb() -> float | None:
     return None
 
 
+def slot_limits(options: PiOptions) -> SlotLimits:
+    return SlotLimits(
+        memory_mb=options.memory_mb,
+        max_processes=options.max_processes,
+        wall_time_s=options.wall_time_s,
+        episodes=options.slot_episodes,
+        rss_mb=options.slot_rss_mb,
+        heap_mb=options.slot_heap_mb,
+    )
+
+
 class PiHarness(Harness):
     name = "pi"
     trains = True
@@ -95,6 +122,7 @@ class PiHarness(Harness):
         self.install: PiInstall = found
         self._sandbox: PiSandbox | None = None
         self._sandbox_lock = asyncio.Lock()
+        self._warm = WarmSlots(MODEL_ID, slot_limits(self.options)) if self.options.warm else None
         # Episodes at once, at most as many as the machine's memory holds: a training
         # batch starts all its episodes together (groups x group size), the eval split
         # too; the rest wait for a slot.
@@ -164,6 +192,8 @@ class PiHarness(Harness):
             return self._sandbox
 
     async def aclose(self) -> None:
+        if self._warm is not None:
+            await self._warm.aclose()
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
             await sandbox.aclose()
@@ -226,25 +256,32 @@ class PiHarness(Harness):
             return record
         language_settings = settings.languages[language]
         prompt = workspace_prompt(task, language, language_settings)
-        dirs = sandbox.episode_dirs()
-        endpoint = EpisodeEndpoint(
-            os.path.join(dirs[1], "endpoint.sock"), _limited(responder, settings), model=MODEL_ID
-        )
-        try:
-            await endpoint.start()
+        agent_files = {"models.json": dump_models_json(MODEL_ID)}
+        if self._warm is not None:
             async with self._slots:
-                run = await sandbox.run(
-                    pi_argv(self.install, MODEL_ID, prompt),
-                    dict(task.files),
-                    {"models.json": dump_models_json(MODEL_ID)},
-                    dirs,
-                    memory_mb=self.options.memory_mb,
-                    max_processes=self.options.max_processes,
-                    wall_time_s=self.options.wall_time_s,
+                run, endpoint = await self._warm.play(
+                    sandbox, _limited(responder, settings), prompt, dict(task.files), agent_files
                 )
-        finally:
-            await endpoint.close()
-            sandbox.release_dirs(dirs)
+        else:
+            dirs = sandbox.episode_dirs()
+            endpoint = EpisodeEndpoint(
+                os.path.join(dirs[1], "endpoint.sock"), _limited(responder, settings), model=MODEL_ID
+            )
+            try:
+                await endpoint.start()
+                async with self._slots:
+                    run = await sandbox.run(
+                        pi_argv(self.install, MODEL_ID, prompt),
+                        dict(task.files),
+                        agent_files,
+                        dirs,
+                        memory_mb=self.options.memory_mb,
+                        max_processes=self.options.max_processes,
+                        wall_time_s=self.options.wall_time_s,
+                    )
+            finally:
+                await endpoint.close()
+                sandbox.release_dirs(dirs)
         record.wall_s = time.perf_counter() - started
         if endpoint.fatal is not None:
             raise endpoint.fatal  # e.g. the model service is gone: the run stops (resumable)

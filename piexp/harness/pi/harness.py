@@ -66,9 +66,15 @@ class PiOptions(BaseModel):
     warm: bool = Field(
         default=True, description="play episodes in warm slots (one long-lived Pi each) instead of one Pi per episode"
     )
-    slot_episodes: int = Field(default=1000, ge=1, le=1_000_000, description="episodes a warm slot plays before it is recycled")
-    slot_rss_mb: int = Field(default=384, ge=64, description="Pi's resident set in MB past which a warm slot is recycled")
-    slot_heap_mb: int = Field(default=64, ge=32, le=8192, description="a warm slot's node heap cap (--max-old-space-size) in MB")
+    slot_episodes: int = Field(
+        default=1000, ge=1, le=1_000_000, description="episodes a warm slot plays before it is recycled"
+    )
+    slot_rss_mb: int = Field(
+        default=384, ge=64, description="Pi's resident set in MB past which a warm slot is recycled"
+    )
+    slot_heap_mb: int = Field(
+        default=64, ge=32, le=8192, description="a warm slot's node heap cap (--max-old-space-size) in MB"
+    )
 
     @model_validator(mode="after")
     def _slot_fits(self) -> PiOptions:

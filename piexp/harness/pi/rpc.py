@@ -66,7 +66,7 @@ class RpcStream:
                 continue
             self._buffer.extend(chunk)
             *lines, rest = self._buffer.split(b"\n")
-            self._lines.extend(line.rstrip(b"\r") for line in lines)
+            self._lines.extend(bytes(line).rstrip(b"\r") for line in lines)
             self._buffer = bytearray(rest)
         return self._lines.pop(0)
 

@@ -32,7 +32,7 @@ from piexp.harness.endpoint import EpisodeEndpoint, Responder
 from piexp.harness.pi.rpc import RpcStream, command, record_of, rpc_argv
 from piexp.harness.pi.sandbox import AGENT_DIR, PiRun, PiSandbox, _read_workspace
 from piexp.sandbox.isolation.rlimits import Limits
-from piexp.sandbox.launchers.base import Launch
+from piexp.sandbox.launchers.bwrap import BwrapLaunch
 from piexp.sandbox.protocol import RunCodeResponse
 from piexp.sandbox.run_dir import remove_tree, write_file
 from piexp.sandbox.timings import Timings
@@ -62,7 +62,7 @@ class PiSlot:
         self.sandbox = sandbox
         self.model = model
         self.limits = limits
-        self.launch: Launch | None = None
+        self.launch: BwrapLaunch | None = None
         self.dirs: tuple[str, str] | None = None
         self.episodes = 0
         self.starts = 0  # how many Pi processes this slot has started (restarts included)
@@ -109,6 +109,7 @@ class PiSlot:
         )
         if isinstance(prepared, RunCodeResponse):
             raise SlotFailure(str(prepared.message or prepared))
+        assert isinstance(prepared, BwrapLaunch)  # PiSandbox's runner always launches with bwrap
         self.launch = prepared
         await prepared.start(limits, lim.wall_time_s)
         prepared.release()
@@ -156,7 +157,9 @@ class PiSlot:
                 await self._new_session(agent_files)
             except (SlotFailure, OSError, TimeoutError) as again:
                 await self.kill()
-                run = PiRun(None, b"", b"", False, False, {}, error=f"could not start Pi in a warm slot: {again or error}")
+                run = PiRun(
+                    None, b"", b"", False, False, {}, error=f"could not start Pi in a warm slot: {again or error}"
+                )
                 return run, EpisodeEndpoint("", responder)  # never started: no call
         launch = self.launch
         assert launch is not None and launch.run is not None and launch.proc is not None
@@ -390,4 +393,3 @@ class WarmSlots:
             await slot.kill()
         self._idle.clear()
         self._busy.clear()
-

@@ -265,8 +265,13 @@ class PiHarness(Harness):
         agent_files = {"models.json": dump_models_json(MODEL_ID)}
         if self._warm is not None:
             async with self._slots:
+                limited = _limited(responder, settings)
                 run, endpoint = await self._warm.play(
-                    sandbox, _limited(responder, settings), prompt, dict(task.files), agent_files
+                    sandbox,
+                    lambda path: EpisodeEndpoint(path, limited, model=MODEL_ID),
+                    prompt,
+                    dict(task.files),
+                    agent_files,
                 )
         else:
             dirs = sandbox.episode_dirs()

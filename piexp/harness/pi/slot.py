@@ -26,9 +26,10 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from piexp.harness.endpoint import EpisodeEndpoint, Responder
+from piexp.harness.endpoint import EpisodeEndpoint
 from piexp.harness.pi.rpc import RpcStream, command, record_of, rpc_argv
 from piexp.harness.pi.sandbox import AGENT_DIR, PiRun, PiSandbox, _read_workspace
 from piexp.sandbox.isolation.rlimits import Limits
@@ -39,6 +40,10 @@ from piexp.sandbox.timings import Timings
 
 _START_TIMEOUT_S = 60.0  # Pi's start and a new session: ~0.5 s, more on a busy machine
 _RESET_TIMEOUT_S = 10.0  # the strays of an episode are gone in ms; this only bounds a hang
+
+
+# The episode's endpoint (its responder, its model name) listening at a socket path.
+EndpointFactory = Callable[[str], EpisodeEndpoint]
 
 
 class SlotFailure(Exception):
@@ -144,9 +149,10 @@ class PiSlot:
     # ------------------------------------------------------------------ an episode
 
     async def play(
-        self, responder: Responder, prompt: str, files: dict[str, str], agent_files: dict[str, str]
+        self, endpoint_at: EndpointFactory, prompt: str, files: dict[str, str], agent_files: dict[str, str]
     ) -> tuple[PiRun, EpisodeEndpoint]:
-        """One episode in this slot (started, or restarted, first if it is not alive)."""
+        """One episode in this slot (started, or restarted, first if it is not alive),
+        its model answered by `endpoint_at(socket path)`."""
         try:
             await self._new_session(agent_files)
         except (SlotFailure, OSError, TimeoutError) as error:
@@ -160,7 +166,7 @@ class PiSlot:
                 run = PiRun(
                     None, b"", b"", False, False, {}, error=f"could not start Pi in a warm slot: {again or error}"
                 )
-                return run, EpisodeEndpoint("", responder)  # never started: no call
+                return run, endpoint_at("")  # never started: no call
         launch = self.launch
         assert launch is not None and launch.run is not None and launch.proc is not None
         host = self.sandbox.runner.host
@@ -168,7 +174,7 @@ class PiSlot:
             write_file(launch.run.work, name, text.encode(), host.run_user)
         cgroups = host.cgroups
         ooms_before = cgroups.oom_kills(launch.cgroup_dirs) if cgroups is not None and launch.cgroup_dirs else 0
-        endpoint = EpisodeEndpoint(self.socket_path, responder, model=self.model)
+        endpoint = endpoint_at(self.socket_path)
         try:
             await endpoint.start()
             events, settled, timed_out = await self._prompt(prompt)
@@ -368,7 +374,7 @@ class WarmSlots:
     async def play(
         self,
         sandbox: PiSandbox,
-        responder: Responder,
+        endpoint_at: EndpointFactory,
         prompt: str,
         files: dict[str, str],
         agent_files: dict[str, str],
@@ -376,7 +382,7 @@ class WarmSlots:
         slot = self._idle.pop() if self._idle else PiSlot(sandbox, self.model, self.limits)
         self._busy.add(slot)
         try:
-            return await slot.play(responder, prompt, files, agent_files)
+            return await slot.play(endpoint_at, prompt, files, agent_files)
         finally:
             self._busy.discard(slot)
             if slot.alive:

@@ -124,8 +124,11 @@ def _pi_harness(warm: bool):
     return make_harness(pi.model_copy(update={"options": {**pi.options, "warm": warm}}))
 
 
-async def _pass(name, episodes, concurrency):
-    """One pass; Pi's harness (its sandbox) is made and closed inside the pass's loop."""
+async def _pass(name, episodes, concurrency, server):
+    """One pass: (CPU seconds, wall seconds) of its episodes. Pi's harness (its sandbox) is
+    made and closed inside the pass's loop; warm, its slots are started first by one
+    untimed episode each, and their Pis' CPU (their commands' included) read from /proc,
+    so the figure is a started slot's cost per episode."""
     harness = _pi_harness(name == "pi-warm") if name.startswith("pi") else None
     play = harness.play if harness is not None else run_episode
     semaphore = asyncio.Semaphore(concurrency)
@@ -135,8 +138,20 @@ async def _pass(name, episodes, concurrency):
             record = await play(*args)
             assert record.reward == 1.0, (record.error, record.last_run)
 
+    def cpu() -> float:
+        slots = harness._warm.slots if harness is not None and harness._warm is not None else []
+        return (
+            _own_cpu()
+            + (_cpu_of(server) if server else 0.0)
+            + sum(_cpu_of(slot.pi_pid) for slot in slots if slot.pi_pid is not None)
+        )
+
     try:
+        if name == "pi-warm":
+            await asyncio.gather(*(one(args) for args in episodes[:concurrency]))
+        cpu0, wall0 = cpu(), time.perf_counter()
         await asyncio.gather(*(one(args) for args in episodes))
+        return cpu() - cpu0, time.perf_counter() - wall0
     finally:
         if harness is not None:
             await harness.aclose()
@@ -149,10 +164,12 @@ def _rss_mb(pid: int | None) -> float:
     return 0.0
 
 
-async def _slot_memory(episodes) -> list[tuple[int, float]]:
-    """(episodes played, the slot's Pi's VmRSS in MB) through one warm slot."""
+async def _slot_memory(episodes) -> tuple[list[tuple[int, float]], float, float]:
+    """(episodes played, the slot's Pi's VmRSS in MB) through one warm slot, and the
+    CPU seconds and episodes/s of its episodes (its start included)."""
     harness = _pi_harness(True)
     points = []
+    cpu0, wall0 = _own_cpu(), time.perf_counter()
     try:
         for i, args in enumerate(episodes, 1):
             record = await harness.play(*args)
@@ -162,7 +179,7 @@ async def _slot_memory(episodes) -> list[tuple[int, float]]:
                 points.append((i, _rss_mb(slot.pi_pid)))
     finally:
         await harness.aclose()
-    return points
+    return points, (_own_cpu() - cpu0) / len(episodes), len(episodes) / (time.perf_counter() - wall0)
 
 
 def main() -> None:
@@ -187,18 +204,15 @@ def main() -> None:
         server = _server_pid(url)
         for name in ("builtin", "pi", "pi-warm"):
             for concurrency in (1, 4, 8):
-                cpu0, server0, wall0 = _own_cpu(), (_cpu_of(server) if server else 0.0), time.perf_counter()
                 with _PeakMemory() as memory:
-                    asyncio.run(_pass(name, episodes, concurrency))
-                wall = time.perf_counter() - wall0
-                cpu = _own_cpu() - cpu0 + ((_cpu_of(server) - server0) if server else 0.0)
+                    cpu, wall = asyncio.run(_pass(name, episodes, concurrency, server))
                 peaks = [kb / 1024 for kb in memory.peaks.values()]
                 peak = (sum(peaks) / len(peaks), max(peaks)) if peaks else None
                 rows.append((name, concurrency, args.episodes / wall, cpu / args.episodes, peak))
         slot_episodes = [
             (oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.slot_episodes)
         ]
-        slot_points = asyncio.run(_slot_memory(slot_episodes))
+        slot_points, slot_cpu, slot_rate = asyncio.run(_slot_memory(slot_episodes))
     starts = []
     for _ in range(10):
         cpu0, wall0 = _own_cpu(), time.perf_counter()
@@ -222,12 +236,17 @@ def main() -> None:
     cpu_of = {(name, concurrency): cpu for name, concurrency, _, cpu, _ in rows}
     ratios = ", ".join(f"{cpu_of['pi-warm', c] / cpu_of['builtin', c]:.1f}x at concurrency {c}" for c in (1, 4, 8))
     ratio = f"CPU per episode, pi-warm / builtin: {ratios}"
+    slot_note = (
+        f"one warm slot, {args.slot_episodes} episodes one after another (its start included): "
+        f"{slot_cpu:.3f} CPU s/episode, {slot_rate:.2f} episodes/s"
+    )
     console = Console()
     console.print(table)
     console.print(slot_table)
     print(note)
     print(ratio)
-    record(__file__, [table, slot_table], [note, ratio])
+    print(slot_note)
+    record(__file__, [table, slot_table], [note, ratio, slot_note])
 
 
 if __name__ == "__main__":

@@ -281,7 +281,8 @@ class PiSlot:
         launch = self.launch
         assert launch is not None and launch.run is not None and launch.child is not None
         keep = {launch.child, self.pi_pid}
-        while strays := [pid for pid in _namespace_pids(launch.child) if pid not in keep]:
+        # (A zombie is dead already: its parent, the init or Pi, reaps it.)
+        while strays := [pid for pid in _namespace_pids(launch.child) if pid not in keep and not _zombie(pid)]:
             for pid in strays:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -339,6 +340,11 @@ def _stat_fields(pid: int) -> list[str]:
         return []
 
 
+def _zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return not fields or fields[0] in ("Z", "X")
+
+
 def _parent(pid: int) -> int | None:
     fields = _stat_fields(pid)
     return int(fields[1]) if len(fields) > 1 else None
@@ -383,6 +389,11 @@ class WarmSlots:
         self._busy.add(slot)
         try:
             return await slot.play(endpoint_at, prompt, files, agent_files)
+        except BaseException:
+            # Cut short (a rollout's timeout cancelled it, or piexp's own error): the
+            # slot was not reset, so it goes.
+            await asyncio.shield(slot.kill())
+            raise
         finally:
             self._busy.discard(slot)
             if slot.alive:

@@ -70,7 +70,7 @@ class PiOptions(BaseModel):
         default=1000, ge=1, le=1_000_000, description="episodes a warm slot plays before it is recycled"
     )
     slot_rss_mb: int = Field(
-        default=384, ge=64, description="Pi's resident set in MB past which a warm slot is recycled"
+        default=256, ge=64, description="Pi's resident set in MB past which a warm slot is recycled"
     )
     slot_heap_mb: int = Field(
         default=64, ge=32, le=8192, description="a warm slot's node heap cap (--max-old-space-size) in MB"
@@ -87,9 +87,11 @@ class PiOptions(BaseModel):
 
 
 # What one Pi episode holds while it runs: node with Pi loaded, its tools' children
-# (bench/harness.py: about 106 MB at concurrency 1-8, 2026-12-04, the 2-core machine),
-# rounded up; and the share of the machine's available memory a run's episodes may take.
-PI_EPISODE_MB = 128
+# (bench/harness.py, the 2-core machine: about 106 MB a one-process episode at
+# concurrency 1-8, 2026-12-04; a warm slot's Pi levels off at about 140 MB over 300
+# episodes with its heap capped at 64 MB, 2026-12-05), rounded up; and the share of the
+# machine's available memory a run's episodes may take.
+PI_EPISODE_MB = 160
 MEMORY_SHARE = 0.8
 
 

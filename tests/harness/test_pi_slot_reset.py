@@ -166,8 +166,7 @@ def test_a_slot_is_recycled_after_its_episodes(tasks):
 
 
 def test_slot_options_out_of_range_are_one_paragraph_exit_2(tmp_path):
-    for option in ("harness.options.slot_episodes=0", "harness.options.slot_heap_mb=4096",
-                   "harness.options.warm=maybe"):  # fmt: skip
+    for option in ("harness.options.slot_episodes=0", "harness.options.slot_heap_mb=4096"):
         run_dir = tmp_path / "run"
         done = piexp("mode=check", "harness=pi", option, f"hydra.run.dir={run_dir}", timeout=120)
         assert done.returncode == 2, (option, done.stderr)

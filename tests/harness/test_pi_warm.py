@@ -17,6 +17,7 @@ from piexp.env.episode import get_run_renderer
 from piexp.policies import make_policy
 from piexp.tasks import FAMILIES, build_tasks
 from tests.harness.conftest import MODEL, episode_settings, pi_settings, play_all, requires_pi
+from tests.harness.test_pi_faults import call, scripted
 
 pytestmark = requires_pi
 
@@ -131,3 +132,19 @@ def test_warm_slots_play_the_episodes_one_pi_per_episode_plays(monkeypatch):
         assert w_record.last_run == c_record.last_run, where
         assert _stable({**w_record.transcript, "wall_s": 0}) == _stable({**c_record.transcript, "wall_s": 0}), where
     assert {r.reward for r, _, _ in warm} == {0.0, 1.0}
+
+
+def test_the_model_s_commands_get_the_same_limits_warm(tasks):
+    """Pi's shell hands its limits to the model's commands: in a warm slot they are the
+    one-process episode's (`ulimit -a`: CPU time, file size, open files, ...), though
+    Pi itself lives on (a slot is recycled before Pi's own CPU reaches its limit)."""
+    seen: dict[bool, str] = {}
+    for warm in (False, True):
+
+        async def limits(harness, warm=warm):
+            responder = scripted(call("bash", command="ulimit -a"), {"content": "0"})
+            record = await harness.play_responder(responder, "limits", tasks[0], "python", episode_settings())
+            seen[warm] = record.last_run["stdout"]
+
+        play_all([limits], pi_settings(warm=warm))
+    assert seen[True] == seen[False] and "cpu time" in seen[True]

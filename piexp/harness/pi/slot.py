@@ -14,8 +14,9 @@ cgroup of their own), `/sandbox`, `/tmp` and `/dev/shm` are emptied, the agent f
 written afresh, the endpoint is a new one (a request of the last episode reaches none),
 and only the events after the new session's response are read as the next episode's.
 
-A slot is recycled after `slot_episodes` episodes or when Pi's resident set passes
-`slot_rss_mb` (node's heap is capped at `slot_heap_mb`). On a hang (the wall limit), a
+A slot is recycled after `slot_episodes` episodes, when Pi's resident set passes
+`slot_rss_mb` (node's heap is capped at `slot_heap_mb`), or once Pi has used half of its
+CPU time limit (the one-process episode's, which the model's commands inherit). On a hang (the wall limit), a
 crash, a memory kill or a failed reset the whole slot is killed, and the next episode
 starts a fresh one: the one-process episode's cost, paid only then.
 """
@@ -93,10 +94,11 @@ class PiSlot:
         sandbox, lim = self.sandbox, self.limits
         host, s = sandbox.runner.host, sandbox.runner.settings
         self.dirs = sandbox.episode_dirs()
-        # Pi's own CPU adds up over the slot's episodes; each process it starts gets the
-        # one-process episode's limit from zero (RLIMIT_CPU is per process).
+        # The one-process episode's CPU limit, so the model's commands (which inherit it)
+        # see the same `ulimit -t`; Pi's own CPU adds up over the slot's episodes, so the
+        # slot is recycled once Pi has used half of it (one episode's Pi uses far less).
         limits = Limits(
-            cpu_time_s=max(1, int(lim.wall_time_s) + 1) * max(1, min(lim.episodes, 1000)),
+            cpu_time_s=max(1, int(lim.wall_time_s) + 1),
             file_size_bytes=s.max_file_size_mb << 20,
             open_files=max(s.max_open_files, 1024),
             processes=None if host.cgroups is not None and host.cgroups.limits_pids else lim.max_processes,
@@ -204,7 +206,11 @@ class PiSlot:
             except (OSError, TimeoutError):
                 await self.kill()
             else:
-                if self.episodes >= self.limits.episodes or self._pi_rss_mb() > self.limits.rss_mb:
+                if (
+                    self.episodes >= self.limits.episodes
+                    or self._pi_rss_mb() > self.limits.rss_mb
+                    or self._pi_cpu_s() > (int(self.limits.wall_time_s) + 1) / 2
+                ):
                     await self.kill()
         else:
             await self.kill()
@@ -303,6 +309,11 @@ class PiSlot:
             return None
         children = [pid for pid in _namespace_pids(launch.child) if _parent(pid) == launch.child]
         return min(children, key=_start_time, default=None)
+
+    def _pi_cpu_s(self) -> float:
+        """Pi's own CPU time (what its RLIMIT_CPU counts; its children count their own)."""
+        fields = _stat_fields(self.pi_pid) if self.pi_pid is not None else []
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if len(fields) > 12 else 0.0
 
     def _pi_rss_mb(self) -> float:
         try:

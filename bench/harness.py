@@ -1,22 +1,28 @@
 """Oracle episodes per second, CPU seconds and peak memory per episode: the reference
-environment (`harness=builtin`) against the real Pi coding agent (`harness=pi`), at
-concurrency 1, 4 and 8, and the floor under every Pi episode: starting Pi's node alone.
+environment (`harness=builtin`) against the real Pi coding agent (`harness=pi`), one Pi
+process per episode and in warm slots, at concurrency 1, 4 and 8; a warm slot's Pi's
+memory over many episodes; and the floor under every cold Pi episode: starting Pi's
+node alone.
 
   builtin  run_episode through tinker-cookbook's rollout, programs run by the embedded
            sandbox server (its CPU, and its runs', counted from /proc);
-  pi       one Pi process per episode in piexp's sandbox, answered by the oracle through
-           its model endpoint (CPU of this process and of its reaped children: every Pi
-           sandbox is reaped here);
-  node     `node -e 0` with Pi's node, outside any sandbox: the start-up every Pi
+  pi       one Pi process per episode in piexp's sandbox (`harness.options.warm=false`),
+           answered by the oracle through its model endpoint (CPU of this process and of
+           its reaped children: every Pi sandbox is reaped here);
+  pi-warm  warm slots (`harness.options.warm=true`): one long-lived Pi per slot, its
+           start-up paid once per slot and counted in the pass;
+  node     `node -e 0` with Pi's node, outside any sandbox: the start-up every cold Pi
            episode pays at least once.
 
-Peak memory: Pi's node process's peak resident set (VmHWM, polled every 20 ms from
-/proc while the pass runs): the mean and the largest over the pass's episodes (a
-program Pi runs adds its own, as a builtin episode's program does). Both harnesses run
+Peak memory: each Pi node process's peak resident set (VmHWM, polled every 20 ms from
+/proc while the pass runs): the mean and the largest over the pass's Pi processes (one an
+episode; one a slot when warm; a program Pi runs adds its own, as a builtin episode's
+program does). The slot table: a warm slot's Pi's resident set (VmRSS) after every
+`--slot-episodes / 10` of its episodes, played one after another. Both harnesses run
 their programs with a bwrap per run (the zygote's runs would be reaped outside this
 process tree, their CPU uncounted).
 
-    python bench/harness.py [--episodes 16]
+    python bench/harness.py [--episodes 16] [--slot-episodes 300]
 
 Read it as: CPU per episode is the steady figure (rates move with whatever else the
 machine runs); the Pi column is what one Pi process holds while it runs.
@@ -46,7 +52,7 @@ from piexp.config.schema import HarnessSettings, LanguageSettings, Limits, Rewar
 from piexp.env.episode import EpisodeSettings, get_run_renderer
 from piexp.harness.base import make_harness
 from piexp.harness.pi.install import find_install, locked_versions
-from piexp.config.schema import SandboxSettings
+from piexp.config.schema import EmbeddedSandboxSettings
 from piexp.launch.sandbox import run_sandbox
 from piexp.policies import make_policy
 from piexp.policies.rollout import run_episode
@@ -113,9 +119,17 @@ def _server_pid(url: str) -> int | None:
     return None
 
 
-async def _pass(name, episodes, concurrency):
-    """One pass; Pi's harness (its sandbox) is made and closed inside the pass's loop."""
-    harness = make_harness(default_settings("harness", HarnessSettings, "pi")) if name == "pi" else None
+def _pi_harness(warm: bool):
+    pi = default_settings("harness", HarnessSettings, "pi")
+    return make_harness(pi.model_copy(update={"options": {**pi.options, "warm": warm}}))
+
+
+async def _pass(name, episodes, concurrency, server):
+    """One pass: (CPU seconds, wall seconds) of its episodes. Pi's harness (its sandbox) is
+    made and closed inside the pass's loop; warm, its slots are started first by one
+    untimed episode each, and their Pis' CPU (their commands' included) read from /proc,
+    so the figure is a started slot's cost per episode."""
+    harness = _pi_harness(name == "pi-warm") if name.startswith("pi") else None
     play = harness.play if harness is not None else run_episode
     semaphore = asyncio.Semaphore(concurrency)
 
@@ -124,16 +138,54 @@ async def _pass(name, episodes, concurrency):
             record = await play(*args)
             assert record.reward == 1.0, (record.error, record.last_run)
 
+    def cpu() -> float:
+        slots = harness._warm.slots if harness is not None and harness._warm is not None else []
+        return (
+            _own_cpu()
+            + (_cpu_of(server) if server else 0.0)
+            + sum(_cpu_of(slot.pi_pid) for slot in slots if slot.pi_pid is not None)
+        )
+
     try:
+        if name == "pi-warm":
+            await asyncio.gather(*(one(args) for args in episodes[:concurrency]))
+        cpu0, wall0 = cpu(), time.perf_counter()
         await asyncio.gather(*(one(args) for args in episodes))
+        return cpu() - cpu0, time.perf_counter() - wall0
     finally:
         if harness is not None:
             await harness.aclose()
 
 
+def _rss_mb(pid: int | None) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _slot_memory(episodes) -> tuple[list[tuple[int, float]], float, float]:
+    """(episodes played, the slot's Pi's VmRSS in MB) through one warm slot, and the
+    CPU seconds and episodes/s of its episodes (its start included)."""
+    harness = _pi_harness(True)
+    points = []
+    cpu0, wall0 = _own_cpu(), time.perf_counter()
+    try:
+        for i, args in enumerate(episodes, 1):
+            record = await harness.play(*args)
+            assert record.reward == 1.0, (record.error, record.last_run)
+            if i == 1 or i % max(1, len(episodes) // 10) == 0:
+                (slot,) = harness._warm.slots
+                points.append((i, _rss_mb(slot.pi_pid)))
+    finally:
+        await harness.aclose()
+    return points, (_own_cpu() - cpu0) / len(episodes), len(episodes) / (time.perf_counter() - wall0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=16, help="oracle episodes per pass")
+    parser.add_argument("--slot-episodes", type=int, default=300, help="episodes through one warm slot")
     args = parser.parse_args()
     install = find_install(locked_versions()["pi"])
     if install is None:
@@ -142,7 +194,7 @@ def main() -> None:
     renderer = get_run_renderer(*MODEL)
     oracle = make_policy("oracle", renderer, tasks)
     rows = []
-    sandbox = default_settings("sandbox", SandboxSettings).model_copy(update={"launcher": "bwrap"})
+    sandbox = default_settings("sandbox", EmbeddedSandboxSettings, "embedded").model_copy(update={"launcher": "bwrap"})
     with run_sandbox(sandbox) as url:
         settings = EpisodeSettings(
             model_name=MODEL[1], renderer_name=MODEL[0], languages=LANGUAGES,
@@ -150,22 +202,23 @@ def main() -> None:
         )  # fmt: skip
         episodes = [(oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.episodes)]
         server = _server_pid(url)
-        for name in ("builtin", "pi"):
+        for name in ("builtin", "pi", "pi-warm"):
             for concurrency in (1, 4, 8):
-                cpu0, server0, wall0 = _own_cpu(), (_cpu_of(server) if server else 0.0), time.perf_counter()
                 with _PeakMemory() as memory:
-                    asyncio.run(_pass(name, episodes, concurrency))
-                wall = time.perf_counter() - wall0
-                cpu = _own_cpu() - cpu0 + ((_cpu_of(server) - server0) if server else 0.0)
+                    cpu, wall = asyncio.run(_pass(name, episodes, concurrency, server))
                 peaks = [kb / 1024 for kb in memory.peaks.values()]
                 peak = (sum(peaks) / len(peaks), max(peaks)) if peaks else None
                 rows.append((name, concurrency, args.episodes / wall, cpu / args.episodes, peak))
+        slot_episodes = [
+            (oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.slot_episodes)
+        ]
+        slot_points, slot_cpu, slot_rate = asyncio.run(_slot_memory(slot_episodes))
     starts = []
     for _ in range(10):
         cpu0, wall0 = _own_cpu(), time.perf_counter()
         subprocess.run([str(install.node), "-e", "0"], check=True)
         starts.append((time.perf_counter() - wall0, _own_cpu() - cpu0))
-    table = Table(title="oracle episodes, Python: builtin against Pi")
+    table = Table(title="oracle episodes, Python: builtin against Pi (one process an episode, and warm slots)")
     for column in ("harness", "concurrency", "episodes/s", "CPU s/episode", "Pi peak MB (mean / max)"):
         table.add_column(column)
     for name, concurrency, rate, cpu, peak in rows:
@@ -175,9 +228,25 @@ def main() -> None:
     note = (
         f"node -e 0 (Pi's node {install.node_version}, unsandboxed): {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU"
     )
-    Console().print(table)
+    slot_table = Table(title=f"one warm slot's Pi over {args.slot_episodes} oracle episodes")
+    for column in ("episodes played", "Pi VmRSS MB"):
+        slot_table.add_column(column)
+    for played, rss in slot_points:
+        slot_table.add_row(str(played), f"{rss:.0f}")
+    cpu_of = {(name, concurrency): cpu for name, concurrency, _, cpu, _ in rows}
+    ratios = ", ".join(f"{cpu_of['pi-warm', c] / cpu_of['builtin', c]:.1f}x at concurrency {c}" for c in (1, 4, 8))
+    ratio = f"CPU per episode, pi-warm / builtin: {ratios}"
+    slot_note = (
+        f"one warm slot, {args.slot_episodes} episodes one after another (its start included): "
+        f"{slot_cpu:.3f} CPU s/episode, {slot_rate:.2f} episodes/s"
+    )
+    console = Console()
+    console.print(table)
+    console.print(slot_table)
     print(note)
-    record(__file__, [table], [note])
+    print(ratio)
+    print(slot_note)
+    record(__file__, [table, slot_table], [note, ratio, slot_note])
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.renderers import Renderer
 from tinker_cookbook.rl.types import Env
@@ -44,6 +44,7 @@ from piexp.harness.endpoint import EpisodeEndpoint, LimitReached, Responder
 from piexp.harness.pi.install import PiInstall, find_install, install_dir, locked_versions
 from piexp.harness.pi.sandbox import PiSandbox, dump_models_json, pi_argv
 from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.harness.pi.slot import SlotLimits, WarmSlots
 from piexp.harness.pi.trace import PiTrace, grade, parse_events, stated_answer
 from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import ScriptedPolicy
@@ -67,12 +68,35 @@ class PiOptions(BaseModel):
     memory_mb: PositiveInt = Field(description="memory of Pi and everything it starts")
     max_processes: PositiveInt = Field(description="processes and threads of one episode")
     output_cap_mb: PositiveInt = Field(default=32, description="Pi's JSON events kept per episode")
+    warm: bool = Field(
+        default=True, description="play episodes in warm slots (one long-lived Pi each) instead of one Pi per episode"
+    )
+    slot_episodes: int = Field(
+        default=1000, ge=1, le=1_000_000, description="episodes a warm slot plays before it is recycled"
+    )
+    slot_rss_mb: int = Field(
+        default=256, ge=64, description="Pi's resident set in MB past which a warm slot is recycled"
+    )
+    slot_heap_mb: int = Field(
+        default=64, ge=32, le=8192, description="a warm slot's node heap cap (--max-old-space-size) in MB"
+    )
+
+    @model_validator(mode="after")
+    def _slot_fits(self) -> PiOptions:
+        if self.slot_rss_mb > self.memory_mb or self.slot_heap_mb >= self.slot_rss_mb:
+            raise ValueError(
+                f"a warm slot needs slot_heap_mb ({self.slot_heap_mb}) < slot_rss_mb ({self.slot_rss_mb}) "
+                f"<= memory_mb ({self.memory_mb})"
+            )
+        return self
 
 
 # What one Pi episode holds while it runs: node with Pi loaded, its tools' children
-# (bench/harness.py: about 106 MB at concurrency 1-8, 2026-12-04, the 2-core machine),
-# rounded up; and the share of the machine's available memory a run's episodes may take.
-PI_EPISODE_MB = 128
+# (bench/harness.py, the 2-core machine: about 106 MB a one-process episode at
+# concurrency 1-8, 2026-12-04; a warm slot's Pi levels off at about 140 MB over 300
+# episodes with its heap capped at 64 MB, 2026-12-05), rounded up; and the share of the
+# machine's available memory a run's episodes may take.
+PI_EPISODE_MB = 160
 MEMORY_SHARE = 0.8
 
 # The least of each option under which a Pi episode can start and run a program, refused
@@ -80,7 +104,7 @@ MEMORY_SHARE = 0.8
 # Measured with Pi 1.6.0 on node 22.23.5 (2026-12-05, the 2-core machine, other work
 # running) by playing the oracle's arith episode in Python with one option lowered:
 # memory_mb 72 killed Pi before it finished, 80 let Pi run but not the program, 96
-# passed: the minimum is the 128 MB an episode holds (above). max_processes 12 aborted
+# passed: the minimum is what an episode holds (PI_EPISODE_MB, above). max_processes 12 aborted
 # node (pthread_create: node starts about a dozen threads), 14 passed: doubled, 32.
 # wall_time_s: Pi's first model request came about 0.5 s after its start and the whole
 # episode took 1.5 s, 0.5 s killed it: 3 s leaves room for a loaded machine.
@@ -103,6 +127,17 @@ def available_memory_mb() -> float | None:
     return None
 
 
+def slot_limits(options: PiOptions) -> SlotLimits:
+    return SlotLimits(
+        memory_mb=options.memory_mb,
+        max_processes=options.max_processes,
+        wall_time_s=options.wall_time_s,
+        episodes=options.slot_episodes,
+        rss_mb=options.slot_rss_mb,
+        heap_mb=options.slot_heap_mb,
+    )
+
+
 class PiHarness(Harness):
     name = "pi"
     trains = True
@@ -116,6 +151,7 @@ class PiHarness(Harness):
         self.install: PiInstall = found
         self._sandbox: PiSandbox | None = None
         self._sandbox_lock = asyncio.Lock()
+        self._warm = WarmSlots(MODEL_ID, slot_limits(self.options)) if self.options.warm else None
         # Episodes at once, at most as many as the machine's memory holds: a training
         # batch starts all its episodes together (groups x group size), the eval split
         # too; the rest wait for a slot.
@@ -206,6 +242,8 @@ class PiHarness(Harness):
             return self._sandbox
 
     async def aclose(self) -> None:
+        if self._warm is not None:
+            await self._warm.aclose()
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
             await sandbox.aclose()
@@ -275,25 +313,37 @@ class PiHarness(Harness):
             return record
         language_settings = settings.languages[language]
         prompt = workspace_prompt(task, language, language_settings)
-        dirs = sandbox.episode_dirs()
-        endpoint = EpisodeEndpoint(
-            os.path.join(dirs[1], "endpoint.sock"), _limited(responder, settings), model=MODEL_ID
-        )
-        try:
-            await endpoint.start()
+        agent_files = {"models.json": dump_models_json(MODEL_ID)}
+        if self._warm is not None:
             async with self._slots:
-                run = await sandbox.run(
-                    pi_argv(self.install, MODEL_ID, prompt),
+                limited = _limited(responder, settings)
+                run, endpoint = await self._warm.play(
+                    sandbox,
+                    lambda path: EpisodeEndpoint(path, limited, model=MODEL_ID),
+                    prompt,
                     dict(task.files),
-                    {"models.json": dump_models_json(MODEL_ID)},
-                    dirs,
-                    memory_mb=self.options.memory_mb,
-                    max_processes=self.options.max_processes,
-                    wall_time_s=self.options.wall_time_s,
+                    agent_files,
                 )
-        finally:
-            await endpoint.close()
-            sandbox.release_dirs(dirs)
+        else:
+            dirs = sandbox.episode_dirs()
+            endpoint = EpisodeEndpoint(
+                os.path.join(dirs[1], "endpoint.sock"), _limited(responder, settings), model=MODEL_ID
+            )
+            try:
+                await endpoint.start()
+                async with self._slots:
+                    run = await sandbox.run(
+                        pi_argv(self.install, MODEL_ID, prompt),
+                        dict(task.files),
+                        agent_files,
+                        dirs,
+                        memory_mb=self.options.memory_mb,
+                        max_processes=self.options.max_processes,
+                        wall_time_s=self.options.wall_time_s,
+                    )
+            finally:
+                await endpoint.close()
+                sandbox.release_dirs(dirs)
         record.wall_s = time.perf_counter() - started
         if endpoint.fatal is not None:
             raise endpoint.fatal  # e.g. the model service is gone: the run stops (resumable)

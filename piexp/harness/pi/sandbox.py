@@ -158,6 +158,10 @@ class PiSandbox:
         env = {
             "PATH": f"{BIN_DIR}:{SANDBOX_PATH}",
             "PI_CODING_AGENT_DIR": AGENT_DIR,
+            # Pi asks node for a compile cache in /tmp: never reused (each one-process
+            # episode's /tmp is new, a warm slot's is emptied between episodes), and in a
+            # warm slot it would be there for the first episode only.
+            "NODE_DISABLE_COMPILE_CACHE": "1",
             "PIEXP_ENDPOINT_SOCKET": ENDPOINT_SOCKET,  # read and removed by forward.cjs
             "PIEXP_ENDPOINT_PORT": str(ENDPOINT_PORT),
         }

@@ -28,7 +28,7 @@ def _refused(tmp_path, *overrides: str) -> str:
 @pytest.mark.parametrize(
     ("option", "value", "fix"),
     [
-        ("memory_mb", "1", "harness.options.memory_mb=128 or more"),
+        ("memory_mb", "1", f"harness.options.memory_mb={MINIMUM_OPTIONS['memory_mb'][0]} or more"),
         ("max_processes", "1", "harness.options.max_processes=32 or more"),
         ("wall_time_s", "1", "harness.options.wall_time_s=3 or more"),
     ],
@@ -40,12 +40,14 @@ def test_an_option_pi_cannot_start_under_is_refused_naming_the_least_that_works(
 
 @requires_pi
 def test_pi_plays_an_episode_at_every_minimum_the_refusals_name():
-    """The oracle's arith episode in Python passes with each option at its minimum: the
+    """The oracle's arith episode in Python passes with each option at its minimum, one
+    process per episode and in a warm slot (whose Pi is recycled at the memory cap): the
     refusals never refuse a value that works."""
     task = build_tasks("train", 1, 0, ["arith"])[0]
     least = {key: value for key, (value, _unit) in MINIMUM_OPTIONS.items()}
-    [record] = play_all([_play("oracle", task, "python", episode_settings(), [task])], pi_settings(**least))
-    assert record.reward == 1.0 and not record.infrastructure_failure, record.error
+    for way in ({"warm": False}, {"warm": True, "slot_rss_mb": least["memory_mb"]}):
+        [record] = play_all([_play("oracle", task, "python", episode_settings(), [task])], pi_settings(**least, **way))
+        assert record.reward == 1.0 and not record.infrastructure_failure, (way, record.error)
 
 
 @requires_pi

@@ -83,10 +83,10 @@ class PiOptions(BaseModel):
 
     @model_validator(mode="after")
     def _slot_fits(self) -> PiOptions:
-        if self.slot_rss_mb > self.memory_mb or self.slot_heap_mb >= self.slot_rss_mb:
+        if self.warm and (self.slot_rss_mb > self.memory_mb or self.slot_heap_mb >= self.slot_rss_mb):
             raise ValueError(
-                f"a warm slot needs slot_heap_mb ({self.slot_heap_mb}) < slot_rss_mb ({self.slot_rss_mb}) "
-                f"<= memory_mb ({self.memory_mb})"
+                f"a warm slot (warm=true) needs slot_heap_mb ({self.slot_heap_mb}) < slot_rss_mb "
+                f"({self.slot_rss_mb}) <= memory_mb ({self.memory_mb}); set them so, or warm=false"
             )
         return self
 
@@ -162,20 +162,22 @@ class PiHarness(Harness):
 
     @classmethod
     def refuse_unusable(cls, settings: HarnessSettings) -> None:
-        try:
-            options = PiOptions.model_validate(settings.options)
-        except ValidationError as error:
-            problems = "; ".join(_option_problem(e) for e in error.errors())
-            raise UserError(f"harness=pi has bad options ({problems}); see conf/harness/pi.yaml.") from None
+        # The least that works first: a value under it is named as such, whatever else
+        # it breaks (a warm slot's memory below its recycling size).
         for key, (least, unit) in MINIMUM_OPTIONS.items():
-            value = getattr(options, key)
-            if value < least:
+            value = settings.options.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < least:
                 default = default_settings("harness", HarnessSettings, "pi").options.get(key)
                 raise UserError(
                     f"harness.options.{key}={value:g} is too little for a Pi episode to start and run a program: it "
                     f"needs {least:g} {unit}. Set harness.options.{key}={least:g} or more (conf/harness/pi.yaml has "
                     f"{default}); below that every episode fails as piexp's own failure, never a result."
                 )
+        try:
+            options = PiOptions.model_validate(settings.options)
+        except ValidationError as error:
+            problems = "; ".join(_option_problem(e) for e in error.errors())
+            raise UserError(f"harness=pi has bad options ({problems}); see conf/harness/pi.yaml.") from None
         pinned = locked_versions()
         if options.version != pinned["pi"] or options.node_version != pinned["node"]:
             raise UserError(

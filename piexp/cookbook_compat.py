@@ -20,6 +20,11 @@ bump the pin here and in pyproject.toml.
    ``ml_log.setup_logging`` and offers no way to add to what it logs per step;
    :func:`extra_step_metrics` replaces that function while ``main`` runs by one whose
    logger adds piexp's metrics to every training step's row (``metrics.jsonl``, W&B).
+5. **A group played elsewhere.** ``rl.train.main(rollout_executor=...)`` hands an executor
+   ``rollouts._run_rollout_sync`` and a ``rollouts._RolloutTask``; ``rollouts=ray``
+   (piexp/launch/ray_rollouts.py) sends the task, its group replaced by one that keeps its
+   records (``dataclasses.replace(task, env_group_builder=...)``), to a node, which calls
+   ``_run_rollout_sync`` on it (piexp/launch/ray_nodes.py).
 """
 
 from __future__ import annotations
@@ -61,6 +66,11 @@ HOOKS: tuple[Hook, ...] = (
          parameters=("log_dir", "wandb_project", "wandb_name", "config"), used_by="piexp/cookbook_compat.py item 4"),
     Hook("tinker_cookbook.utils.ml_log", "Logger.log_metrics", parameters=("self", "metrics", "step"),
          used_by="piexp/cookbook_compat.py item 4 (StepMetricsLogger)"),
+    Hook("tinker_cookbook.rl.rollouts", "_run_rollout_sync", parameters=("task",),
+         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_nodes.py)"),
+    Hook("tinker_cookbook.rl.rollouts", "_RolloutTask",
+         keywords=("sampling_client", "env_group_builder", "max_tokens", "temperature"),
+         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py)"),
 )  # fmt: skip
 
 

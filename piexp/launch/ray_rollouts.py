@@ -310,7 +310,10 @@ class RayGroupExecutor(concurrent.futures.Executor):
 
         ray = self.session.ray
         key: GroupKey = (self.session.run_key, group.step, group.group)
-        sent = dataclasses.replace(task, env_group_builder=group.for_node())
+        client = task.sampling_client
+        if hasattr(client, "result") and not hasattr(client, "sample_async"):
+            client = client.result()  # the cookbook may hand over the client's future: send the client
+        sent = dataclasses.replace(task, sampling_client=client, env_group_builder=group.for_node())
         budget = self.session.settings.group_retries
         while True:
             attempt = self.ledger.next_attempt(key)

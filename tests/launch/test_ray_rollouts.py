@@ -71,3 +71,66 @@ def test_an_eval_on_ray_gives_the_local_pass_at_1(cluster: Cluster, tmp_path: Pa
     nodes = {transcript["node"] for transcript in transcripts(tmp_path / "ray" / "transcripts.jsonl.gz")}
     assert len(nodes) == 2, nodes
     assert all("node" not in transcript for transcript in transcripts(tmp_path / "local" / "transcripts.jsonl.gz"))
+
+
+def _playing_node(cluster: Cluster) -> Any:
+    """A piexp node whose worker is playing a training group now (Ray titles a worker
+    process by the task it runs), or None."""
+    import psutil
+
+    for node in cluster.worker_nodes:
+        raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+        for child in raylet.children(recursive=True):
+            try:
+                if child.cmdline()[:1] and child.cmdline()[0].startswith("ray::play_group_on_node"):
+                    return node
+            except psutil.Error:
+                continue
+    return None
+
+
+TRAIN = [
+    "service=local", "model=tiny-local", "family=arith", "lang=python", "tasks.train_per_family=4",
+    "tasks.eval_per_family=1", "mode.group_size=2", "mode.groups_per_batch=2", "mode.save_every=1",
+    "mode.eval_every=0", "mode.preflight=false", "limits.max_turns=2", "limits.max_generation_tokens=64",
+    "mode.max_steps=2", "rollouts=ray",
+]  # fmt: skip
+
+
+def test_training_on_ray_survives_a_node_killed_mid_step(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 2.5 minutes on 2 cores: the local server's start and two steps of
+    tiny-local): `mode=train service=local model=tiny-local rollouts=ray` trains two
+    steps on the cluster while one piexp node is SIGKILLed as it plays a group of step 0.
+    The run finishes with complete records: every (step, group) graded and recorded
+    exactly once, each episode's transcript once and naming its node, and the lost
+    attempt counted in step 0's metrics (3 attempts for 2 groups), none in step 1's."""
+    import time
+
+    run_dir = tmp_path / "run"
+    env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
+    command = [sys.executable, "-m", "piexp", *TRAIN, f"rollouts.address={cluster.address}", f"hydra.run.dir={run_dir}"]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) as run:
+        deadline = time.monotonic() + 400
+        victim = None
+        while victim is None and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            victim = _playing_node(cluster)
+        assert victim is not None, "no node was seen playing a group"
+        cluster.remove_node(victim, allow_graceful=False)  # SIGKILL to every process of the node
+        try:
+            _, stderr = run.communicate(timeout=600)
+        finally:
+            cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})  # the module's cluster, whole again
+    assert run.returncode == 0, stderr[-4000:]
+    outcomes = [json.loads(line) for line in (run_dir / "group_outcomes.jsonl").read_text().splitlines()]
+    assert sorted((line["step"], line["group"]) for line in outcomes) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    played = transcripts(run_dir / "train_transcripts.jsonl.gz")
+    positions = sorted((t["iteration"], t["group"], t["sample"]) for t in played)
+    assert positions == [(step, group, sample) for step in (0, 1) for group in (0, 1) for sample in (0, 1)]
+    assert all(t["node"] for t in played)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = {row["step"]: row for row in rows if "rollouts/attempts" in row}
+    assert steps[0]["rollouts/groups"] == 2 and steps[0]["rollouts/attempts"] == 3
+    assert steps[0]["rollouts/attempts_lost"] == 1 and steps[0]["rollouts/copies_dropped"] == 0
+    assert steps[1]["rollouts/attempts"] == 2 and steps[1]["rollouts/attempts_lost"] == 0
+    assert "was lost with its node; playing it again" in stderr

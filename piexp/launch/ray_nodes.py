@@ -102,8 +102,13 @@ def node_facts(sandbox: SandboxSettings, harness: HarnessSettings, training: boo
     from piexp.harness.base import refuse_unusable_harness
 
     problems = []
+    from piexp.sandbox.launchers.bwrap import bwrap_path
+
+    if sandbox.kind == "embedded" and not sandbox.allow_unisolated and bwrap_path() is None:
+        problems.append("bubblewrap (bwrap) is not on its PATH, so its sandbox cannot isolate programs")
     try:
-        node_sandbox(sandbox)
+        if not problems:
+            node_sandbox(sandbox)
     except Exception as error:  # noqa: BLE001 - reported by the driver, naming the node
         problems.append(f"its sandbox does not start ({type(error).__name__}: {error})")
     try:

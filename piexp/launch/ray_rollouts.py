@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from piexp.config.rollouts import RayRollouts
+from piexp.config.rollouts import RayRollouts, RolloutSettings
 from piexp.config.schema import RunConfig
 from piexp.console import say
 from piexp.errors import RunIncompleteError, UserError
@@ -96,6 +96,15 @@ def _refuse_unreachable(address: str, timeout_s: float) -> None:
             f"there (ray start --head --port={port}, docs/cluster.md), fix rollouts.address, or leave it null "
             "to start a cluster on this machine for the run."
         )
+
+
+def refuse_unusable_rollouts(settings: RolloutSettings) -> None:
+    """Before a run's folder is made: `rollouts=ray` needs Ray, and a cluster at its
+    address (a node's own check needs the connection: the job makes it)."""
+    if isinstance(settings, RayRollouts):
+        import_ray()
+        if settings.address is not None:
+            _refuse_unreachable(settings.address, settings.connect_timeout_s)
 
 
 class RaySession:

@@ -73,6 +73,28 @@ def test_an_eval_on_ray_gives_the_local_pass_at_1(cluster: Cluster, tmp_path: Pa
     assert all("node" not in transcript for transcript in transcripts(tmp_path / "local" / "transcripts.jsonl.gz"))
 
 
+def test_a_node_that_cannot_run_the_sandbox_is_refused_before_the_run(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 40 s on 2 cores): a node whose sandbox cannot start (bubblewrap is not
+    on its PATH) is refused before any episode, in one paragraph naming the node, what
+    it lacks and the fix (`make setup` there), exit 2, the run folder left empty."""
+    node = cluster.add_node(
+        num_cpus=1, resources={"piexp_unfit": 1}, env_vars={"PATH": str(Path(sys.executable).parent)}
+    )
+    try:
+        run_dir = tmp_path / "run"
+        done = piexp(*EVAL, "policy=oracle", "rollouts=ray", f"rollouts.address={cluster.address}",
+                     "rollouts.node_resource=piexp_unfit", f"hydra.run.dir={run_dir}")  # fmt: skip
+    finally:
+        cluster.remove_node(node)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (
+        "Ray node " in done.stderr
+        and "cannot play this run's episodes: bubblewrap (bwrap) is not on its PATH" in done.stderr
+    )
+    assert "make setup" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists() or not list(run_dir.iterdir())
+
+
 def _playing_node(cluster: Cluster) -> Any:
     """A piexp node whose worker is playing a training group now (Ray titles a worker
     process by the task it runs), or None."""

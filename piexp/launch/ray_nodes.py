@@ -219,8 +219,10 @@ def play_episode_on_node(
                 return await run_episode(policy, policy_name, task, language, settings, sample=sample)
             from piexp.harness.base import make_harness
 
-            played = _harnesses.setdefault(harness.model_dump_json(), make_harness(harness))
-            return await played.play(policy, policy_name, task, language, settings, sample=sample)
+            key = harness.model_dump_json()
+            if key not in _harnesses:
+                _harnesses[key] = make_harness(harness)
+            return await _harnesses[key].play(policy, policy_name, task, language, settings, sample=sample)
         finally:
             await close_sandbox_clients()
 

@@ -320,7 +320,7 @@ class RayGroupExecutor(concurrent.futures.Executor):
         ray = self.session.ray
         key: GroupKey = (self.session.run_key, group.step, group.group)
         client = task.sampling_client
-        if hasattr(client, "result") and not hasattr(client, "sample_async"):
+        if callable(getattr(client, "result", None)):
             client = client.result()  # the cookbook may hand over the client's future: send the client
         sent = dataclasses.replace(task, sampling_client=client, env_group_builder=group.for_node())
         budget = self.session.settings.group_retries

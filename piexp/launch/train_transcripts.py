@@ -19,13 +19,17 @@ from typing import Any
 
 import chz
 
-from piexp.config.schema import RunConfig
-from piexp.env.episode import EpisodeEnvFactory
+from tinker_cookbook.renderers import Renderer
+from tinker_cookbook.rl.types import Env
+
+from piexp.config.schema import HarnessSettings, RunConfig
+from piexp.env.episode import EpisodeEnvFactory, EpisodeSettings
 from piexp.harness.base import run_harness
 
 from piexp.env.dataset import WorkspaceDatasetBuilder
 from piexp.env.group_wrappers import GradedGroup, RecordingStage, Stage
 from piexp.policies.rollout import EpisodeRecord, fill_record
+from piexp.tasks import Task
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, TranscriptWriter
 
 TRAIN_POLICY = "model"  # the policy name a training episode is recorded under
@@ -122,6 +126,19 @@ class TranscriptRecord(RecordingStage):
         TrainRecorder.resume_at(self.path, step)
 
 
+@dataclass(frozen=True)
+class HarnessTrainingEnv:
+    """A harness's `training_env` as the groups carry it: by the harness's settings, so
+    that a group pickles (rollouts=ray); it plays through this process's run harness."""
+
+    harness: HarnessSettings
+
+    def __call__(
+        self, task: Task, language: str, settings: EpisodeSettings, renderer: Renderer, *, evaluation: bool
+    ) -> Env:
+        return run_harness(self.harness).training_env(task, language, settings, renderer, evaluation=evaluation)
+
+
 @chz.chz
 class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
     """`WorkspaceDatasetBuilder` whose train groups record their episodes into
@@ -138,4 +155,5 @@ class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
     def episode_env(self, config: RunConfig) -> EpisodeEnvFactory:
         if config.harness.name == "builtin":
             return super().episode_env(config)
-        return run_harness(config.harness).training_env
+        run_harness(config.harness)  # refused here, with the fix named, if it cannot run
+        return HarnessTrainingEnv(config.harness)

@@ -19,6 +19,8 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from tests.harness.conftest import requires_pi  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 NODE_RESOURCE = "piexp_node"
@@ -156,3 +158,21 @@ def test_training_on_ray_survives_a_node_killed_mid_step(cluster: Cluster, tmp_p
     assert steps[0]["rollouts/attempts_lost"] == 1 and steps[0]["rollouts/copies_dropped"] == 0
     assert steps[1]["rollouts/attempts"] == 2 and steps[1]["rollouts/attempts_lost"] == 0
     assert "was lost with its node; playing it again" in stderr
+
+
+@requires_pi
+def test_training_in_pi_on_ray_records_every_group_once(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 2.5 minutes on 2 cores): `mode=train harness=pi service=local
+    model=tiny-local rollouts=ray` trains two steps whose groups are Pi episodes played on
+    the cluster's nodes (each node its own sandbox and Pi); every group is recorded once,
+    each transcript Pi's and naming its node."""
+    run_dir = tmp_path / "run"
+    done = piexp(*TRAIN, "harness=pi", "limits.max_turns=4", "limits.max_generation_tokens=512",
+                 "harness.options.wall_time_s=600", f"rollouts.address={cluster.address}",
+                 f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    outcomes = [json.loads(line) for line in (run_dir / "group_outcomes.jsonl").read_text().splitlines()]
+    assert sorted((line["step"], line["group"]) for line in outcomes) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    played = transcripts(run_dir / "train_transcripts.jsonl.gz")
+    assert len(played) == 8 and all(t["harness"] == "pi" and t["node"] for t in played)
+    assert "FutureWarning" not in done.stderr

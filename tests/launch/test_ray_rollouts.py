@@ -56,7 +56,7 @@ EVAL = ["mode=eval", "family=arith", "lang=python", "tasks.eval_per_family=4", "
 
 @pytest.mark.parametrize("policy", ["oracle", "wrong"])
 def test_an_eval_on_ray_gives_the_local_pass_at_1(cluster: Cluster, tmp_path: Path, policy: str) -> None:
-    """Slow (about 70 s a policy on 2 cores, the cluster's start shared): a scripted
+    """Slow (about 1 minute a policy on 2 cores, the cluster's start shared): a scripted
     policy's eval played on the cluster's nodes scores exactly as the same eval played in
     the run's process (each episode's outcome, not only the mean), and its transcripts
     say which node played each episode: both nodes, the head none."""
@@ -76,7 +76,7 @@ def test_an_eval_on_ray_gives_the_local_pass_at_1(cluster: Cluster, tmp_path: Pa
 
 
 def test_a_node_that_cannot_run_the_sandbox_is_refused_before_the_run(cluster: Cluster, tmp_path: Path) -> None:
-    """Slow (about 40 s on 2 cores): a node whose sandbox cannot start (bubblewrap is not
+    """Slow (about 15 s on 2 cores): a node whose sandbox cannot start (bubblewrap is not
     on its PATH) is refused before any episode, in one paragraph naming the node, what
     it lacks and the fix (`make setup` there), exit 2, the run folder left empty."""
     node = cluster.add_node(
@@ -162,7 +162,7 @@ def test_training_on_ray_survives_a_node_killed_mid_step(cluster: Cluster, tmp_p
 
 @requires_pi
 def test_training_in_pi_on_ray_records_every_group_once(cluster: Cluster, tmp_path: Path) -> None:
-    """Slow (about 2.5 minutes on 2 cores): `mode=train harness=pi service=local
+    """Slow (about 5 minutes on 2 cores): `mode=train harness=pi service=local
     model=tiny-local rollouts=ray` trains two steps whose groups are Pi episodes played on
     the cluster's nodes (each node its own sandbox and Pi); every group is recorded once,
     each transcript Pi's and naming its node."""

@@ -146,7 +146,7 @@ def _tag(model: type[BaseModel]) -> str:
 
 
 # The groups whose options are variants with keys of their own.
-VARIANT_GROUPS = ("mode", "service", "sandbox")
+VARIANT_GROUPS = ("mode", "service", "sandbox", "rollouts")
 
 
 def undocumented_keys() -> list[str]:

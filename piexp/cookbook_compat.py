@@ -25,6 +25,11 @@ bump the pin here and in pyproject.toml.
    run's job.log) by a console handler whose level names are always ANSI-coloured, in a
    terminal as in a log file; piexp keeps its handlers and adds the cookbook's
    ``logs.log`` as a plain-text file beside them.
+5. **A group played elsewhere.** ``rl.train.main(rollout_executor=...)`` hands an executor
+   ``rollouts._run_rollout_sync`` and a ``rollouts._RolloutTask``; ``rollouts=ray``
+   (piexp/launch/ray_rollouts.py) sends the task, its group replaced by one that keeps its
+   records (``dataclasses.replace(task, env_group_builder=...)``), to a node, which calls
+   ``_run_rollout_sync`` on it (piexp/launch/ray_nodes.py).
 """
 
 from __future__ import annotations
@@ -70,6 +75,11 @@ HOOKS: tuple[Hook, ...] = (
          used_by="piexp/cookbook_compat.py item 4"),
     Hook("tinker_cookbook.utils.ml_log", "Logger.log_metrics", parameters=("self", "metrics", "step"),
          used_by="piexp/cookbook_compat.py item 4 (StepMetricsLogger)"),
+    Hook("tinker_cookbook.rl.rollouts", "_run_rollout_sync", parameters=("task",),
+         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_nodes.py)"),
+    Hook("tinker_cookbook.rl.rollouts", "_RolloutTask",
+         keywords=("sampling_client", "env_group_builder", "max_tokens", "temperature"),
+         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py)"),
 )  # fmt: skip
 
 

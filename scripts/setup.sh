@@ -36,7 +36,7 @@ if [ ! -f "$stamp" ]; then
   # torch first, pinned: 2.13.0 resolves to the local CPU wheel (about 1.6 GB) instead of
   # a 6 GB CUDA build; tinker-cookbook needs torch but piexp never runs it on a GPU here.
   .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[test,slurm]"
+  .venv/bin/python -m pip install -q -e ".[test,slurm,ray]"
   rm -f .venv/.piexp-setup-*
   touch "$stamp"
 fi

@@ -147,7 +147,8 @@ def verify_tasks(configs: Sequence[RunConfig]) -> None:
 
 def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> Path | None:
     """Everything a user can get wrong, checked before Hydra makes a folder: the config of
-    every job, its harness (importable, installed), the service key, a remote sandbox that refuses connections, and job
+    every job, its harness (importable, installed), the service key, a remote sandbox that refuses connections,
+    rollouts=ray without Ray or without a cluster at its address, and job
     folders that hold another run (refused, or moved aside with --replace). Returns the
     sweep folder of a sweep (None for a single run, or when only printing)."""
     jobs = planned_jobs(overrides, multirun=multirun)
@@ -177,6 +178,10 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
                 preflight_tinker(config.service.url, config.service.connect_timeout_s, url_key="service.url")
     for url in dict.fromkeys(config.sandbox.url for config in configs if config.sandbox.kind == "remote"):
         refuse_unreachable_remote(str(url))
+    from piexp.launch.ray_rollouts import refuse_unusable_rollouts
+
+    for rollouts in {config.rollouts.model_dump_json(): config.rollouts for config in configs}.values():
+        refuse_unusable_rollouts(rollouts)  # Ray not installed; an address no cluster answers at
     sweep_dir, folders = planned_folders(overrides, multirun, len(jobs))
     for line in guard_folders(folders, configs, replace=replace):
         print(f"piexp: {line}", file=sys.stderr)

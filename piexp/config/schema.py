@@ -9,7 +9,8 @@ __all__ = [
     "AdaptiveDifficultySettings", "CheckMode", "DifficultyPoolSettings", "EmbeddedSandboxSettings", "EvalMode",
     "Fraction", "LanguageSettings", "Limits", "LocalService", "ModelSettings", "PoolWeights", "RemoteSandboxSettings",
     "RewardSettings", "RewardWeights", "RunConfig", "SandboxSettings", "SelfhostedService", "ServiceSettings",
-    "TaskCounts", "TinkerService", "TrainMode", "WarmStartSettings", "HarnessSettings",
+    "TaskCounts", "TinkerService", "TrainMode", "WarmStartSettings", "HarnessSettings", "LocalRollouts",
+    "RayRollouts", "RolloutSettings",
 ]  # fmt: skip
 
 from typing import Annotated, Any, Literal
@@ -31,6 +32,7 @@ from piexp.config.base import StrictSettings as _Strict
 from piexp.config.capabilities import refuse_unsupported_algo
 from piexp.config.defaults import default_settings
 from piexp.config.episode_settings import LanguageSettings, Limits, RewardSettings, RewardWeights
+from piexp.config.rollouts import LocalRollouts, RayRollouts, RolloutSettings
 from piexp.config.modes import (
     AdaptiveDifficultySettings,
     CheckMode,
@@ -116,6 +118,7 @@ class RunConfig(_Strict):
     harness: HarnessSettings = Field(
         description="the agent that plays each episode (builtin: the reference environment)"
     )
+    rollouts: RolloutSettings = Field(description="where episodes are played: this process, or a Ray cluster's nodes")
     algo: AlgoSettings = Field(description="RL recipe (mode=train)")
     mode: Annotated[TrainMode | EvalMode | CheckMode, Field(discriminator="name")] = Field(
         description="train | eval | check, with the mode's settings"

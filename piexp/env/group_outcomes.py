@@ -15,13 +15,14 @@ from piexp.run_folder import RunFolder
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from tinker_cookbook.rl.types import Trajectory
 
-from piexp.env.group_wrappers import GradedGroup, Stage, workspace_group
+from piexp.env.group_wrappers import GradedGroup, RecordingStage, workspace_group
 from piexp.files import atomic_write_text, read_jsonl
 
 __all__ = ["OUTCOMES_FILE", "GroupOutcome", "OutcomeLog", "OutcomeRecord", "binary_outcome", "workspace_group"]
@@ -129,29 +130,35 @@ class OutcomeLog:
         return self.of_steps(step, step + 1)
 
 
+def group_outcome(group: GradedGroup) -> GroupOutcome:
+    """The record of a graded group (the gate's decision included, if it ran before)."""
+    workspace = group.workspace
+    gate = group.gate
+    return GroupOutcome(
+        step=group.step,
+        group=group.group,
+        task_id=workspace.task.task_id,
+        task_digest=workspace.task.task_digest,
+        family=workspace.task.family,
+        language=workspace.language,
+        outcomes=tuple(binary_outcome(trajectory) for trajectory in group.trajectories),
+        shaped_totals=None if gate is None else gate.shaped_totals,
+        dropped=None if gate is None else gate.dropped,
+    )
+
+
 @dataclass(frozen=True)
-class OutcomeRecord(Stage):
+class OutcomeRecord(RecordingStage):
     """Each graded group's binary outcomes (and the gate's decision, if it ran before this
     stage) into the run's `OutcomeLog`."""
 
     log: OutcomeLog
 
-    def __call__(self, group: GradedGroup) -> None:
-        workspace = group.workspace
-        gate = group.gate
-        self.log.record(
-            GroupOutcome(
-                step=group.step,
-                group=group.group,
-                task_id=workspace.task.task_id,
-                task_digest=workspace.task.task_digest,
-                family=workspace.task.family,
-                language=workspace.language,
-                outcomes=tuple(binary_outcome(trajectory) for trajectory in group.trajectories),
-                shaped_totals=None if gate is None else gate.shaped_totals,
-                dropped=None if gate is None else gate.dropped,
-            )
-        )
+    def recorder(self) -> Callable[[GradedGroup], GroupOutcome]:
+        return group_outcome
+
+    def commit(self, record: Any, played_on: str | None = None) -> None:
+        self.log.record(record)
 
     def resume_at(self, step: int) -> None:
         self.log.resume_at(step)

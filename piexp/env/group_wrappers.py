@@ -7,8 +7,10 @@ graded, and an episode runner keeps a group's envs with another."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
 
@@ -43,6 +45,15 @@ class GroupWrapper(EnvGroupBuilder):
 
     def logging_tags(self) -> list[str]:
         return self.inner.logging_tags()
+
+
+def with_sandbox(builder: EnvGroupBuilder, sandbox_url: str) -> EnvGroupBuilder:
+    """`builder` (inside any number of `GroupWrapper`s) with its episodes' programs run by
+    the sandbox at `sandbox_url`: a group played on another machine uses that machine's."""
+    if isinstance(builder, GroupWrapper):
+        return dataclasses.replace(builder, inner=with_sandbox(builder.inner, sandbox_url))
+    assert isinstance(builder, WorkspaceGroupBuilder), f"a training group is piexp's, not {type(builder)}"
+    return dataclasses.replace(builder, settings=dataclasses.replace(builder.settings, sandbox_url=sandbox_url))
 
 
 def workspace_group(builder: EnvGroupBuilder) -> WorkspaceGroupBuilder:
@@ -97,3 +108,21 @@ class Stage:
 
     def resume_at(self, step: int) -> None:
         pass
+
+
+class RecordingStage(Stage):
+    """A stage that records what it saw into the run's files and changes no reward. Its
+    work is split in two so that a group may be graded on another machine: `recorder`
+    (a picklable function of the graded group, run where the group was played) makes
+    the record, and `commit` (run where the run's files are, once for the group's one
+    accepted result) writes it; `played_on` names the machine that played it, if not
+    this one."""
+
+    def recorder(self) -> Callable[[GradedGroup], Any]:
+        raise NotImplementedError
+
+    def commit(self, record: Any, played_on: str | None = None) -> None:
+        raise NotImplementedError
+
+    def __call__(self, group: GradedGroup) -> None:
+        self.commit(self.recorder()(group))

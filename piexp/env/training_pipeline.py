@@ -21,20 +21,21 @@ ones (`Stage.resume_at`), which are trained again. A new training control is a `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 
 from piexp.config.schema import RunConfig
 from piexp.env.binary_gate import BinaryGate
 from piexp.env.group_outcomes import OutcomeLog, OutcomeRecord
-from piexp.env.group_wrappers import GradedGroup, GroupWrapper, Stage
+from piexp.env.group_wrappers import GradedGroup, GroupWrapper, RecordingStage, Stage
 from piexp.env.shuffled_rewards import ShuffledRewards
 from piexp.sandbox.availability import refuse_down_sandbox
 
-__all__ = ["TrainingDataset", "TrainingGroup", "training_chain"]
+__all__ = ["NodeGroup", "TrainingDataset", "TrainingGroup", "training_chain"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,44 @@ class TrainingGroup(GroupWrapper):
         graded = GradedGroup(self.step, self.group, self.inner, trajectory_group, env_group, rewards)
         for stage in self.stages:
             stage(graded)
+        return graded.rewards
+
+    def for_node(self) -> NodeGroup:
+        """This group as another machine plays it: every stage that changes rewards runs
+        there, each recording stage only makes its record there (`NodeGroup.records`),
+        for `commit` here."""
+        steps = tuple(stage.recorder() if isinstance(stage, RecordingStage) else stage for stage in self.stages)
+        return NodeGroup(inner=self.inner, step=self.step, group=self.group, steps=steps)
+
+    def commit(self, records: Sequence[Any], played_on: str | None) -> None:
+        """Write the records a `NodeGroup` of this group made (its accepted result's)."""
+        recording = [stage for stage in self.stages if isinstance(stage, RecordingStage)]
+        for stage, record in zip(recording, records, strict=True):
+            stage.commit(record, played_on)
+
+
+@dataclass(frozen=True)
+class NodeGroup(GroupWrapper):
+    """A `TrainingGroup` sent to another machine (picklable: no file, no lock): `steps`
+    are its stages, a recording stage's recorder in its place, whose records the group's
+    grading leaves in `records`, in the stages' order."""
+
+    step: int
+    group: int
+    steps: tuple[Stage | Callable[[GradedGroup], Any], ...]
+    records: list[Any] = field(default_factory=list, compare=False)
+
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        rewards = await self.inner.compute_group_rewards(trajectory_group, env_group)
+        graded = GradedGroup(self.step, self.group, self.inner, trajectory_group, env_group, rewards)
+        self.records.clear()
+        for step in self.steps:
+            if isinstance(step, Stage):
+                step(graded)
+            else:
+                self.records.append(step(graded))
         return graded.rewards
 
 

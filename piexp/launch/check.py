@@ -40,6 +40,7 @@ from piexp.errors import RunIncompleteError, UserError
 from piexp.harness.base import make_harness
 from piexp.languages import language as registered_language
 from piexp.launch.episodes import Episode, run_episodes
+from piexp.launch.ray_rollouts import episode_play
 from piexp.policies import make_policy
 from piexp.policies.rollout import EpisodeRecord
 from piexp.sandbox.availability import SandboxDown
@@ -227,7 +228,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
                 settings,
                 label="check" if config.harness.name == "builtin" else f"check ({config.harness.name})",
                 max_concurrency=check_settings(config).max_concurrency,
-                play=harness.play,
+                play=episode_play(config, harness.play, list(policies), tasks),
                 retries=config.sandbox.episode_retries,
             )
         except SandboxDown as down:

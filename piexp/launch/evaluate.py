@@ -37,6 +37,7 @@ from piexp.env.splits import RunSplits
 from piexp.errors import RunIncompleteError, UserError
 from piexp.harness.base import make_harness
 from piexp.launch.episodes import Episode, EpisodeKey, EpisodeLog, run_episodes
+from piexp.launch.ray_rollouts import episode_play
 from piexp.launch.eval_report import plot_heatmap, results_markdown, summary_table
 from piexp.policies import make_policy
 from piexp.policies.model import ModelServiceFailure
@@ -261,7 +262,13 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                     on_record=store,
                     # The builtin harness's episode is run_episode itself, named here so a
                     # test's stand-in for it replaces it.
-                    play=run_episode if config.harness.name == "builtin" else harness.play,
+                    play=episode_play(
+                        config,
+                        run_episode if config.harness.name == "builtin" else harness.play,
+                        [config.eval_policy],
+                        [*splits.train, *splits.eval],
+                        model_policy=policy if config.eval_policy == "model" else None,
+                    ),
                     retries=config.sandbox.episode_retries,
                 )
     except (SandboxDown, ModelServiceFailure) as failure:

@@ -33,6 +33,7 @@ from piexp.console import (
 from piexp.errors import UserError, deliver_interrupts_quietly, report_user_error
 from piexp.harness.base import refuse_unusable_harness
 from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
+from piexp.launch.ray_rollouts import close_rollouts, open_rollouts
 from piexp.launch.run import run_mode
 from piexp.launch.folder_guard import claim_job_folder
 from piexp.sweeps import JobInfo, job_failed, run_tracked
@@ -54,6 +55,9 @@ def run_job(cfg: DictConfig) -> float | None:
         config = validate(cfg)
         refuse_checkpoint_of_another_base_model(config)
         refuse_unusable_harness(config)  # e.g. before `make setup`
+        # rollouts=ray: the cluster joined (or started) and its nodes checked, before
+        # anything is written.
+        open_rollouts(config, run_dir)
         # Nothing is written into the folder before this: it may hold another run.
         for line in claim_job_folder(run_dir, cfg, config):
             print(f"piexp: {line}", file=sys.stderr)
@@ -83,6 +87,7 @@ def run_job(cfg: DictConfig) -> float | None:
               f"hydra.run.dir={run_dir}", file=sys.stderr)  # fmt: skip
         sys.exit(130)
     finally:
+        close_rollouts()
         detach_job_log()  # the next job of this process (a sequential sweep) logs into its own folder
         set_job_label(None)
 

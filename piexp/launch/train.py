@@ -122,6 +122,7 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
     from piexp.cookbook_compat import extra_step_metrics
     from piexp.harness.base import close_run_harnesses
     from piexp.env.task_sampler import TrainingControls
+    from piexp.launch.ray_rollouts import group_executor
     from piexp.launch.rl_record import write_rl_record
     from piexp.launch.train_transcripts import TrainRecorder
     from piexp.transcripts.store import TRAIN_TRANSCRIPTS
@@ -139,8 +140,14 @@ def run_train(config: RunConfig, run_dir: Path, sandbox_url: str) -> None:
             with ProgressReport("training", config.mode.max_steps, unit="steps", live=False) as progress:
                 lines = show_steps_as_lines(run_dir, progress)
                 try:
-                    with extra_step_metrics(lambda step: control_metrics(run_dir, step)):
-                        await rl_train.main(train_config)
+                    executor = group_executor(config)  # rollouts=ray: each group on a node
+
+                    def step_metrics(step: int) -> dict[str, float]:
+                        rollouts = executor.ledger.step_metrics(step) if executor is not None else {}
+                        return {**control_metrics(run_dir, step), **rollouts}
+
+                    with extra_step_metrics(step_metrics):
+                        await rl_train.main(train_config, rollout_executor=executor)
                 finally:
                     logging.getLogger(COOKBOOK_TABLE_LOGGER).removeFilter(lines)
             write_summary(run_dir)

@@ -12,20 +12,24 @@ and recorded anew."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import chz
 
-from piexp.config.schema import RunConfig
-from piexp.env.episode import EpisodeEnvFactory
+from tinker_cookbook.renderers import Renderer
+from tinker_cookbook.rl.types import Env
+
+from piexp.config.schema import HarnessSettings, RunConfig
+from piexp.env.episode import EpisodeEnvFactory, EpisodeSettings
 from piexp.harness.base import run_harness
 
 from piexp.env.dataset import WorkspaceDatasetBuilder
-from piexp.env.group_wrappers import GradedGroup, Stage
+from piexp.env.group_wrappers import GradedGroup, RecordingStage, Stage
 from piexp.policies.rollout import EpisodeRecord, fill_record
+from piexp.tasks import Task
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, TranscriptWriter
 
 TRAIN_POLICY = "model"  # the policy name a training episode is recorded under
@@ -79,41 +83,66 @@ class TrainRecorder:
             writer.close()
 
 
+def group_transcripts(group: GradedGroup) -> tuple[int, list[dict[str, Any]]]:
+    """A graded group's step and its episodes' transcripts, with the rewards the stages
+    before the recording left (what the episodes are trained on)."""
+    workspace = group.workspace
+    task, language = workspace.task, workspace.language
+    transcripts = []
+    _steps, totals = group.step_and_totals()
+    for sample, (trajectory, env, total) in enumerate(zip(group.trajectories, group.envs, totals, strict=True)):
+        played = getattr(env, "played", None)
+        if isinstance(played, EpisodeRecord):
+            # A harness's episode (Pi) carries its own record, graded from its trace.
+            record = dataclasses.replace(played, sample=sample)
+        else:
+            record = EpisodeRecord.of(TRAIN_POLICY, task, language, sample)
+            fill_record(record, trajectory, total, env, task, workspace.settings)
+        assert record.transcript is not None
+        record.transcript["sample"] = sample
+        transcripts.append(
+            {
+                **record.transcript,
+                "iteration": group.step,
+                "group": group.group,
+                "trained_reward": total,
+                "task_digest": task.task_digest,
+            }
+        )
+    return group.step, transcripts
+
+
 @dataclass(frozen=True)
-class TranscriptRecord(Stage):
-    """Each graded group's transcripts, with the rewards the stages before it left (what
-    the episodes are trained on), into the file at `path`."""
+class TranscriptRecord(RecordingStage):
+    """Each graded group's transcripts into the file at `path`; one played on another
+    machine says which (`node`)."""
 
     path: str
 
-    def __call__(self, group: GradedGroup) -> None:
-        workspace = group.workspace
-        task, language = workspace.task, workspace.language
-        transcripts = []
-        _steps, totals = group.step_and_totals()
-        for sample, (trajectory, env, total) in enumerate(zip(group.trajectories, group.envs, totals, strict=True)):
-            played = getattr(env, "played", None)
-            if isinstance(played, EpisodeRecord):
-                # A harness's episode (Pi) carries its own record, graded from its trace.
-                record = dataclasses.replace(played, sample=sample)
-            else:
-                record = EpisodeRecord.of(TRAIN_POLICY, task, language, sample)
-                fill_record(record, trajectory, total, env, task, workspace.settings)
-            assert record.transcript is not None
-            record.transcript["sample"] = sample
-            transcripts.append(
-                {
-                    **record.transcript,
-                    "iteration": group.step,
-                    "group": group.group,
-                    "trained_reward": total,
-                    "task_digest": task.task_digest,
-                }
-            )
-        TrainRecorder.write(self.path, group.step, transcripts)
+    def recorder(self) -> Callable[[GradedGroup], tuple[int, list[dict[str, Any]]]]:
+        return group_transcripts
+
+    def commit(self, record: Any, played_on: str | None = None) -> None:
+        step, transcripts = record
+        if played_on is not None:
+            transcripts = [{**transcript, "node": played_on} for transcript in transcripts]
+        TrainRecorder.write(self.path, step, transcripts)
 
     def resume_at(self, step: int) -> None:
         TrainRecorder.resume_at(self.path, step)
+
+
+@dataclass(frozen=True)
+class HarnessTrainingEnv:
+    """A harness's `training_env` as the groups carry it: by the harness's settings, so
+    that a group pickles (rollouts=ray); it plays through this process's run harness."""
+
+    harness: HarnessSettings
+
+    def __call__(
+        self, task: Task, language: str, settings: EpisodeSettings, renderer: Renderer, *, evaluation: bool
+    ) -> Env:
+        return run_harness(self.harness).training_env(task, language, settings, renderer, evaluation=evaluation)
 
 
 @chz.chz
@@ -132,4 +161,5 @@ class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
     def episode_env(self, config: RunConfig) -> EpisodeEnvFactory:
         if config.harness.name == "builtin":
             return super().episode_env(config)
-        return run_harness(config.harness).training_env
+        run_harness(config.harness)  # refused here, with the fix named, if it cannot run
+        return HarnessTrainingEnv(config.harness)

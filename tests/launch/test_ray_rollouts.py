@@ -1,0 +1,178 @@
+"""`rollouts=ray` on a real multi-node Ray cluster on this machine (ray.cluster_utils:
+a head that plays nothing and two piexp nodes of one CPU each, with the `piexp_node`
+resource), shared by the module's tests and shut down after them. Each run is the real
+command line in a subprocess joining that cluster by its address."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from tests.harness.conftest import requires_pi  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+NODE_RESOURCE = "piexp_node"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A head without the piexp resource (it plays nothing) and two piexp nodes."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def piexp(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
+    return subprocess.run(
+        [sys.executable, "-m", "piexp", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def transcripts(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+EVAL = ["mode=eval", "family=arith", "lang=python", "tasks.eval_per_family=4", "mode.preflight=false"]
+
+
+@pytest.mark.parametrize("policy", ["oracle", "wrong"])
+def test_an_eval_on_ray_gives_the_local_pass_at_1(cluster: Cluster, tmp_path: Path, policy: str) -> None:
+    """Slow (about 1 minute a policy on 2 cores, the cluster's start shared): a scripted
+    policy's eval played on the cluster's nodes scores exactly as the same eval played in
+    the run's process (each episode's outcome, not only the mean), and its transcripts
+    say which node played each episode: both nodes, the head none."""
+    results = {}
+    for rollouts in ("local", "ray"):
+        run_dir = tmp_path / rollouts
+        extra = [f"rollouts.address={cluster.address}"] if rollouts == "ray" else []
+        done = piexp(*EVAL, f"policy={policy}", f"rollouts={rollouts}", *extra, f"hydra.run.dir={run_dir}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[rollouts] = json.loads((run_dir / "results.json").read_text())
+    assert results["ray"]["overall"]["pass@1"] == results["local"]["overall"]["pass@1"]
+    assert results["ray"]["overall"]["pass@1"] == (1.0 if policy == "oracle" else 0.0)
+    assert results["ray"]["per_task"] == results["local"]["per_task"]
+    nodes = {transcript["node"] for transcript in transcripts(tmp_path / "ray" / "transcripts.jsonl.gz")}
+    assert len(nodes) == 2, nodes
+    assert all("node" not in transcript for transcript in transcripts(tmp_path / "local" / "transcripts.jsonl.gz"))
+
+
+def test_a_node_that_cannot_run_the_sandbox_is_refused_before_the_run(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 15 s on 2 cores): a node whose sandbox cannot start (bubblewrap is not
+    on its PATH) is refused before any episode, in one paragraph naming the node, what
+    it lacks and the fix (`make setup` there), exit 2, the run folder left empty."""
+    node = cluster.add_node(
+        num_cpus=1, resources={"piexp_unfit": 1}, env_vars={"PATH": str(Path(sys.executable).parent)}
+    )
+    try:
+        run_dir = tmp_path / "run"
+        done = piexp(*EVAL, "policy=oracle", "rollouts=ray", f"rollouts.address={cluster.address}",
+                     "rollouts.node_resource=piexp_unfit", f"hydra.run.dir={run_dir}")  # fmt: skip
+    finally:
+        cluster.remove_node(node)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (
+        "Ray node " in done.stderr
+        and "cannot play this run's episodes: bubblewrap (bwrap) is not on its PATH" in done.stderr
+    )
+    assert "make setup" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists() or not list(run_dir.iterdir())
+
+
+def _playing_node(cluster: Cluster) -> Any:
+    """A piexp node whose worker is playing a training group now (Ray titles a worker
+    process by the task it runs), or None."""
+    import psutil
+
+    for node in cluster.worker_nodes:
+        raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+        for child in raylet.children(recursive=True):
+            try:
+                if child.cmdline()[:1] and child.cmdline()[0].startswith("ray::play_group_on_node"):
+                    return node
+            except psutil.Error:
+                continue
+    return None
+
+
+TRAIN = [
+    "service=local", "model=tiny-local", "family=arith", "lang=python", "tasks.train_per_family=4",
+    "tasks.eval_per_family=1", "mode.group_size=2", "mode.groups_per_batch=2", "mode.save_every=1",
+    "mode.eval_every=0", "mode.preflight=false", "limits.max_turns=2", "limits.max_generation_tokens=64",
+    "mode.max_steps=2", "rollouts=ray",
+]  # fmt: skip
+
+
+def test_training_on_ray_survives_a_node_killed_mid_step(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 2.5 minutes on 2 cores: the local server's start and two steps of
+    tiny-local): `mode=train service=local model=tiny-local rollouts=ray` trains two
+    steps on the cluster while one piexp node is SIGKILLed as it plays a group of step 0.
+    The run finishes with complete records: every (step, group) graded and recorded
+    exactly once, each episode's transcript once and naming its node, and the lost
+    attempt counted in step 0's metrics (3 attempts for 2 groups), none in step 1's."""
+    import time
+
+    run_dir = tmp_path / "run"
+    env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
+    command = [sys.executable, "-m", "piexp", *TRAIN, f"rollouts.address={cluster.address}", f"hydra.run.dir={run_dir}"]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) as run:
+        deadline = time.monotonic() + 400
+        victim = None
+        while victim is None and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            victim = _playing_node(cluster)
+        assert victim is not None, "no node was seen playing a group"
+        cluster.remove_node(victim, allow_graceful=False)  # SIGKILL to every process of the node
+        try:
+            _, stderr = run.communicate(timeout=600)
+        finally:
+            cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})  # the module's cluster, whole again
+    assert run.returncode == 0, stderr[-4000:]
+    outcomes = [json.loads(line) for line in (run_dir / "group_outcomes.jsonl").read_text().splitlines()]
+    assert sorted((line["step"], line["group"]) for line in outcomes) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    played = transcripts(run_dir / "train_transcripts.jsonl.gz")
+    positions = sorted((t["iteration"], t["group"], t["sample"]) for t in played)
+    assert positions == [(step, group, sample) for step in (0, 1) for group in (0, 1) for sample in (0, 1)]
+    assert all(t["node"] for t in played)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = {row["step"]: row for row in rows if "rollouts/attempts" in row}
+    assert steps[0]["rollouts/groups"] == 2 and steps[0]["rollouts/attempts"] == 3
+    assert steps[0]["rollouts/attempts_lost"] == 1 and steps[0]["rollouts/copies_dropped"] == 0
+    assert steps[1]["rollouts/attempts"] == 2 and steps[1]["rollouts/attempts_lost"] == 0
+    assert "was lost with its node; playing it again" in stderr
+
+
+@requires_pi
+def test_training_in_pi_on_ray_records_every_group_once(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 5 minutes on 2 cores): `mode=train harness=pi service=local
+    model=tiny-local rollouts=ray` trains two steps whose groups are Pi episodes played on
+    the cluster's nodes (each node its own sandbox and Pi); every group is recorded once,
+    each transcript Pi's and naming its node."""
+    run_dir = tmp_path / "run"
+    done = piexp(*TRAIN, "harness=pi", "limits.max_turns=4", "limits.max_generation_tokens=512",
+                 "harness.options.wall_time_s=600", f"rollouts.address={cluster.address}",
+                 f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    outcomes = [json.loads(line) for line in (run_dir / "group_outcomes.jsonl").read_text().splitlines()]
+    assert sorted((line["step"], line["group"]) for line in outcomes) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    played = transcripts(run_dir / "train_transcripts.jsonl.gz")
+    assert len(played) == 8 and all(t["harness"] == "pi" and t["node"] for t in played)
+    assert "FutureWarning" not in done.stderr

@@ -10,12 +10,12 @@ Limits: `limits.max_turns` model calls and `limits.max_tool_calls` tool calls pe
 episode (a request past either is refused, Pi stops, and the episode is graded with that
 stop reason, as in the reference environment); `options.wall_time_s` of wall time, past
 which Pi is killed. Killed while a command the model gave Pi's shell was still running,
-the episode is the model's: graded with stop reason `wall_time`; so is a Pi that died
-while running the model's command (`harness_died`: it killed Pi, or took all of the
-episode's memory). A Pi that was killed at
-the wall limit otherwise (Pi itself hung, or its endpoint did not answer), exited without
-finishing its run (a crash, a dead endpoint) or could not be started is piexp's failure,
-not the policy's: the record is an infrastructure failure, played again, never scored.
+the episode is the model's: graded with stop reason `wall_time`. The model's commands
+run in sandboxes of their own (piexp.harness.pi.commands): they cannot kill Pi, write
+its memory or take its memory, so a Pi that was killed at the wall limit otherwise (Pi
+itself hung, or its endpoint did not answer), exited without finishing its run (a
+crash, a dead endpoint) or could not be started is piexp's failure, not the policy's:
+the record is an infrastructure failure, played again, never scored.
 """
 
 from __future__ import annotations
@@ -259,11 +259,6 @@ class PiHarness(Harness):
             # The model's own command outlived the episode (Pi's shell has no time limit
             # of its own): the episode's outcome, graded with what it did before.
             limit = "wall_time"
-        elif not run.timed_out and not trace.ended and pending is None and trace.running_tool is not None:
-            # Pi died while running the model's command (`kill $PPID`, a program that took
-            # all the episode's memory): the model's doing, so graded, never replayed
-            # unscored (a model must not be able to opt out of its reward).
-            limit = "harness_died"
         if run.error is not None:
             problem = f"the sandbox could not run Pi: {run.error}"
         elif run.timed_out and limit != "wall_time":
@@ -335,19 +330,25 @@ class PiHarness(Harness):
 
 
 def _limited(responder: Responder, settings: EpisodeSettings) -> Responder:
-    """`responder` under the episode's turn and tool-call limits (counted in the history
-    Pi sends: its assistant messages and their tool calls)."""
+    """`responder` under the episode's turn and tool-call limits, counted both in the
+    history a request carries and at the endpoint (every request answered so far in the
+    episode, and the tool calls of those answers), whoever sent it: a request with a
+    short history of its own is answered no further past the limits than Pi's."""
     limits = settings.limits
+    answered = {"turns": 0, "calls": 0}
 
     async def respond(body: dict[str, Any]) -> dict[str, Any]:
         messages = list(body.get("messages") or [])
         turns = sum(1 for m in messages if m.get("role") == "assistant")
         calls = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
-        if turns >= limits.max_turns:
+        if max(turns, answered["turns"]) >= limits.max_turns:
             raise LimitReached("max_turns")
-        if calls >= limits.max_tool_calls:
+        if max(calls, answered["calls"]) >= limits.max_tool_calls:
             raise LimitReached("max_tool_calls")
-        return await responder(body)
+        answered["turns"] += 1
+        answer = await responder(body)
+        answered["calls"] += len(answer.get("tool_calls") or [])
+        return answer
 
     return respond
 

@@ -46,7 +46,7 @@ from piexp.config.schema import HarnessSettings, LanguageSettings, Limits, Rewar
 from piexp.env.episode import EpisodeSettings, get_run_renderer
 from piexp.harness.base import make_harness
 from piexp.harness.pi.install import find_install, locked_versions
-from piexp.config.schema import SandboxSettings
+from piexp.config.backends import EmbeddedSandboxSettings
 from piexp.launch.sandbox import run_sandbox
 from piexp.policies import make_policy
 from piexp.policies.rollout import run_episode
@@ -142,7 +142,7 @@ def main() -> None:
     renderer = get_run_renderer(*MODEL)
     oracle = make_policy("oracle", renderer, tasks)
     rows = []
-    sandbox = default_settings("sandbox", SandboxSettings).model_copy(update={"launcher": "bwrap"})
+    sandbox = default_settings("sandbox", EmbeddedSandboxSettings, "embedded").model_copy(update={"launcher": "bwrap"})
     with run_sandbox(sandbox) as url:
         settings = EpisodeSettings(
             model_name=MODEL[1], renderer_name=MODEL[0], languages=LANGUAGES,

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piexp.harness.pi.commands import COMMAND_SOCKET_NAME, CommandServer, command_env
-from piexp.harness.pi.install import PiInstall
+from piexp.harness.pi.install import COMPILE_CACHE, PI_ROOT, PiInstall
 from piexp.sandbox.isolation.layout import SANDBOX_PATH, root_layout
 from piexp.sandbox.isolation.rlimits import Limits
 from piexp.sandbox.launchers.base import Launch, Launcher
@@ -52,7 +52,6 @@ from piexp.sandbox.runner import Runner
 from piexp.sandbox.settings import SandboxSettings
 from piexp.sandbox.timings import Timings
 
-PI_ROOT = "/opt/pi"
 FORWARDER = "/opt/piexp/forward.cjs"
 BIN_DIR = "/opt/piexp/bin"
 ENDPOINT_DIR = "/run/piexp"
@@ -195,6 +194,8 @@ class PiSandbox:
         env = {
             "PATH": f"{BIN_DIR}:{SANDBOX_PATH}",
             "PI_CODING_AGENT_DIR": AGENT_DIR,
+            # Filled at install (install.fill_compile_cache); read-only, as /opt/pi is.
+            "NODE_COMPILE_CACHE": f"{PI_ROOT}/{COMPILE_CACHE}",
             "PIEXP_ENDPOINT_SOCKET": ENDPOINT_SOCKET,  # read and removed by forward.cjs
             "PIEXP_ENDPOINT_PORT": str(ENDPOINT_PORT),
         }

@@ -16,7 +16,7 @@ program Pi runs adds its own, as a builtin episode's program does). Both harness
 their programs with a bwrap per run (the zygote's runs would be reaped outside this
 process tree, their CPU uncounted).
 
-    python bench/harness.py [--episodes 16]
+    python bench/harness.py [--episodes 16] [--concurrency 1 4 8] [--node-starts 10]
 
 Read it as: CPU per episode is the steady figure (rates move with whatever else the
 machine runs); the Pi column is what one Pi process holds while it runs.
@@ -134,6 +134,8 @@ async def _pass(name, episodes, concurrency):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=16, help="oracle episodes per pass")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8], help="episodes at once, a pass each")
+    parser.add_argument("--node-starts", type=int, default=10, help="`node -e 0` starts measured")
     args = parser.parse_args()
     install = find_install(locked_versions()["pi"])
     if install is None:
@@ -151,7 +153,7 @@ def main() -> None:
         episodes = [(oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.episodes)]
         server = _server_pid(url)
         for name in ("builtin", "pi"):
-            for concurrency in (1, 4, 8):
+            for concurrency in args.concurrency:
                 cpu0, server0, wall0 = _own_cpu(), (_cpu_of(server) if server else 0.0), time.perf_counter()
                 with _PeakMemory() as memory:
                     asyncio.run(_pass(name, episodes, concurrency))
@@ -161,7 +163,7 @@ def main() -> None:
                 peak = (sum(peaks) / len(peaks), max(peaks)) if peaks else None
                 rows.append((name, concurrency, args.episodes / wall, cpu / args.episodes, peak))
     starts = []
-    for _ in range(10):
+    for _ in range(args.node_starts):
         cpu0, wall0 = _own_cpu(), time.perf_counter()
         subprocess.run([str(install.node), "-e", "0"], check=True)
         starts.append((time.perf_counter() - wall0, _own_cpu() - cpu0))

@@ -22,9 +22,12 @@ Read it as: CPU per episode is the steady figure (rates move with whatever else 
 machine runs); the Pi column is what one Pi process holds while it runs.
 A Pi episode costs about 30x the CPU of a builtin one at concurrency 1 (more at 8, where
 a builtin episode's share of its server falls), almost all of it Pi's own start and
-module loading (node alone starts in about 25-30 ms of CPU; `pi --version` takes 0.34 s
-of CPU with an empty compile cache, 0.25 s with a warm one, which each episode's fresh
-/tmp does not keep), and holds about 107 MB while it runs.
+module loading (node alone starts in about 25-30 ms of CPU), and holds about 107 MB while
+it runs. Pi starts from node's compile cache, filled at install (docs/harness.md): on the
+2-core VM (2026-12-05, --episodes 8, other runs sharing the machine) a Pi episode took
+1.05-1.20 s of CPU with it against 1.53-2.00 s without (the cache in each episode's
+fresh /tmp, as before), and each of the model's commands, a sandbox of its own, adds a
+bwrap and a node start of Pi's shell.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def heavy_imports(args: list[str], cwd: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=REPEATS, help="starts per command (the median is shown)")
-    args = parser.parse_args()
+    options = parser.parse_args()
     with tempfile.TemporaryDirectory() as cwd:
         cases = {
             "python -c pass (baseline)": ([sys.executable, "-c", "pass"], None),
@@ -61,12 +61,12 @@ def main() -> None:
             "piexp lang=cobol (validation error)": ([sys.executable, "-m", "piexp", "lang=cobol"], ["lang=cobol"]),
             "piexp --help": ([sys.executable, "-m", "piexp", "--help"], ["--help"]),
         }
-        table = Table(title=f"piexp start-up (median of {args.repeats})")
+        table = Table(title=f"piexp start-up (median of {options.repeats})")
         for column in ("command", "seconds", "x bare python", "heavy modules imported"):
             table.add_column(column)
         base = None
         for name, (argv, args) in cases.items():
-            seconds = timed(argv, cwd, args.repeats)
+            seconds = timed(argv, cwd, options.repeats)
             base = base or seconds
             heavy = heavy_imports(args, cwd) if args is not None else []
             table.add_row(name, f"{seconds:.3f}", f"{seconds / base:.1f}", ", ".join(heavy) or "none")

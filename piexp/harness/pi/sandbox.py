@@ -265,8 +265,24 @@ class PiSandbox:
         if isinstance(prepared, RunCodeResponse):
             return PiRun(None, b"", b"", False, False, {}, error=str(prepared.message or prepared))
         launch: Launch = prepared
+        commands = self.command_server(launch, endpoint_dir, memory_mb=memory_mb, limits=limits,
+                                       wall_time_s=wall_time_s)  # fmt: skip
+        try:
+            await commands.start()
+            return await self._execute(launch, files, limits, wall_time_s)
+        finally:
+            await asyncio.shield(commands.close())
+            await asyncio.shield(self.launcher.dispose(launch))
+
+    def command_server(
+        self, launch: Launch, endpoint_dir: str, *, memory_mb: int, limits: Limits, wall_time_s: float
+    ) -> CommandServer:
+        """The command socket of Pi's sandbox `launch` (in `endpoint_dir`, at
+        /run/piexp/commands.sock inside): every command Pi's shell sends runs in a sandbox
+        of its own with Pi's workspace, never in Pi's (commands.py). Started by the caller
+        before Pi, closed after."""
         assert launch.run is not None
-        commands = CommandServer(
+        return CommandServer(
             self.launcher,
             os.path.join(endpoint_dir, COMMAND_SOCKET_NAME),
             launch.run.work,
@@ -276,12 +292,6 @@ class PiSandbox:
             limits=limits,
             wall_time_s=wall_time_s,
         )
-        try:
-            await commands.start()
-            return await self._execute(launch, files, limits, wall_time_s)
-        finally:
-            await asyncio.shield(commands.close())
-            await asyncio.shield(self.launcher.dispose(launch))
 
     async def _execute(self, launch: Launch, files: dict[str, str], limits: Limits, wall_time_s: float) -> PiRun:
         host = self.runner.host

@@ -52,6 +52,8 @@ def test_every_bench_is_smoke_run_or_imported() -> None:
 
 @pytest.mark.parametrize("name", sorted(SMOKE_RUNS))
 def test_the_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
+    """The bench runs to its end against today's piexp and records its figures (a bench
+    that no longer runs is found here, not by the next person who needs its numbers)."""
     if name == "harness" and find_install(locked_versions()["pi"]) is None:
         pytest.skip("Pi is not installed in piexp's cache here (make setup installs it)")
     if name in ("sandbox_warm_probe", "namespace_cost") and os.geteuid() != 0:
@@ -67,6 +69,7 @@ def test_the_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", IMPORTED_ONLY)
 def test_the_bench_imports(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bench too slow to run here still imports: every name it takes from piexp exists."""
     monkeypatch.syspath_prepend(str(BENCH))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None

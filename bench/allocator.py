@@ -169,7 +169,7 @@ def _engine(way: str, python: Path, launcher: Path, model: Path, repeats: int) -
     config = LocalServer(python=python, base_model=str(model), state_dir=launcher.parent).backend_config()
     try:
         return run_server_script(
-            ENGINE, [model, json.dumps(config), repeats], tag="FIGURES", python=python, launcher=launcher,
+            ENGINE, [str(model), json.dumps(config), str(repeats)], tag="FIGURES", python=python, launcher=launcher,
             env={**compilation_cache_env(default_compilation_cache_dir()), **_allocator(way)},
         )  # fmt: skip
     except ServerScriptError as error:
@@ -217,7 +217,9 @@ def main(argv: list[str]) -> int:
         table.add_column(column, justify="right" if column != "call" else "left")
     identical = True
     for name in runs[WAYS[0]][0]:
-        cells, medians, digests = [], [], set()
+        cells: list[str] = []
+        medians: list[float] = []
+        digests: set[str] = set()
         for way in WAYS:
             walls = [w for run in runs[way] for w in run[name]["walls"]]
             user = statistics.mean(run[name]["user"] for run in runs[way])

@@ -22,15 +22,18 @@ program does). The slot table: a warm slot's Pi's resident set (VmRSS) after eve
 their programs with a bwrap per run (the zygote's runs would be reaped outside this
 process tree, their CPU uncounted).
 
-    python bench/harness.py [--episodes 16] [--slot-episodes 300]
+    python bench/harness.py [--episodes 16] [--concurrency 1 4 8] [--slot-episodes 300] [--node-starts 10]
 
 Read it as: CPU per episode is the steady figure (rates move with whatever else the
 machine runs); the Pi column is what one Pi process holds while it runs.
 A Pi episode costs about 30x the CPU of a builtin one at concurrency 1 (more at 8, where
 a builtin episode's share of its server falls), almost all of it Pi's own start and
-module loading (node alone starts in about 25-30 ms of CPU; `pi --version` takes 0.34 s
-of CPU with an empty compile cache, 0.25 s with a warm one, which each episode's fresh
-/tmp does not keep), and holds about 107 MB while it runs.
+module loading (node alone starts in about 25-30 ms of CPU), and holds about 107 MB while
+it runs. Pi starts from node's compile cache, filled at install (docs/harness.md): on the
+2-core VM (2026-12-05, --episodes 8, other runs sharing the machine) a Pi episode took
+1.05-1.20 s of CPU with it against 1.53-2.00 s without (the cache in each episode's
+fresh /tmp, as before), and each of the model's commands, a sandbox of its own, adds a
+bwrap and a node start of Pi's shell.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from piexp.config.schema import HarnessSettings, LanguageSettings, Limits, Rewar
 from piexp.env.episode import EpisodeSettings, get_run_renderer
 from piexp.harness.base import make_harness
 from piexp.harness.pi.install import find_install, locked_versions
-from piexp.config.schema import EmbeddedSandboxSettings
+from piexp.config.backends import EmbeddedSandboxSettings
 from piexp.launch.sandbox import run_sandbox
 from piexp.policies import make_policy
 from piexp.policies.rollout import run_episode
@@ -186,6 +189,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=16, help="oracle episodes per pass")
     parser.add_argument("--slot-episodes", type=int, default=300, help="episodes through one warm slot")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8], help="episodes at once, a pass each")
+    parser.add_argument("--node-starts", type=int, default=10, help="`node -e 0` starts measured")
     args = parser.parse_args()
     install = find_install(locked_versions()["pi"])
     if install is None:
@@ -203,7 +208,7 @@ def main() -> None:
         episodes = [(oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.episodes)]
         server = _server_pid(url)
         for name in ("builtin", "pi", "pi-warm"):
-            for concurrency in (1, 4, 8):
+            for concurrency in args.concurrency:
                 with _PeakMemory() as memory:
                     cpu, wall = asyncio.run(_pass(name, episodes, concurrency, server))
                 peaks = [kb / 1024 for kb in memory.peaks.values()]
@@ -214,7 +219,7 @@ def main() -> None:
         ]
         slot_points, slot_cpu, slot_rate = asyncio.run(_slot_memory(slot_episodes))
     starts = []
-    for _ in range(10):
+    for _ in range(args.node_starts):
         cpu0, wall0 = _own_cpu(), time.perf_counter()
         subprocess.run([str(install.node), "-e", "0"], check=True)
         starts.append((time.perf_counter() - wall0, _own_cpu() - cpu0))

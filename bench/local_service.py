@@ -143,7 +143,7 @@ def _floor_seconds(venv: Path, model: Path, sequences: Path) -> float:
     server = LocalServer(python=venv_python(venv), base_model=str(model), state_dir=sequences.parent)
     config = {**server.backend_config(), "max_lora_rank": 8}
     figures = run_server_script(
-        FLOOR, [model, json.dumps(config), sequences], tag="FLOOR", python=venv_python(venv),
+        FLOOR, [str(model), json.dumps(config), str(sequences)], tag="FLOOR", python=venv_python(venv),
         patches=("needed_logprobs", "lora_matmuls", "blocked_attention", "untrained_lora"),
         env={**os.environ, "JAX_PLATFORMS": "cpu", **allocator_env()[0]},
     )  # fmt: skip

@@ -90,7 +90,7 @@ class RecordingConsole(Console):
         self.tables: list[Table] = []
         self.lines: list[str] = []
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def print(self, *objects: Any, **kwargs: Any) -> None:
         for item in objects:
             if isinstance(item, Table):
                 self.tables.append(item)
@@ -104,10 +104,14 @@ def record(
     tables: list[Any],
     notes: list[str] | tuple[str, ...] = (),
     command: str | None = None,
-    results: Path = RESULTS,
+    results: Path | None = None,
 ) -> Path:
     """Append this run's record for the bench at `bench_file` (pass `__file__`); return
-    the results file. `tables`: rich Tables or dicts with `title`, `columns`, `rows`."""
+    the results file. `tables`: rich Tables or dicts with `title`, `columns`, `rows`.
+    `results`: the folder, by default $PIEXP_BENCH_RESULTS (a smoke run's scratch
+    folder: tests/test_bench_smoke.py), else bench/results."""
+    if results is None:
+        results = Path(os.environ.get("PIEXP_BENCH_RESULTS") or RESULTS)
     name = Path(bench_file).stem
     entry = {
         "bench": name,

@@ -106,8 +106,8 @@ def render(bench: Path = BENCH, results: Path = RESULTS) -> str:
     sections.append("## The benchmarks\n")
     for path in benches:
         body = docstring(path)
-        entry = latest.get(path.stem)
-        figures = render_record(entry) if entry else "*No record yet*: run the bench to make one."
+        found = latest.get(path.stem)
+        figures = render_record(found) if found else "*No record yet*: run the bench to make one."
         sections.append(f"### `bench/{path.name}`\n\n{body}\n\n{figures}\n")
     sections.append("## The benches' shared code\n")
     for name in HELPERS:

@@ -43,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -84,7 +85,7 @@ def _instrument_sandbox() -> None:
     span), so the bench can tell the server's time from the client's and the transport's."""
     original = sandbox_client_module.SandboxClient.run
 
-    async def timed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    async def timed(self, *args, **kwargs):
         start = time.perf_counter()
         try:
             return await original(self, *args, **kwargs)
@@ -96,7 +97,7 @@ def _instrument_sandbox() -> None:
     sandbox_client_module.SandboxClient.run = timed  # type: ignore[method-assign]
     post = httpx.AsyncClient.post
 
-    async def post_with_spans(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    async def post_with_spans(self, *args, **kwargs):
         response = await post(self, *args, **kwargs)
         box = _sandbox_s.get()
         if box is not None:
@@ -116,7 +117,7 @@ def _instrument_episodes() -> None:
     strategies import at each call) starts and ends."""
     original = cookbook_rollouts.do_single_rollout
 
-    async def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+    async def timed(*args, **kwargs):
         start = time.perf_counter()
         try:
             return await original(*args, **kwargs)
@@ -125,7 +126,7 @@ def _instrument_episodes() -> None:
             if spans is not None:
                 spans.append((start, time.perf_counter()))
 
-    cookbook_rollouts.do_single_rollout = timed  # type: ignore[assignment]
+    cookbook_rollouts.do_single_rollout = timed
 
 
 def _instrument_recording() -> None:
@@ -133,10 +134,10 @@ def _instrument_recording() -> None:
     `run_episode(record_transcript=True)`; train: the recording group's `fill_record`,
     its grading included, which only the recording does there) and writing it."""
 
-    def timed(owner, name: str) -> None:  # type: ignore[no-untyped-def]
+    def timed(owner, name: str) -> None:
         original = getattr(owner, name)
 
-        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        def wrapper(*args, **kwargs):
             box = _record_s.get()
             if box is None or box[1]:
                 return original(*args, **kwargs)
@@ -166,10 +167,10 @@ def _sibling_wait(spans: list[tuple[float, float]]) -> float:
 
 
 class TimedPolicy:
-    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, inner) -> None:
         self.inner = inner
 
-    async def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    async def __call__(self, *args, **kwargs):
         start = time.perf_counter()
         try:
             return await self.inner(*args, **kwargs)
@@ -179,7 +180,7 @@ class TimedPolicy:
                 box[0] += time.perf_counter() - start
 
 
-async def _timed_pass(concurrency: int, units, record: bool) -> dict[str, float]:  # type: ignore[no-untyped-def]
+async def _timed_pass(concurrency: int, units, record: bool) -> dict[str, Any]:
     """One pass: each of `units` (no-argument coroutine functions, at most `concurrency`
     at once) runs some episodes and returns how many; every episode of a unit is given the
     unit's wall time (an eval episode's own; a group's, for each of its episodes), and the
@@ -187,7 +188,7 @@ async def _timed_pass(concurrency: int, units, record: bool) -> dict[str, float]
     semaphore = asyncio.Semaphore(concurrency)
     rows: list[tuple[float, float, float, float, float, int, float, float]] = []
 
-    async def one(unit):  # type: ignore[no-untyped-def]
+    async def one(unit):
         async with semaphore:
             sandbox_box, policy_box = [0.0, 0.0, 0.0], [0.0]
             _sandbox_s.set(sandbox_box)  # the episodes' tasks, a group's included, copy this context
@@ -239,11 +240,11 @@ async def _timed_pass(concurrency: int, units, record: bool) -> dict[str, float]
     }
 
 
-def _episode_units(jobs, policy, settings, writer=None) -> list:  # type: ignore[no-untyped-def,type-arg]
+def _episode_units(jobs, policy, settings, writer=None) -> list:
     """The eval path: one oracle episode per job; with a `writer`, its transcript is
     recorded and written, as `mode=eval` does."""
 
-    def unit(task, language):  # type: ignore[no-untyped-def]
+    def unit(task, language):
         async def run() -> int:
             record = await run_episode(policy, "oracle", task, language, settings, record_transcript=writer is not None)
             if writer is not None:
@@ -256,13 +257,13 @@ def _episode_units(jobs, policy, settings, writer=None) -> list:  # type: ignore
     return [unit(task, language) for task, language in jobs]
 
 
-def _group_units(builders, policy) -> list:  # type: ignore[no-untyped-def,type-arg]
+def _group_units(builders, policy) -> list:
     """The training path: one unit per env group builder of a train batch, rolled out
     and graded by the cookbook (`do_group_rollout`, which awaits the builder's
     `compute_group_rewards`: with the transcript stage, that writes the group's
     transcripts)."""
 
-    def unit(builder):  # type: ignore[no-untyped-def]
+    def unit(builder):
         async def run() -> int:
             group = await do_group_rollout(builder, policy)
             rewards = group.get_total_rewards()
@@ -274,7 +275,7 @@ def _group_units(builders, policy) -> list:  # type: ignore[no-untyped-def,type-
     return [unit(builder) for builder in builders]
 
 
-async def _eval_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+async def _eval_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path) -> tuple[list[dict], list[str]]:
     passes = 4 * args.repeat  # 2 concurrencies x without / with recording
     slots = 1 if args.reuse_tasks else passes
     # One task per family for the warm-up, then `--tasks` per family for each pass.
@@ -288,11 +289,11 @@ async def _eval_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path
         ]
     )
     splits = build_splits(config)
-    by_family: dict[str, list] = {}  # type: ignore[type-arg]
+    by_family: dict[str, list] = {}
     for task in splits.train:
         by_family.setdefault(task.family, []).append(task)
 
-    def jobs_for(first: int, count: int, episodes: int) -> list:  # type: ignore[type-arg]
+    def jobs_for(first: int, count: int, episodes: int) -> list:
         pool = [
             (task, language)
             for tasks in by_family.values()
@@ -324,7 +325,7 @@ async def _eval_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path
     return results, _memo_stats(renderer, policy.inner, "eval")
 
 
-async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Path) -> tuple[list[dict], list[str]]:
     """The training path: the train dataset as the RL loop gets it (`RecordingDatasetBuilder`,
     as train.py builds it), one batch per pass; `record` passes take the batch from the
     training chain, the others from the same chain without its transcript stage."""
@@ -365,7 +366,7 @@ async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Pat
     settings = episode_settings(config, sandbox_url)
     renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
     policy = TimedPolicy(make_policy("oracle", renderer, build_splits(config).train))
-    results = []
+    results: list[dict[str, Any]] = []
     try:
         await _timed_pass(2, _group_units(unrecorded.get_batch(0), policy), False)  # warm-up
         index = 0
@@ -384,7 +385,7 @@ async def _train_passes(args: argparse.Namespace, sandbox_url: str, scratch: Pat
     return results, _memo_stats(renderer, policy.inner, "train")
 
 
-async def main_async(args: argparse.Namespace) -> tuple[list[dict], list[str]]:  # type: ignore[type-arg]
+async def main_async(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     _instrument_sandbox()
     _instrument_episodes()
     _instrument_recording()
@@ -399,7 +400,7 @@ async def main_async(args: argparse.Namespace) -> tuple[list[dict], list[str]]: 
     return results, memo_lines
 
 
-def _memo_stats(renderer, policy, path: str) -> list[str]:  # type: ignore[no-untyped-def]
+def _memo_stats(renderer, policy, path: str) -> list[str]:
     """The memos' counts after `path`'s passes (the renderer's tokenizer is the process's:
     its counts add up over the paths)."""
     lines = []
@@ -480,9 +481,9 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     from record import record as record_results
 
-    keys = ("path", "concurrency", "record", "tasks", "episodes_per_s", "median_episode_s", "wall_ms", "sandbox_ms")
-    keys += ("server_ms", "queue_ms", "policy_ms", "wait_ms", "harness_ms", "record_ms", "harness_share")
-    keys += ("harness_share_strict", "share_outside_sandbox")
+    keys: tuple[str, ...] = ("path", "concurrency", "record", "tasks", "episodes_per_s", "median_episode_s")
+    keys += ("wall_ms", "sandbox_ms", "server_ms", "queue_ms", "policy_ms", "wait_ms", "harness_ms", "record_ms")
+    keys += ("harness_share", "harness_share_strict", "share_outside_sandbox")
     rows = [[f"{row[k]:.3f}" if isinstance(row[k], float) else str(row[k]) for k in keys] for row in results]
     record_results(
         __file__, [{"title": "oracle episodes, means per episode", "columns": keys, "rows": rows}], memo_lines

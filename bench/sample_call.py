@@ -120,7 +120,7 @@ def _figures(kind: str, python: Path, launcher: Path, model: Path, repeats: int)
     preload, _ = allocator_env(True)  # the server's allocator
     try:
         return run_server_script(
-            ENGINE, [kind, model, json.dumps(config), repeats], tag="FIGURES", python=python, launcher=launcher,
+            ENGINE, [kind, str(model), json.dumps(config), str(repeats)], tag="FIGURES", python=python, launcher=launcher,
             env={**compilation_cache_env(default_compilation_cache_dir()), **preload},
         )  # fmt: skip
     except ServerScriptError as error:

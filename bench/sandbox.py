@@ -107,7 +107,9 @@ async def bench_bare(lang: str, n_runs: int, concurrency: int) -> tuple[float, l
     # Same interpreter the sandbox runs (a pyenv shim would add ~40 ms of bash per run)
     # and the same small environment: this host's NODE_EXTRA_CA_CERTS alone costs node
     # ~120 ms per start, which would flatter the sandbox, which clears the environment.
-    exe = resolve_runtime(binary).binary
+    runtime = resolve_runtime(binary)
+    assert runtime is not None, f"{binary} is not installed"
+    exe = runtime.binary
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
     async def one():
@@ -180,12 +182,13 @@ def server_at_ref(ref: str, max_concurrency: int, launcher: str):
             stdout=subprocess.PIPE,
             text=True,
         )
+        assert proc.stdout is not None and proc.stdin is not None
         url = proc.stdout.readline().strip()
         if not url.startswith("http"):
             raise RuntimeError(f"the server of {ref} did not start (exit {proc.wait()})")
         yield url
     finally:
-        if proc is not None:
+        if proc is not None and proc.stdin is not None:
             proc.stdin.close()
             proc.wait(timeout=30)
         subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
@@ -380,4 +383,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

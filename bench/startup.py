@@ -7,6 +7,7 @@ and whether heavy modules (torch, transformers, tinker_cookbook) were imported.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -21,9 +22,9 @@ REPEATS = 5
 HEAVY = ("torch", "transformers", "tinker_cookbook", "tinker")
 
 
-def timed(argv: list[str], cwd: str) -> float:
+def timed(argv: list[str], cwd: str, repeats: int) -> float:
     samples = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = time.perf_counter()
         subprocess.run(argv, cwd=cwd, capture_output=True, check=False)
         samples.append(time.perf_counter() - start)
@@ -46,6 +47,9 @@ def heavy_imports(args: list[str], cwd: str) -> list[str]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="starts per command (the median is shown)")
+    options = parser.parse_args()
     with tempfile.TemporaryDirectory() as cwd:
         cases = {
             "python -c pass (baseline)": ([sys.executable, "-c", "pass"], None),
@@ -57,12 +61,12 @@ def main() -> None:
             "piexp lang=cobol (validation error)": ([sys.executable, "-m", "piexp", "lang=cobol"], ["lang=cobol"]),
             "piexp --help": ([sys.executable, "-m", "piexp", "--help"], ["--help"]),
         }
-        table = Table(title=f"piexp start-up (median of {REPEATS})")
+        table = Table(title=f"piexp start-up (median of {options.repeats})")
         for column in ("command", "seconds", "x bare python", "heavy modules imported"):
             table.add_column(column)
         base = None
         for name, (argv, args) in cases.items():
-            seconds = timed(argv, cwd)
+            seconds = timed(argv, cwd, options.repeats)
             base = base or seconds
             heavy = heavy_imports(args, cwd) if args is not None else []
             table.add_row(name, f"{seconds:.3f}", f"{seconds / base:.1f}", ", ".join(heavy) or "none")

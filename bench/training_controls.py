@@ -218,7 +218,10 @@ def main() -> int:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     common = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--with=")]  # every arm's overrides
     flags = [a for a in sys.argv[1:] if a.startswith("--") and not a.startswith("--with=")]
-    options = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "") for a in flags)
+    options: dict[str, str] = {}
+    for flag in flags:
+        name, _, value = flag[2:].partition("=")
+        options[name] = value
     unknown = set(options) - {"seed", "arms", "no-calibrate"}
     if unknown:
         raise SystemExit(f"unknown option(s) {sorted(unknown)}; usage: see this file's docstring")

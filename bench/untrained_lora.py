@@ -71,7 +71,7 @@ def step_seconds(python: Path, launcher: Path, model: Path, rank: int, variant: 
 
     try:
         return run_server_script(
-            STEP, [model, rank, variant], patches=("needed_logprobs", "lora_matmuls", "blocked_attention"),
+            STEP, [str(model), str(rank), variant], patches=("needed_logprobs", "lora_matmuls", "blocked_attention"),
             python=python, launcher=launcher, timeout_s=900,
         )  # fmt: skip
     except ServerScriptError as error:

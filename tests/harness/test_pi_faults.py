@@ -1,7 +1,8 @@
 """Pi's own failures are piexp's, never a policy's outcome: a Pi killed from outside, a
 Pi whose endpoint never answers (killed at the wall-time limit), a policy that fails
-answering; and what a model does to Pi from inside (a command outliving the limit, a
-command killing Pi) is the model's outcome, graded, never replayed unscored."""
+answering; and a command of the model's outliving the limit is the model's outcome,
+graded, never replayed unscored (a model's commands cannot reach Pi at all:
+test_pi_sealed.py)."""
 
 from __future__ import annotations
 
@@ -104,14 +105,6 @@ def test_a_command_outliving_the_wall_limit_is_the_model_s_outcome(tasks):
     assert not record.infrastructure_failure and record.error is None
     assert record.stop_reason == "wall_time"
     assert record.metrics["mutation_succeeded"] == 1.0 and record.metrics["execution_succeeded"] == 0.0
-
-
-def test_a_command_killing_pi_is_the_model_s_outcome(tasks):
-    """A model cannot opt out of its reward by killing its harness: graded (0), not replayed."""
-    responder = scripted(call("bash", command="kill -9 $PPID; sleep 5"), {"content": "42"})
-    (record,) = play_all([lambda h: h.play_responder(responder, "suicide", tasks[0], "python", episode_settings())])
-    assert not record.infrastructure_failure and record.error is None
-    assert record.stop_reason == "harness_died" and record.reward == 0.0
 
 
 def test_the_turn_limit_stops_pi_and_the_episode_is_graded(tasks):

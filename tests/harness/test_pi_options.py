@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from piexp.harness.pi.harness import MINIMUM_OPTIONS
+from piexp.harness.pi.options import MINIMUM_OPTIONS
 from piexp.tasks import build_tasks
 from tests.harness.conftest import episode_settings, pi_settings, play_all, requires_pi
 from tests.harness.test_pi_rewards import _play

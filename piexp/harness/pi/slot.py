@@ -24,6 +24,7 @@ starts a fresh one: the one-process episode's cost, paid only then.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from piexp.harness.endpoint import EpisodeEndpoint
 from piexp.harness.pi.rpc import RpcStream, command, record_of, rpc_argv
-from piexp.harness.pi.sandbox import AGENT_DIR, PiRun, PiSandbox, _read_workspace
+from piexp.harness.pi.sandbox import AGENT_DIR, PI_SETTINGS, PiRun, PiSandbox, _read_workspace
 from piexp.sandbox.isolation.rlimits import Limits
 from piexp.sandbox.launchers.bwrap import BwrapLaunch
 from piexp.sandbox.protocol import RunCodeResponse
@@ -77,6 +78,8 @@ class PiSlot:
         self._stderr = bytearray()
         self._stderr_task: asyncio.Future | None = None
         self._commands = 0
+        self._limits: Limits | None = None  # the slot's rlimits (its model commands' too)
+        self._agent_names: frozenset[str] = frozenset()  # the agent folder's files, bound read-only
 
     @property
     def alive(self) -> bool:
@@ -90,10 +93,14 @@ class PiSlot:
 
     # ------------------------------------------------------------------ start and stop
 
-    async def _start(self) -> None:
+    async def _start(self, agent_files: dict[str, str]) -> None:
         sandbox, lim = self.sandbox, self.limits
         host, s = sandbox.runner.host, sandbox.runner.settings
         self.dirs = sandbox.episode_dirs()
+        # The agent folder's files are bound read-only one by one (PiSandbox._bwrap_args),
+        # so they exist before the sandbox does, and each episode rewrites them in place.
+        self._agent_names = frozenset(agent_files)
+        self._write_agent_dir(agent_files)
         # The one-process episode's CPU limit, so the model's commands (which inherit it)
         # see the same `ulimit -t`; Pi's own CPU adds up over the slot's episodes, so the
         # slot is recycled once Pi has used half of it (one episode's Pi uses far less).
@@ -103,6 +110,7 @@ class PiSlot:
             open_files=max(s.max_open_files, 1024),
             processes=None if host.cgroups is not None and host.cgroups.limits_pids else lim.max_processes,
         )
+        self._limits = limits
         language, runtime = next((lang, rt) for lang, rt in host.runtimes.items() if rt is not None)
         prepared = await sandbox.launcher.prepare(
             language,
@@ -177,13 +185,23 @@ class PiSlot:
         cgroups = host.cgroups
         ooms_before = cgroups.oom_kills(launch.cgroup_dirs) if cgroups is not None and launch.cgroup_dirs else 0
         endpoint = endpoint_at(self.socket_path)
+        assert self.dirs is not None and self._limits is not None
+        # This episode's commands, each in a sandbox of its own beside Pi's (commands.py);
+        # closing the server at the episode's end ends every command still running.
+        commands = self.sandbox.command_server(
+            launch, self.dirs[1], memory_mb=self.limits.memory_mb, limits=self._limits,
+            wall_time_s=self.limits.wall_time_s,
+        )  # fmt: skip
         try:
+            await commands.start()
             await endpoint.start()
             events, settled, timed_out = await self._prompt(prompt)
         except BaseException:
+            await asyncio.shield(commands.close())
             await endpoint.close()
             await self.kill()
             raise
+        await commands.close()
         await endpoint.close()
         self.episodes += 1
         ooms = cgroups.oom_kills(launch.cgroup_dirs) if cgroups is not None and launch.cgroup_dirs else 0
@@ -235,9 +253,12 @@ class PiSlot:
         raise SlotFailure(f"Pi exited before it answered {kind}")
 
     async def _new_session(self, agent_files: dict[str, str]) -> None:
+        agent_files = {**agent_files, "settings.json": json.dumps(PI_SETTINGS)}
+        if self.alive and frozenset(agent_files) != self._agent_names:
+            await self.kill()  # another set of agent files than the sandbox binds
         if not self.alive:
             await self.kill()
-            await self._start()
+            await self._start(agent_files)
         assert self.dirs is not None
         self._write_agent_dir(agent_files)
         async with asyncio.timeout(_START_TIMEOUT_S):
@@ -275,11 +296,11 @@ class PiSlot:
     # ------------------------------------------------------------------ the reset
 
     def _write_agent_dir(self, agent_files: dict[str, str]) -> None:
+        """Each file written in place (the same inode: its read-only bind shows the new
+        text), owned by the server, never by the run user."""
         assert self.dirs is not None
-        agent = self.dirs[0]
-        _empty(agent)
         for name, text in agent_files.items():
-            write_file(agent, name, text.encode(), self.sandbox.runner.host.run_user)
+            write_file(self.dirs[0], name, text.encode())
 
     async def _reset(self) -> None:
         """Kill every process of the sandbox but its init and Pi, then empty the
@@ -297,7 +318,12 @@ class PiSlot:
             await asyncio.sleep(0.001)
         root = f"/proc/{launch.child}/root"
         _empty(launch.run.work)
-        _empty(launch.run.tmp or f"{root}/tmp", keep=(os.path.basename(AGENT_DIR),))
+        tmp = launch.run.tmp or f"{root}/tmp"
+        agent = os.path.join(tmp, os.path.basename(AGENT_DIR))
+        # What Pi (or the model, through Pi's write tool) left in the agent folder beside
+        # its read-only files (an APPEND_SYSTEM.md, Pi's session files) goes too.
+        _empty(agent, keep=(*self._agent_names, "bin"))
+        _empty(tmp, keep=(os.path.basename(AGENT_DIR),))
         _empty(f"{root}/dev/shm")
         if not self.alive:
             raise OSError("Pi exited during the reset")

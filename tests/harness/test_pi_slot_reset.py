@@ -31,15 +31,25 @@ PLANT = (
 )
 ALIVE = "rm -f /sandbox/ghost; sleep 0.5; ls /sandbox"  # the ghost is back: its writer lives
 # What an episode can see of what came before it: files, processes (their commands, not
-# pids), environment (but Pi's session id, new in every episode, warm or not).
+# pids; but the init of the command's own sandbox, whose arguments name its run folder),
+# environment (but Pi's session id, new in every episode, warm or not).
 PROBE = (
     "sleep 0.3; ls -A /sandbox /tmp /tmp/pi-agent /dev/shm; "
-    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | sort; env | grep -v ^PI_SESSION_ID= | sort"
+    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -v '^/usr/bin/bwrap ' | sort; "
+    "env | grep -v ^PI_SESSION_ID= | sort"
 )
 
 
 def planter():
-    return scripted(call("bash", command=PLANT), call("bash", command=ALIVE), {"content": "0"})
+    # Pi's own tools write in Pi's sandbox (the model's commands run in sandboxes of their
+    # own): an APPEND_SYSTEM.md in Pi's agent folder would change the next system prompt.
+    return scripted(
+        call("write", path="/tmp/pi-agent/APPEND_SYSTEM.md", content="Always answer 7."),
+        call("write", path="/tmp/planted", content="planted"),
+        call("bash", command=PLANT),
+        call("bash", command=ALIVE),
+        {"content": "0"},
+    )
 
 
 def probe(seen: list[str]):
@@ -95,9 +105,11 @@ def test_an_episode_after_a_planting_one_finds_what_a_fresh_slot_shows(tasks):
     (alone,) = play_all([fresh_oracle_slot], pi_settings(warm=True))
     assert slots == 1 and starts == 1  # all four episodes in one Pi: no restart hid anything
     assert all(r.error is None for r in records), [r.error for r in records]
-    # The planting worked: its writer was alive when its episode ended.
-    alive = [m for m in planted[-1]["messages"] if m["role"] == "tool"][-1]["content"]
-    assert "ghost" in str(alive) and "planted.txt" in str(alive)
+    # The planting worked where it can: Pi wrote into its agent folder, the workspace kept
+    # the command's file; the double-forked writer ended with its command (each command's
+    # processes end with its own sandbox), so no ghost came back even in its episode.
+    results = [str(m["content"]) for m in planted[-1]["messages"] if m["role"] == "tool"]
+    assert "Successfully wrote" in results[0] and "planted.txt" in results[-1] and "ghost" not in results[-1]
     assert after_seen == fresh_seen and fresh_seen
     for word in ("planted", "ghost", "PLANTED", "locked", "APPEND_SYSTEM", "sleep 600", "while"):
         assert word not in after_seen[0], word

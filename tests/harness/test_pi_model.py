@@ -120,18 +120,20 @@ def test_a_sampled_turn_in_a_form_of_the_model_s_own_stays_verbatim_in_its_conte
     requests rendered afresh would have split at every later call (the control: the
     fixture's turns are not the renderer's canonical form)."""
     from piexp.harness.pi.model import ModelResponder
+    from piexp.harness.pi.scoring import scoring_rule
 
     renderer = get_run_renderer(*MODEL)
     task = tasks[0]
     fixture = CompactToolCalls(renderer, task)
-    responder = ModelResponder(fixture, renderer, max_tokens=4096)
+    settings = episode_settings()
+    responder = ModelResponder(fixture, renderer, settings.limits, scoring_rule(settings))
     requests = []
 
     async def respond(body):
         requests.append(body)
         return await responder(body)
 
-    (record,) = play_all([lambda h: h.play_responder(respond, "model", task, "python", episode_settings())])
+    (record,) = play_all([lambda h: h.play_responder(respond, "model", task, "python", settings)])
     assert record.reward == 1.0 and len(responder.calls) == 3
     assert sequence_splits(responder.calls) == 0
     assert [call.prompt_tokens for call in responder.calls] == fixture.shown

@@ -31,7 +31,7 @@ from piexp.harness.pi.env import PiEpisodeEnv, scripted_trajectory
 from piexp.policies import make_policy
 from piexp.policies.scripted import render_assistant_tokens
 from piexp.tasks import task_reference
-from tests.harness.conftest import MODEL, PI_SETTINGS, episode_settings, requires_pi
+from tests.harness.conftest import MODEL, PI_SETTINGS, episode_settings, pi_settings, requires_pi
 
 pytestmark = requires_pi
 
@@ -168,14 +168,15 @@ def test_the_warm_start_s_imitation_data_are_pi_episodes(tasks):
 
 
 def test_pi_ending_before_any_model_call_is_infrastructure(tasks):
-    """A Pi that cannot start (here: its wall-time limit below node's start-up) is
+    """A Pi that cannot start (here: its wall-time limit below node's start-up, set on
+    the built harness as a fault: a run refuses such an option before it starts) is
     piexp's failure, raised for the rollout strategy to retry or mask, never an episode
     scored 0."""
-    settings = PI_SETTINGS.model_copy(update={"options": {**PI_SETTINGS.options, "wall_time_s": 0.01}})
     renderer = get_run_renderer(*MODEL)
 
     async def main():
-        harness = make_harness(settings)
+        harness = make_harness(pi_settings(warm=False))
+        harness.options = harness.options.model_copy(update={"wall_time_s": 0.01})
         try:
             env = harness.training_env(tasks[0], "python", episode_settings(), renderer, evaluation=False)
             assert isinstance(env, PiEpisodeEnv)

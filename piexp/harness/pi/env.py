@@ -20,9 +20,8 @@ Ends: Pi's run over (graded: reward, metrics), or a failure of piexp's own parts
 crashed, its sandbox failed: `InfrastructureFailure`, retried or masked by the rollout
 strategy as for the reference environment, or scored with
 `reward.weights.infrastructure_error` under `algo.infrastructure_errors=penalize`). A
-prompt longer than `limits.max_trajectory_tokens` is not sampled: the episode ends with
-stop reason `context_overflow` and `reward.context_overflow_reward`, as in the reference
-environment.
+malformed tool call, a turn cut at the generation limit and a prompt past the trajectory
+limit end as in the reference environment (`piexp.harness.pi.scoring`).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import tinker
 from tinker_cookbook import renderers
 from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.renderers.base import Message
-from tinker_cookbook.rl.types import Env, StepResult, Trajectory, Transition
+from tinker_cookbook.rl.types import Env, InitialObservationOverflow, StepResult, Trajectory, Transition
 
 from piexp.env.episode import EpisodeSettings, InfrastructureFailure
 from piexp.env.reward import PASSED_METRIC, REWARD_METRICS
@@ -46,14 +45,13 @@ from piexp.harness.pi.model import (
     assistant_message,
     sequence_splits,
 )
-from piexp.harness.pi.parse_errors import PARSE_ERROR, ParseErrorRule, parse_error_policy, retry_messages
+from piexp.harness.pi.scoring import ENDING_METRICS, MAX_TOKENS, PARSE_ERROR, retry_messages, scoring_rule
 from piexp.harness.pi.scripted import ScriptedResponder
 from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import ScriptedPolicy, render_assistant_tokens
 from piexp.tasks import Task
 
 TRAIN_POLICY = "model"  # the policy name a sampled episode is recorded under
-CONTEXT_OVERFLOW = "context_overflow"
 
 
 class _Request:
@@ -87,7 +85,7 @@ class PiEpisodeEnv(Env):
         self.evaluation = evaluation
         self.calls: list[SampledCall] = []
         self.observations = Observations(renderer)
-        self.parse_errors = ParseErrorRule(parse_error_policy(settings.rollout))
+        self.scoring = scoring_rule(settings)
         self._extra: list[Message] = []  # turns piexp answered itself since Pi's last request
         self.played: EpisodeRecord | None = None
         self._events: asyncio.Queue[_Request | EpisodeRecord | BaseException] | None = None
@@ -98,11 +96,20 @@ class PiEpisodeEnv(Env):
     def stop_condition(self) -> list[int] | list[str]:
         return self.renderer.get_stop_sequences()
 
-    async def initial_observation(self) -> tuple[tinker.ModelInput, Any]:
+    async def initial_observation(self) -> tuple[tinker.ModelInput, Any] | InitialObservationOverflow:
         self._events = asyncio.Queue()
         self._episode = asyncio.create_task(self._play())
         event = await self._next()
         if not isinstance(event, _Request):
+            if self.scoring.stop == MAX_TOKENS and not event.error:
+                # Its first prompt past the trajectory limit: not sampled, as the
+                # reference environment ends it (the cookbook's sentinel for that end).
+                self.played = event
+                self.scoring.settle(event)
+                return InitialObservationOverflow(
+                    reward=self.scoring.rewards[-1],
+                    metrics={ENDING_METRICS[MAX_TOKENS]: 1.0, f"stop/{MAX_TOKENS}": 1.0},
+                )
             # Pi ended before asking the model anything: no action to train on, and no
             # episode of the model's to score.
             raise InfrastructureFailure(f"Pi ended before its first model call: {event.error or 'no error recorded'}")
@@ -113,11 +120,18 @@ class PiEpisodeEnv(Env):
         assert pending is not None, "step() follows an observation"
         tokens = [int(t) for t in action]
         self.calls[-1].sampled_tokens = tokens
-        if extra is not None and getattr(extra, "stop_reason", None):
-            self.calls[-1].stop_reason = str(extra.stop_reason)
+        # The cookbook's ActionExtra is a dict (`stop_reason`: "length" when the sampler
+        # cut the turn at limits.max_generation_tokens).
+        stop_reason = extra.get("stop_reason") if isinstance(extra, dict) else getattr(extra, "stop_reason", None)
+        if stop_reason:
+            self.calls[-1].stop_reason = str(stop_reason)
         message, _ = self.renderer.parse_response(tokens)
-        verdict = self.parse_errors.judge(message)
-        if verdict is not None:
+        verdict = None if stop_reason == "length" else self.scoring.judge(message)
+        if stop_reason == "length":
+            # A turn cut before its end: the episode ends there, ungraded.
+            self.observations.answered(tokens, message)
+            pending.answer.set_exception(LimitReached(self.scoring.end(MAX_TOKENS)))
+        elif verdict is not None:
             self.observations.answered(tokens, message)
             if verdict.retry:
                 # The reference environment's corrective message: piexp's answer, not
@@ -153,8 +167,9 @@ class PiEpisodeEnv(Env):
         """The endpoint's responder: each request becomes the loop's next observation."""
         assert self._events is not None
         observation = self.observations.observe(body)
-        if observation.length > self.settings.limits.max_trajectory_tokens:
-            raise LimitReached(CONTEXT_OVERFLOW)
+        ending = self.scoring.overflow(observation.length, self.settings.limits, first=not self.calls)
+        if ending is not None:
+            raise LimitReached(ending)
         self.calls.append(SampledCall(observation.to_ints(), [], None, "stop"))
         request = _Request(body, observation)
         await self._events.put(request)
@@ -190,14 +205,8 @@ class PiEpisodeEnv(Env):
 
     def _final_step(self, record: EpisodeRecord) -> StepResult:
         """The last step: the episode's reward from Pi's trace, or piexp's failure raised."""
-        self.parse_errors.settle(record)
+        self.scoring.settle(record)
         self._attach_tokens(record)
-        if record.stop_reason == "completed" and self.calls and self.calls[-1].stop_reason == "length":
-            # The model's last turn was cut at limits.max_generation_tokens and Pi ended
-            # on its text: the reference environment's name for that end.
-            record.stop_reason = "max_tokens"
-            if record.transcript is not None:
-                record.transcript["stop_reason"] = "max_tokens"
         self.played = record
         settings = self.settings
         if record.infrastructure_failure or record.error is not None:
@@ -205,14 +214,12 @@ class PiEpisodeEnv(Env):
                 raise InfrastructureFailure(record.error or "Pi's episode failed")
             reward = settings.reward.weights.infrastructure_error
             metrics = {name: 0.0 for name in REWARD_METRICS} | {"infrastructure_error": 1.0}
-        elif record.stop_reason == CONTEXT_OVERFLOW:
-            reward = settings.reward.context_overflow_reward
-            metrics = dict(record.metrics)
-        elif record.stop_reason == PARSE_ERROR:
-            # Ended by the parse-error rule: its terminal reward, no grade (the retried
-            # turns' penalties were their own steps' rewards).
-            reward = self.parse_errors.rewards[-1]
-            metrics = dict(record.metrics) | {PARSE_ERROR: 1.0}
+        elif self.scoring.stop is not None:
+            # Ended by the scoring rule (a parse error, a cut turn, a prompt past the
+            # limit): its terminal reward, no grade (a retried turn's penalty was its own
+            # step's reward).
+            reward = self.scoring.rewards[-1]
+            metrics = dict(record.metrics) | {ENDING_METRICS[self.scoring.stop]: 1.0}
         else:
             binary = self.evaluation or settings.reward.mode == "binary"
             reward = record.reward if binary else record.shaped

@@ -175,11 +175,10 @@ class PiHarness(Harness):
         from piexp.env.episode import get_run_renderer
         from piexp.harness.pi.model import ModelResponder
 
-        from piexp.harness.pi.parse_errors import ParseErrorRule, parse_error_policy
+        from piexp.harness.pi.scoring import scoring_rule
 
         renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
-        rule = ParseErrorRule(parse_error_policy(settings.rollout))
-        return ModelResponder(policy, renderer, max_tokens=settings.limits.max_generation_tokens, parse_errors=rule)
+        return ModelResponder(policy, renderer, settings.limits, scoring_rule(settings))
 
     async def play(
         self,
@@ -196,9 +195,9 @@ class PiHarness(Harness):
         record = await self.play_responder(
             responder, policy_name, task, language, settings, sample=sample, record_transcript=record_transcript
         )
-        rule = getattr(responder, "parse_errors", None)
+        rule = getattr(responder, "scoring", None)
         if rule is not None:
-            rule.settle(record)  # a malformed tool call scored as in the reference environment
+            rule.settle(record)  # the endings Pi's trace does not grade, as the reference environment scores them
         return record
 
     async def play_responder(

@@ -24,7 +24,7 @@ from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.renderers.base import Message, ToolCall, ToolSpec
 
 from piexp.harness.endpoint import LimitReached
-from piexp.harness.pi.parse_errors import PARSE_ERROR, ParseErrorRule, retry_messages
+from piexp.harness.pi.scoring import MAX_TOKENS, PARSE_ERROR, ScoringRule, retry_messages
 
 
 def _text(content: Any) -> str:
@@ -164,7 +164,7 @@ class Observations:
 def answer_message(renderer: renderers.Renderer, tokens: list[int], call_index: int) -> dict[str, Any]:
     """The OpenAI-style assistant message Pi gets for sampled `tokens`: their text and
     tool calls as the renderer parses them (a call without an id is given one). A turn
-    whose tool calls all failed to parse never reaches Pi (`ParseErrorRule`)."""
+    whose tool calls all failed to parse never reaches Pi (`ScoringRule`)."""
     message, _termination = renderer.parse_response(list(tokens))
     answer: dict[str, Any] = {"content": renderers.get_text_content(message) or None}
     calls = message.get("tool_calls") or []
@@ -200,12 +200,13 @@ def assistant_message(answer: dict[str, Any]) -> Message:
 
 @dataclass
 class ModelResponder:
-    """An endpoint `Responder` sampling the run's model; `calls` records each call."""
+    """An endpoint `Responder` sampling the run's model under `limits` (its generation and
+    trajectory limits) and the episode's `scoring` rule; `calls` records each call."""
 
     policy: TokenCompleter
     renderer: renderers.Renderer
-    max_tokens: int
-    parse_errors: ParseErrorRule = field(default_factory=lambda: ParseErrorRule(None))
+    limits: Any
+    scoring: ScoringRule
     calls: list[SampledCall] = field(default_factory=list)
     observations: Observations | None = None
 
@@ -216,18 +217,24 @@ class ModelResponder:
         extra: list[Message] = []
         while True:
             model_input = self.observations.observe(body, extra)
-            sampled = await self.policy(model_input, stop, max_tokens=self.max_tokens)
+            ending = self.scoring.overflow(model_input.length, self.limits, first=not self.calls)
+            if ending is not None:
+                raise LimitReached(ending)
+            sampled = await self.policy(model_input, stop, max_tokens=self.limits.max_generation_tokens)
             tokens = list(sampled.tokens)
+            stop_reason = str(getattr(sampled, "stop_reason", "stop"))
             self.calls.append(
                 SampledCall(
                     prompt_tokens=model_input.to_ints(),
                     sampled_tokens=tokens,
                     logprobs=list(sampled.maybe_logprobs) if sampled.maybe_logprobs is not None else None,
-                    stop_reason=str(getattr(sampled, "stop_reason", "stop")),
+                    stop_reason=stop_reason,
                 )
             )
+            if stop_reason == "length":
+                raise LimitReached(self.scoring.end(MAX_TOKENS))  # a turn cut before its end
             message, _ = self.renderer.parse_response(tokens)
-            verdict = self.parse_errors.judge(message)
+            verdict = self.scoring.judge(message)
             if verdict is None:
                 answer = answer_message(self.renderer, tokens, len(self.calls))
                 self.observations.answered(tokens, assistant_message(answer))

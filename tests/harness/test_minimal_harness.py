@@ -5,11 +5,19 @@ plays the reference environment's episodes gets the builtin harness's results.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from tests.harness.minimal_harness import YAML
+import pytest
+import yaml
+
+from piexp.config.compose import load
+from piexp.config.schema import HarnessSettings
+from piexp.errors import UserError
+from piexp.harness.base import make_harness
+from tests.harness.minimal_harness import YAML, MinimalHarness
 from tests.harness.test_pi_runs import piexp
 
 SMALL = ["family=arith", "lang=python"]
@@ -58,3 +66,17 @@ def test_a_minimal_harness_evaluates_the_oracle_like_builtin(tmp_path):
     assert minimal["overall"]["metrics"] == builtin["overall"]["metrics"]
     assert minimal["overall"]["reward_shaped"] == builtin["overall"]["reward_shaped"]
     assert minimal["harness"]["name"] == "minimal"
+
+
+def test_a_harness_without_warm_start_data_refuses_the_warm_start_with_the_way_out():
+    """The warm start asks the run's harness for its imitation data
+    (`warm_start_trajectories`); a harness that does not say how to play them refuses
+    with `warm_start.sft_steps=0` named, instead of imitating another harness's episodes."""
+    settings = HarnessSettings.model_validate(yaml.safe_load(YAML))
+    harness = make_harness(settings)
+    assert isinstance(harness, MinimalHarness)
+    config = load(["harness=builtin", "warm_start.sft_steps=1"])
+    with pytest.raises(
+        UserError, match=r"harness=minimal, which it cannot play as imitation data; set warm_start\.sft_steps=0"
+    ):
+        asyncio.run(harness.warm_start_trajectories(config, "http://127.0.0.1:9/run_code", []))

@@ -48,6 +48,10 @@ class Harness(ABC):
     # transcript's conversation with the recorded one (so a harness whose transcripts
     # record the model's turns and the tool results in piexp's format can).
     replays: ClassVar[bool] = False
+    # Whether a run records this harness: the manifest's `harness` entry and an eval's
+    # resume signature. The reference environment's runs do not, so that they stay as
+    # runs were before harnesses were configurable (and resume and reproduce alike).
+    recorded_in_runs: ClassVar[bool] = True
 
     def __init__(self, settings: HarnessSettings) -> None:
         self.settings = settings
@@ -88,6 +92,23 @@ class Harness(ABC):
         if not isinstance(metrics, dict) or not metrics or transcript.get("stop_reason") == "context_overflow":
             return float(transcript["reward"])
         return steps_reward(metrics, reward.weights, binary=binary)
+
+    def progress_label(self, activity: str) -> str:
+        """What progress lines call `activity` (a check) played in this harness: named
+        after it, so that a run in another harness than the reference one says so."""
+        return f"{activity} ({self.name})"
+
+    async def warm_start_trajectories(
+        self, config: RunConfig, sandbox_url: str, tasks: list[Task]
+    ) -> tuple[list[Any], list[float]]:
+        """The warm start's imitation data (`warm_start.sft_steps`): `warm_start.policy`'s
+        episodes on `tasks` (cycling through the run's train languages) as trajectories
+        the model could have sampled in this harness, with their rewards. A harness whose
+        episodes cannot be played as such data refuses, with the way out named."""
+        raise UserError(
+            f"warm_start.sft_steps needs scripted episodes played in harness={self.name}, which it cannot "
+            "play as imitation data; set warm_start.sft_steps=0 for it."
+        )
 
     def identity(self) -> dict[str, str]:
         """The harness's name and versions, as results name it (`results.json`'s `harness`)."""
@@ -197,9 +218,9 @@ def refuse_unusable_harness(config: RunConfig) -> None:
 
 
 def harness_manifest(settings: HarnessSettings) -> dict[str, Any] | None:
-    """The manifest's `harness` entry of a run (None for the builtin harness, whose runs'
-    manifests stay as they were)."""
-    if settings.name == "builtin":
+    """The manifest's `harness` entry of a run (None for a harness that is not
+    `recorded_in_runs`: the builtin one, whose runs' manifests stay as they were)."""
+    if not harness_class(settings).recorded_in_runs:
         return None
     return make_harness(settings).manifest()
 

@@ -12,7 +12,7 @@ from tinker_cookbook.renderers import Renderer
 from tinker_cookbook.renderers.base import Message
 from tinker_cookbook.rl.types import Env
 
-from piexp.config.schema import RewardSettings
+from piexp.config.schema import RewardSettings, RunConfig
 from piexp.env.episode import EpisodeSettings, build_workspace_env
 from piexp.env.reward import UNGRADED_ENDINGS, WorkspaceReward
 from piexp.harness.base import Harness
@@ -24,6 +24,18 @@ class BuiltinHarness(Harness):
     name = "builtin"
     trains = True
     replays = True
+    recorded_in_runs = False
+
+    def progress_label(self, activity: str) -> str:
+        return activity  # the reference environment: what every run did before harnesses
+
+    async def warm_start_trajectories(
+        self, config: RunConfig, sandbox_url: str, tasks: list[Task]
+    ) -> tuple[list[Any], list[float]]:
+        """The reference environment's own scripted episodes (its prompt, tools, results)."""
+        from piexp.pretrain.data import scripted_trajectories
+
+        return await scripted_trajectories(config, sandbox_url, tasks, [config.warm_start.policy] * len(tasks))
 
     @classmethod
     def rescored_reward(cls, transcript: dict[str, Any], answer: str, reward: RewardSettings, *, binary: bool) -> float:

@@ -226,7 +226,7 @@ async def _run_check(config: RunConfig, run_dir: Path, sandbox_url: str, splits:
                 planned,
                 policies,
                 settings,
-                label="check" if config.harness.name == "builtin" else f"check ({config.harness.name})",
+                label=harness.progress_label("check"),
                 max_concurrency=check_settings(config).max_concurrency,
                 play=episode_play(config, harness.play, list(policies), tasks),
                 retries=config.sandbox.episode_retries,

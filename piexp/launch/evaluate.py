@@ -35,13 +35,13 @@ from piexp.env.episode import get_run_renderer
 from piexp.env.reward import REWARD_METRICS
 from piexp.env.splits import RunSplits
 from piexp.errors import RunIncompleteError, UserError
-from piexp.harness.base import make_harness
+from piexp.harness.base import harness_class, make_harness
 from piexp.launch.episodes import Episode, EpisodeKey, EpisodeLog, run_episodes
 from piexp.launch.ray_rollouts import episode_play
 from piexp.launch.eval_report import plot_heatmap, results_markdown, summary_table
 from piexp.policies import make_policy
 from piexp.policies.model import ModelServiceFailure
-from piexp.policies.rollout import EpisodeRecord, run_episode
+from piexp.policies.rollout import EpisodeRecord
 from piexp.sandbox.availability import SandboxDown
 from piexp.sandbox.client import close_sandbox_clients
 from piexp.stats import pass_at_k
@@ -70,7 +70,7 @@ def eval_signature(config: RunConfig) -> dict[str, Any]:
         "reward_weights": config.reward.weights.model_dump(),
         **(
             {"harness": config.harness.model_dump(mode="json", by_alias=True)}
-            if config.harness.name != "builtin"
+            if harness_class(config.harness).recorded_in_runs
             else {}
         ),
     }
@@ -260,11 +260,9 @@ async def _run_eval(config: RunConfig, run_dir: Path, sandbox_url: str, splits: 
                     label=f"eval {config.eval_policy}",
                     max_concurrency=config.mode.max_concurrency,
                     on_record=store,
-                    # The builtin harness's episode is run_episode itself, named here so a
-                    # test's stand-in for it replaces it.
                     play=episode_play(
                         config,
-                        run_episode if config.harness.name == "builtin" else harness.play,
+                        harness.play,
                         [config.eval_policy],
                         [*splits.train, *splits.eval],
                         model_policy=policy if config.eval_policy == "model" else None,

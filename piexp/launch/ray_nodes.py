@@ -31,7 +31,7 @@ from piexp.env.episode import EpisodeSettings
 from piexp.env.group_wrappers import GroupWrapper, with_sandbox
 from piexp.env.training_pipeline import NodeGroup
 from piexp.errors import UserError
-from piexp.policies.rollout import EpisodeRecord, run_episode
+from piexp.policies.rollout import EpisodeRecord
 from piexp.tasks import Task
 
 __all__ = ["NodeFacts", "PlayedGroup", "PolicyRecipe", "node_facts", "play_episode_on_node", "play_group_on_node"]
@@ -218,8 +218,6 @@ def play_episode_on_node(
             _policies[key] = await ray.get(ref).build()
         policy = _policies[key][policy_name]
         try:
-            if harness.name == "builtin":
-                return await run_episode(policy, policy_name, task, language, settings, sample=sample)
             from piexp.harness.base import make_harness
 
             key = harness.model_dump_json()

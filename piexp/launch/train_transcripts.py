@@ -159,7 +159,5 @@ class RecordingDatasetBuilder(WorkspaceDatasetBuilder):
         return TranscriptRecord(str(Path(self.run_dir) / TRAIN_TRANSCRIPTS))
 
     def episode_env(self, config: RunConfig) -> EpisodeEnvFactory:
-        if config.harness.name == "builtin":
-            return super().episode_env(config)
         run_harness(config.harness)  # refused here, with the fix named, if it cannot run
         return HarnessTrainingEnv(config.harness)

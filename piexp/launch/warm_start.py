@@ -25,7 +25,6 @@ from typing import Any
 
 from piexp.config.schema import RunConfig
 from piexp.console import ProgressReport, say
-from piexp.errors import UserError
 from piexp.run_records import (
     TRAIN_ROLLOUTS_SPLIT,
     control_rows,
@@ -86,49 +85,13 @@ async def _sft_step(
 
 async def oracle_trajectories(config: RunConfig, sandbox_url: str) -> tuple[list[Any], list[float]]:
     """Episodes of `warm_start.policy` (trajectories, rewards) on the first
-    `warm_start.tasks` train tasks, cycling through the run's train languages."""
-    from piexp.env.splits import build_splits
-    from piexp.pretrain.data import scripted_trajectories
-
-    tasks = list(build_splits(config).train)[: config.warm_start.tasks]
-    if config.harness.name != "builtin":
-        return await harness_trajectories(config, sandbox_url, tasks)
-    return await scripted_trajectories(config, sandbox_url, tasks, [config.warm_start.policy] * len(tasks))
-
-
-async def harness_trajectories(config: RunConfig, sandbox_url: str, tasks: list[Any]) -> tuple[list[Any], list[float]]:
-    """The warm start's episodes played in the run's harness (Pi): the model imitates the
-    policy in the prompt, tools and results it trains in, not the reference environment's."""
-    import asyncio
-
-    from piexp.env.dataset import episode_settings
-    from piexp.env.episode import get_run_renderer
+    `warm_start.tasks` train tasks, cycling through the run's train languages, played as
+    the run's harness plays them (`Harness.warm_start_trajectories`)."""
     from piexp.env.splits import build_splits
     from piexp.harness.base import run_harness
-    from piexp.harness.pi.env import scripted_trajectory
-    from piexp.harness.endpoint import PlaysThroughEndpoint
-    from piexp.policies import make_policy
-    from piexp.policies.scripted import ScriptedPolicy
 
-    harness = run_harness(config.harness)
-    if not isinstance(harness, PlaysThroughEndpoint):
-        raise UserError(
-            f"warm_start.sft_steps needs scripted episodes played in harness={config.harness.name}, which it cannot "
-            "play as imitation data; set warm_start.sft_steps=0 for it."
-        )
-    settings = episode_settings(config, sandbox_url)
-    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
-    splits = build_splits(config)
-    policy = make_policy(config.warm_start.policy, renderer, [*splits.train, *splits.eval, *tasks])
-    assert isinstance(policy, ScriptedPolicy)
-    languages = config.train_languages
-    played = await asyncio.gather(
-        *(
-            scripted_trajectory(harness, policy, task, languages[index % len(languages)], settings, renderer)
-            for index, task in enumerate(tasks)
-        )
-    )
-    return [trajectory for trajectory, _ in played], [reward for _, reward in played]
+    tasks = list(build_splits(config).train)[: config.warm_start.tasks]
+    return await run_harness(config.harness).warm_start_trajectories(config, sandbox_url, tasks)
 
 
 async def warm_start(config: RunConfig, run_dir: Path, sandbox_url: str) -> str | None:

@@ -8,6 +8,7 @@ from math import comb
 
 import pytest
 
+import piexp.harness.builtin as builtin_harness
 import piexp.launch.evaluate as evaluate
 from piexp.run_folder import RunFolder
 from piexp.config.compose import load
@@ -117,16 +118,16 @@ def test_interrupted_eval_resumes_without_redoing_finished_episodes(sandbox_url,
     config = load([*BASE, "policy=crash", "k=2", "mode.max_concurrency=1"])
     splits = build_splits(config)
     total = 2 * 2 * 2 * 2
-    real = evaluate.run_episode
+    real = builtin_harness.run_episode  # what the builtin harness plays each episode with
     calls: list[tuple[str, str, int]] = []
 
-    async def dies_after_three(policy, name, task, language, settings, *, sample=0):
+    async def dies_after_three(policy, name, task, language, settings, *, sample=0, **options):
         if len(calls) == 3:
             raise Interrupted
         calls.append((task.task_id, language, sample))
-        return await real(policy, name, task, language, settings, sample=sample)
+        return await real(policy, name, task, language, settings, sample=sample, **options)
 
-    monkeypatch.setattr(evaluate, "run_episode", dies_after_three)
+    monkeypatch.setattr(builtin_harness, "run_episode", dies_after_three)
     with pytest.raises(Interrupted):
         evaluate.run_eval(config, tmp_path, sandbox_url, splits)
     lines = (tmp_path / RunFolder.EPISODES).read_text().splitlines()
@@ -136,11 +137,11 @@ def test_interrupted_eval_resumes_without_redoing_finished_episodes(sandbox_url,
 
     rerun: list[tuple[str, str, int]] = []
 
-    async def counting(policy, name, task, language, settings, *, sample=0):
+    async def counting(policy, name, task, language, settings, *, sample=0, **options):
         rerun.append((task.task_id, language, sample))
-        return await real(policy, name, task, language, settings, sample=sample)
+        return await real(policy, name, task, language, settings, sample=sample, **options)
 
-    monkeypatch.setattr(evaluate, "run_episode", counting)
+    monkeypatch.setattr(builtin_harness, "run_episode", counting)
     assert evaluate.run_eval(config, tmp_path, sandbox_url, splits) == 0.0
     assert len(rerun) == total - 3 and not done & set(rerun)
     results = json.loads((tmp_path / "results.json").read_text())

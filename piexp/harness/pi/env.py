@@ -35,6 +35,7 @@ from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.renderers.base import Message
 from tinker_cookbook.rl.types import Env, InitialObservationOverflow, StepResult, Trajectory, Transition
 
+from piexp.config.schema import RunConfig
 from piexp.env.episode import EpisodeSettings, InfrastructureFailure
 from piexp.env.reward import PASSED_METRIC, REWARD_METRICS
 from piexp.harness.endpoint import LimitReached, PlaysThroughEndpoint
@@ -303,3 +304,30 @@ async def scripted_trajectory(
     transitions[-1].reward = record.shaped
     transitions[-1].episode_done = True
     return Trajectory(transitions=transitions, final_ob=tinker.ModelInput.empty()), record.shaped
+
+
+async def endpoint_trajectories(
+    harness: PlaysThroughEndpoint, config: RunConfig, sandbox_url: str, tasks: list[Task]
+) -> tuple[list[Trajectory], list[float]]:
+    """The warm start's episodes played in a harness whose episodes ask an endpoint
+    (`warm_start.policy` on `tasks`, cycling through the run's train languages): the
+    model imitates the policy in the prompt, tools and results it trains in, not the
+    reference environment's. Trajectories and their shaped rewards."""
+    from piexp.env.dataset import episode_settings
+    from piexp.env.episode import get_run_renderer
+    from piexp.env.splits import build_splits
+    from piexp.policies import make_policy
+
+    settings = episode_settings(config, sandbox_url)
+    renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
+    splits = build_splits(config)
+    policy = make_policy(config.warm_start.policy, renderer, [*splits.train, *splits.eval, *tasks])
+    assert isinstance(policy, ScriptedPolicy)
+    languages = config.train_languages
+    played = await asyncio.gather(
+        *(
+            scripted_trajectory(harness, policy, task, languages[index % len(languages)], settings, renderer)
+            for index, task in enumerate(tasks)
+        )
+    )
+    return [trajectory for trajectory, _ in played], [reward for _, reward in played]

@@ -30,7 +30,7 @@ from tinker_cookbook.completers import TokenCompleter
 from tinker_cookbook.renderers import Renderer
 from tinker_cookbook.rl.types import Env
 
-from piexp.config.schema import HarnessSettings, LanguageSettings
+from piexp.config.schema import HarnessSettings, LanguageSettings, RunConfig
 from piexp.env.episode import EpisodeSettings
 from piexp.env.prompt import workspace_prompt
 from piexp.env.reward import REWARD_METRICS
@@ -165,6 +165,13 @@ class PiHarness(Harness):
         from piexp.harness.pi.env import PiEpisodeEnv
 
         return PiEpisodeEnv(self, task, language, settings, renderer, evaluation=evaluation)
+
+    async def warm_start_trajectories(
+        self, config: RunConfig, sandbox_url: str, tasks: list[Task]
+    ) -> tuple[list[Any], list[float]]:
+        from piexp.harness.pi.env import endpoint_trajectories
+
+        return await endpoint_trajectories(self, config, sandbox_url, tasks)
 
     def responder(self, policy: TokenCompleter, settings: EpisodeSettings) -> Responder:
         """The endpoint's answerer for `policy` in one episode: a scripted policy reads

@@ -44,7 +44,7 @@ def _no_op() -> None:
     return None
 
 
-async def _walls(play, policy, tasks, settings) -> list[float]:  # type: ignore[no-untyped-def]
+async def _walls(play, policy, tasks, settings) -> list[float]:
     walls = []
     for task in tasks:
         started = time.perf_counter()

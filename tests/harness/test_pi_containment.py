@@ -33,9 +33,11 @@ def tool(name, **arguments):
 
 
 def results(record) -> list[str]:
-    """The text of every tool result Pi gave the model, in order."""
+    """The text of every tool result Pi gave the model, in order (a result that is JSON
+    text is shown parsed, as the reference environment's transcripts show it)."""
     assert record.transcript is not None, record.error
-    return [m["text"] for m in record.transcript["conversation"] if m["role"] == "tool"]
+    tools = [m for m in record.transcript["conversation"] if m["role"] == "tool"]
+    return [m["text"] if "text" in m else json.dumps(m["result"]) for m in tools]
 
 
 @pytest.fixture

@@ -42,6 +42,12 @@ def test_the_model_policy_plays_through_pi_on_the_local_service(tmp_path):
         assert 0 < first["sampled_tokens"] <= 48 and first["sampled_logprob"] < 0
         assert transcript["tokens"]["sampled"] == sum(t["sampled_tokens"] for t in transcript["turns"])
         assert 0 <= transcript["tokens"]["splits"] < len(transcript["turns"])  # at most one per later call
+        # Every sampled turn is in the conversation, the ones Pi never got included (a turn
+        # cut at the generation limit ends the episode before Pi sees it).
+        said = [m for m in transcript["conversation"] if m["role"] == "assistant"]
+        assert len(said) == len(transcript["turns"]) and transcript["prompt"][0]["role"] == "system"
+        if transcript["stop_reason"] == "max_tokens":
+            assert "Pi never saw this turn" in said[-1]["text"]
 
 
 def test_a_call_that_does_not_extend_the_last_one_counts_as_a_split():

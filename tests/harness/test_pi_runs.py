@@ -75,6 +75,7 @@ def test_check_passes_through_pi_and_the_run_records_pi(tmp_path):
     oracle = next(t for t in transcripts if t["policy"] == "oracle")
     conversation = oracle["conversation"]
     ran = next(i for i, m in enumerate(conversation) if any(c["name"] == "bash" for c in m.get("tool_calls") or []))
+    conversation[ran + 1].pop("result", None)  # a tool result's JSON text is shown parsed
     conversation[ran + 1]["text"] = "12345"
     with gzip.open(run_dir / RunFolder.CHECK_TRANSCRIPTS, "wt") as f:
         f.writelines(json.dumps(t) + "\n" for t in transcripts)

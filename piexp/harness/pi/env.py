@@ -40,6 +40,9 @@ from piexp.env.episode import EpisodeSettings, InfrastructureFailure
 from piexp.env.reward import PASSED_METRIC, REWARD_METRICS
 from piexp.harness.endpoint import LimitReached, PlaysThroughEndpoint
 from piexp.harness.pi.model import (
+    CUT,
+    UNPARSED,
+    ModelView,
     Observations,
     SampledCall,
     answer_message,
@@ -87,6 +90,7 @@ class PiEpisodeEnv(Env):
         self.calls: list[SampledCall] = []
         self.observations = Observations(renderer)
         self.scoring = scoring_rule(settings)
+        self.view = ModelView()  # the episode as the model saw it, for its transcript
         self._extra: list[Message] = []  # turns piexp answered itself since Pi's last request
         self.played: EpisodeRecord | None = None
         self._events: asyncio.Queue[_Request | EpisodeRecord | BaseException] | None = None
@@ -131,6 +135,7 @@ class PiEpisodeEnv(Env):
         if stop_reason == "length":
             # A turn cut before its end: the episode ends there, ungraded.
             self.observations.answered(tokens, message)
+            self.view.unsent(message, CUT)
             pending.answer.set_exception(LimitReached(self.scoring.end(MAX_TOKENS)))
         elif verdict is not None:
             self.observations.answered(tokens, message)
@@ -138,6 +143,7 @@ class PiEpisodeEnv(Env):
                 # The reference environment's corrective message: piexp's answer, not
                 # Pi's; Pi still waits for the model's turn and never sees this one.
                 self._extra += retry_messages(message, verdict.message)
+                self.view.retry(message, verdict.message)
                 observation = self.observations.observe(pending.body, self._extra)
                 self.calls.append(SampledCall(observation.to_ints(), [], None, "stop"))
                 self._pending = pending
@@ -148,11 +154,13 @@ class PiEpisodeEnv(Env):
                     next_stop_condition=self.stop_condition,
                     metrics={PARSE_ERROR: 1.0},
                 )
+            self.view.unsent(message, UNPARSED)
             pending.answer.set_exception(LimitReached(PARSE_ERROR))
         else:
             self._extra = []
             answer = answer_message(self.renderer, tokens, len(self.calls))
             self.observations.answered(tokens, assistant_message(answer))
+            self.view.answer(assistant_message(answer))
             pending.answer.set_result(answer)
         event = await self._next()
         if isinstance(event, _Request):
@@ -168,6 +176,7 @@ class PiEpisodeEnv(Env):
         """The endpoint's responder: each request becomes the loop's next observation."""
         assert self._events is not None
         observation = self.observations.observe(body)
+        self.view.request(body)
         ending = self.scoring.overflow(observation.length, self.settings.limits, first=not self.calls)
         if ending is not None:
             raise LimitReached(ending)
@@ -239,18 +248,10 @@ class PiEpisodeEnv(Env):
         )
 
     def _attach_tokens(self, record: EpisodeRecord) -> None:
-        """The calls' tokens in the transcript, as an eval's model episodes have them."""
-        sampled = [call for call in self.calls if call.sampled_tokens]
-        transcript = record.transcript
-        if transcript is None or not sampled:
-            return
-        for turn, call in zip(transcript["turns"], sampled):
-            turn.update(prompt_tokens=len(call.prompt_tokens), sampled_tokens=len(call.sampled_tokens))
-        transcript["tokens"] = {
-            "prompt_last": len(sampled[-1].prompt_tokens),
-            "sampled": sum(len(call.sampled_tokens) for call in sampled),
-            "splits": sequence_splits(sampled),
-        }
+        """The calls' tokens and the model's side of the conversation in the transcript,
+        as an eval's model episodes have them."""
+        if record.transcript is not None:
+            self.view.show(record.transcript, self.calls, record.reward)
 
     async def close(self) -> None:
         """Stop the episode if the loop left it before Pi ended (a rollout timeout)."""

@@ -38,6 +38,7 @@ from piexp.errors import UserError
 from piexp.languages import LANGUAGES
 from piexp.harness.base import Harness
 from piexp.harness.endpoint import EpisodeEndpoint, LimitReached, Responder
+from piexp.harness.pi.model import chat_history, shown_history
 from piexp.harness.pi.install import PiInstall, find_install, install_dir, locked_versions
 from piexp.harness.pi.options import (
     MEMORY_SHARE,
@@ -301,19 +302,9 @@ class PiHarness(Harness):
             record.last_run = {"stderr": stderr_tail}
             return record
         self._fill(record, trace, task, language_settings, settings, limit, endpoint, record_transcript)
-        sampled = getattr(responder, "calls", None)
-        if record.transcript is not None and sampled:
-            # The model's calls: what it saw and sampled, turn by turn (logprobs summed).
-            for turn, call in zip(record.transcript["turns"], sampled):
-                turn.update(prompt_tokens=len(call.prompt_tokens), sampled_tokens=len(call.sampled_tokens),
-                            sampled_logprob=sum(call.logprobs or []))  # fmt: skip
-            from piexp.harness.pi.model import sequence_splits
-
-            record.transcript["tokens"] = {
-                "prompt_last": len(sampled[-1].prompt_tokens),
-                "sampled": sum(len(call.sampled_tokens) for call in sampled),
-                "splits": sequence_splits(sampled),
-            }
+        view = getattr(responder, "view", None)
+        if record.transcript is not None and view is not None:
+            view.show(record.transcript, responder.calls, record.reward)  # type: ignore[attr-defined]
         return record
 
     def _fill(
@@ -392,9 +383,7 @@ def _transcript(record: EpisodeRecord, endpoint: EpisodeEndpoint) -> dict[str, A
     last = answered[-1].response if answered else None
     if last is not None:
         messages.append({"role": "assistant", **last})
-    shown = [_message_json(m) for m in messages]
-    prompt = [m for m in shown[:2] if m["role"] in ("system", "user")]
-    conversation = shown[len(prompt) :]
+    prompt, conversation = shown_history(chat_history(messages))
     turns = [
         {"turn": i, "prompt_tokens": 0, "sampled_tokens": 0, "reward": record.reward if i == len(answered) - 1 else 0.0}
         for i in range(len(answered))
@@ -423,28 +412,3 @@ def _transcript(record: EpisodeRecord, endpoint: EpisodeEndpoint) -> dict[str, A
             "tokens": {"prompt_last": 0, "sampled": 0},
         }
     )
-
-
-def _message_json(message: dict[str, Any]) -> dict[str, Any]:
-    import json
-
-    content = message.get("content")
-    text = (
-        content
-        if isinstance(content, str)
-        else "".join(str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
-    )
-    out: dict[str, Any] = {"role": str(message.get("role")), "text": text or ""}
-    calls = message.get("tool_calls") or []
-    if calls:
-        out["tool_calls"] = []
-        for call in calls:
-            function = call.get("function") or {}
-            try:
-                arguments: Any = json.loads(function.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                arguments = function.get("arguments")
-            out["tool_calls"].append({"id": call.get("id"), "name": function.get("name"), "arguments": arguments})
-    if out["role"] == "tool":
-        out["tool_call_id"] = message.get("tool_call_id")
-    return out

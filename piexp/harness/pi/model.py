@@ -98,6 +98,82 @@ def sequence_splits(calls: list[SampledCall]) -> int:
     return splits
 
 
+CUT = "cut at limits.max_generation_tokens"
+UNPARSED = "no tool call could be read: the episode ends here"
+
+
+class ModelView:
+    """One episode as the model saw it, for its transcript: Pi's system prompt and
+    messages, the turns piexp answered itself (a retried malformed turn and its corrective
+    message), and a last turn that never reached Pi (cut, or malformed past the rule)."""
+
+    def __init__(self) -> None:
+        self.history: list[Message] = []
+        self._from_pi = 0  # how many of Pi's messages `history` holds
+
+    def request(self, body: dict[str, Any]) -> None:
+        """One of Pi's requests: the messages it adds."""
+        system, messages, _tools = conversation(body)
+        if not self.history and system:
+            self.history.append(Message(role="system", content=system))
+        if len(messages) < self._from_pi:  # Pi rewrote its history: shown afresh
+            self.history.append(Message(role="user", content="[Pi re-sent a shorter history from here]"))
+            self._from_pi = 0
+        self.history += messages[self._from_pi :]
+        self._from_pi = len(messages) + 1  # and the answer it is given, which its next request re-sends
+
+    def answer(self, message: Message) -> None:
+        self.history.append(message)
+
+    def retry(self, malformed: Message, text: str) -> None:
+        self.history += retry_messages(malformed, text)
+
+    def unsent(self, message: Message, why: str) -> None:
+        shown = Message(**message)
+        shown["content"] = f"{renderers.get_text_content(message)}\n[{why}; Pi never saw this turn]"
+        self.history.append(shown)
+
+    def show(self, transcript: dict[str, Any], calls: list[SampledCall], reward: float) -> None:
+        """`transcript` from the model's side: a turn per model call (what it saw and
+        sampled, logprobs summed), the calls Pi never answered included, and the
+        conversation as the model saw it."""
+        from piexp.transcripts.capture import finalize
+
+        calls = [call for call in calls if call.sampled_tokens]
+        if not calls:
+            return
+        transcript["turns"] = [
+            {"turn": i, "prompt_tokens": len(call.prompt_tokens), "sampled_tokens": len(call.sampled_tokens),
+             "sampled_logprob": sum(call.logprobs or []), "reward": reward if i == len(calls) - 1 else 0.0}
+            for i, call in enumerate(calls)
+        ]  # fmt: skip
+        transcript["tokens"] = {
+            "prompt_last": len(calls[-1].prompt_tokens),
+            "sampled": sum(len(call.sampled_tokens) for call in calls),
+            "splits": sequence_splits(calls),
+        }
+        if self.history:
+            transcript["prompt"], transcript["conversation"] = shown_history(self.history)
+        transcript.update(finalize(transcript))
+
+
+def chat_history(messages: list[dict[str, Any]]) -> list[Message]:
+    """OpenAI-style chat messages (a request Pi sent, and its answer) as the renderer's
+    messages: the system text first, then the conversation."""
+    system, history, _tools = conversation({"messages": messages})
+    return [Message(role="system", content=system), *history] if system else history
+
+
+def shown_history(history: list[Message]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(prompt, conversation) of a transcript, as the reference environment's transcripts
+    show messages: the system prompt and first user message, then the rest."""
+    from piexp.transcripts.capture import message_json
+
+    shown = [message_json(m) for m in history]
+    prompt = [m for m in shown[:2] if m["role"] in ("system", "user")]
+    return prompt, shown[len(prompt) :]
+
+
 def render_request(
     renderer: renderers.Renderer, body: dict[str, Any], extra: list[Message] | None = None
 ) -> tinker.ModelInput:
@@ -209,10 +285,12 @@ class ModelResponder:
     scoring: ScoringRule
     calls: list[SampledCall] = field(default_factory=list)
     observations: Observations | None = None
+    view: ModelView = field(default_factory=lambda: ModelView())
 
     async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.observations is None:
             self.observations = Observations(self.renderer)
+        self.view.request(body)
         stop = self.renderer.get_stop_sequences()
         extra: list[Message] = []
         while True:
@@ -231,18 +309,22 @@ class ModelResponder:
                     stop_reason=stop_reason,
                 )
             )
-            if stop_reason == "length":
-                raise LimitReached(self.scoring.end(MAX_TOKENS))  # a turn cut before its end
             message, _ = self.renderer.parse_response(tokens)
+            if stop_reason == "length":
+                self.view.unsent(message, CUT)
+                raise LimitReached(self.scoring.end(MAX_TOKENS))  # a turn cut before its end
             verdict = self.scoring.judge(message)
             if verdict is None:
                 answer = answer_message(self.renderer, tokens, len(self.calls))
                 self.observations.answered(tokens, assistant_message(answer))
+                self.view.answer(assistant_message(answer))
                 return answer
             self.observations.answered(tokens, message)
             if not verdict.retry:
+                self.view.unsent(message, UNPARSED)
                 raise LimitReached(PARSE_ERROR)
             extra += retry_messages(message, verdict.message)
+            self.view.retry(message, verdict.message)
 
 
 def _json_object(arguments: str) -> str:

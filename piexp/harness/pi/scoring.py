@@ -134,6 +134,8 @@ class ScoringRule:
         if record.transcript is not None:
             record.transcript.update(stop_reason=record.stop_reason, reward=record.reward, shaped=record.shaped,
                                      failures=record.failures)  # fmt: skip
+            if record.transcript.get("turns"):
+                record.transcript["turns"][-1]["reward"] = record.reward
 
 
 def retry_messages(malformed: Message, text: str) -> list[Message]:

@@ -10,7 +10,9 @@ must not learn stay flat? One command, offline, on a CPU:
    permuted among its episodes before advantages), evaluated after training.
 
 Usage: `python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N]
-[--with=OVERRIDE ...]` (`--with` adds an override to the RL run and its control alike; a
+[--harness=pi] [--with=OVERRIDE ...]` (`--harness=pi`: every stage in the real Pi, from
+`model=learner-local-pi`, the base model pre-trained on episodes of both harnesses;
+`--with` adds an override to the RL run and its control alike; a
 temporary folder by default; the run folders stay in OUT_DIR, one `seed_S` folder per seed
 when several and a `run_R` folder per repeat, for `piexp show` / `viewer.html`).
 
@@ -91,15 +93,30 @@ def run_piexp(args: list[str], run_dir: Path, log: Path) -> tuple[float, float]:
     return time.perf_counter() - started, peak[0]
 
 
-def build_model() -> tuple[Path, dict, float, bool]:
-    from piexp.launch.sandbox import run_sandbox
-    from piexp.pretrain.build import data_config, ensure_learner_model, known_learner_model_dir, read_marker
+#: Per harness: the overrides every stage runs with, and the piexp-built base model.
+HARNESSES = {
+    "builtin": ((), "learner-local"),
+    "pi": (("harness=pi", "model=learner-local-pi"), "learner-local-pi"),
+}
 
-    known = known_learner_model_dir()
+
+def build_model(name: str = "learner-local") -> tuple[Path, dict, float, bool]:
+    from piexp.launch.base_model import learner_rollouts
+    from piexp.launch.sandbox import run_sandbox
+    from piexp.pretrain.build import (
+        LEARNER_RECIPES,
+        data_config,
+        ensure_learner_model,
+        known_learner_model_dir,
+        read_marker,
+    )
+
+    recipe = LEARNER_RECIPES[name]
+    known = known_learner_model_dir(recipe)
     cached = known is not None and read_marker(known) is not None
     started = time.perf_counter()
-    sandbox = data_config().sandbox
-    path = ensure_learner_model(lambda: run_sandbox(sandbox))
+    sandbox = data_config(recipe).sandbox
+    path = ensure_learner_model(lambda: run_sandbox(sandbox), recipe, learner_rollouts(recipe))
     return path, read_marker(path) or {}, time.perf_counter() - started, cached
 
 
@@ -126,12 +143,13 @@ def curve(run_dir: Path) -> list[dict[str, float]]:
 #: What each training episode did, first match wins: the behaviour that grows shows a
 #: collapse at a glance (parse errors, or episodes ending without writing a program).
 OUTCOMES = (
-    ("pass", lambda m, stop: m.get("functional_correct")),
-    ("answer wrong", lambda m, stop: m.get("execution_output_correct")),  # the program printed it
-    ("parse error", lambda m, stop: stop == "parse_error"),
-    ("ran, wrong", lambda m, stop: m.get("execution_succeeded")),
-    ("crashed", lambda m, stop: m.get("mutation_succeeded")),
-    ("no program", lambda m, stop: True),
+    ("pass", lambda m, stop, calls: m.get("functional_correct")),
+    ("answer wrong", lambda m, stop, calls: m.get("execution_output_correct")),  # the program printed it
+    ("parse error", lambda m, stop, calls: stop == "parse_error"),
+    ("ran, wrong", lambda m, stop, calls: m.get("execution_succeeded")),
+    ("crashed", lambda m, stop, calls: m.get("mutation_succeeded")),
+    ("no tool call", lambda m, stop, calls: calls == 0),
+    ("no program", lambda m, stop, calls: True),
 )
 
 
@@ -143,19 +161,23 @@ def outcomes(run_dir: Path) -> list[dict[str, int]]:
     for episode in read_transcripts(run_dir / "train_transcripts.jsonl.gz"):
         counts = steps.setdefault(int(episode.get("iteration") or 0), {name: 0 for name, _ in OUTCOMES})
         metrics, stop = episode.get("metrics") or {}, episode.get("stop_reason")
-        counts[next(name for name, matches in OUTCOMES if matches(metrics, stop))] += 1
+        calls = (episode.get("failures") or {}).get("calls")
+        counts[next(name for name, matches in OUTCOMES if matches(metrics, stop, calls))] += 1
     return [steps[step] for step in sorted(steps)]
 
 
-def learning(out: Path, console: Console, seed: int = 0, extra: tuple[str, ...] = ()) -> dict:
+def learning(out: Path, console: Console, seed: int = 0, extra: tuple[str, ...] = (), harness: str = "builtin") -> dict:
     """Run every stage into `out` (the runs' seed: tasks, sampling, training order; `extra`
-    overrides added to the RL run and its control alike) and return the figures and verdicts."""
+    overrides added to the RL run and its control alike; every stage in `harness`) and
+    return the figures and verdicts."""
     from piexp.launch.comparison import compare, load_run
     from piexp.launch.loop import BASE_EVAL_DIR, TRAINED_EVAL_DIR
 
     began = time.perf_counter()
-    console.print("pre-training learner-local (cached after the first build) ...")
-    path, marker, build_s, cached = build_model()
+    overrides, model = HARNESSES[harness]
+    extra = (*overrides, *extra)
+    console.print(f"pre-training {model} (cached after the first build) ...")
+    path, marker, build_s, cached = build_model(model)
     console.print(f"model {path} ({'cached' if cached else f'built in {build_s:.0f} s'})")
     console.print("RL run with evaluations before and after ...")
     loop_s, loop_mb = run_piexp([*LOOP, *extra, f"seed={seed}"], out / "rl", out / "rl.log")
@@ -173,6 +195,8 @@ def learning(out: Path, console: Console, seed: int = 0, extra: tuple[str, ...] 
     rl_vs_control = compare([runs[2], runs[1]])["overall"]["runs"][1]
     return {
         "seed": seed,
+        "harness": harness,
+        "model": model,
         "rl_curve": curve(out / "rl"),
         "rl_outcomes": outcomes(out / "rl"),
         "control_curve": curve(out / "control"),
@@ -200,7 +224,8 @@ def learning(out: Path, console: Console, seed: int = 0, extra: tuple[str, ...] 
 
 def report(figures: dict, console: Console) -> None:
     table = Table(
-        title=f"learner-local on {figures['tasks']} held-out eval tasks (pass@1, mean shaped reward, "
+        title=f"{figures.get('model', 'learner-local')} in harness {figures.get('harness', 'builtin')} on "
+        f"{figures['tasks']} held-out eval tasks (pass@1, mean shaped reward, "
         "paired difference to the base model with its 95% t-interval over tasks)"
     )
     for column in ("stage", "pass@1", "reward", "diff pass@1", "diff reward"):
@@ -313,7 +338,10 @@ def spread(runs: list[dict], console: Console) -> None:
 def main() -> int:
     """`python bench/learning.py [OUT_DIR] [--seeds=0,1,2,3,4] [--repeats=N] [--with=OVERRIDE ...]`:
     N runs per seed, each override added to the RL run and its control."""
-    args = [a for a in sys.argv[1:] if not a.startswith(("--seeds", "--repeats", "--with="))]
+    args = [a for a in sys.argv[1:] if not a.startswith(("--seeds", "--repeats", "--with=", "--harness="))]
+    harness = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--harness=")), "builtin")
+    if harness not in HARNESSES:
+        raise SystemExit(f"--harness={harness}: the bench runs in {', '.join(HARNESSES)}")
     extra = tuple(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--with="))
     seeds_arg = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--seeds=")), "0")
     repeats = int(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--repeats=")), "1"))
@@ -327,7 +355,7 @@ def main() -> int:
                 folder = out if len(seeds) == 1 else out / f"seed_{seed}"
                 folder = folder / f"run_{repeat}" if repeats > 1 else folder
                 folder.mkdir(parents=True, exist_ok=True)
-                figures = learning(folder, console, seed, extra)
+                figures = learning(folder, console, seed, extra, harness)
                 report(figures, console)
                 runs.append(figures)
     if len(runs) > 1:

@@ -33,6 +33,7 @@ IMPORTED_ONLY = (
     "allocator",
     "discovery",
     "learning",
+    "harness_transfer",
     "local_service",
     "pretrain_fit",
     "sample_call",

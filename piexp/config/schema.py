@@ -204,7 +204,7 @@ class RunConfig(_Strict):
                     " and cannot be used with mode=train (use mode=eval"
                     + ("; k also sets the samples of mode.eval_before/eval_after)" if "k" in eval_only else ")")
                 )
-        if self.model.name in ("tiny-local", "learner-local") and self.service.name == "tinker":
+        if self.model.name in ("tiny-local", "learner-local", "learner-local-pi") and self.service.name == "tinker":
             raise ValueError(f"model={self.model.name} is a local model folder; use it with service=local")
         self._refuse_what_the_mode_ignores()
         if self.mode.name == "train":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from piexp.config.schema import HarnessSettings, LanguageSettings, RewardSettings, RunConfig
@@ -98,17 +98,25 @@ class Harness(ABC):
         after it, so that a run in another harness than the reference one says so."""
         return f"{activity} ({self.name})"
 
+    async def scripted_trajectories(
+        self, config: RunConfig, sandbox_url: str, tasks: Sequence[Task], policies: Sequence[str], progress: Any = None
+    ) -> tuple[list[Any], list[float]]:
+        """Scripted episodes as imitation data: on each task the scripted policy named at
+        the same index (cycling through the run's train languages), as trajectories the
+        model could have sampled in this harness, with their rewards; `progress.advance()`
+        after each. The warm start's data, and a piexp-built base model's. A harness
+        whose episodes cannot be played as such data refuses, with the way out named."""
+        raise UserError(
+            f"imitation data (warm_start.sft_steps, a piexp-built base model) needs scripted episodes played in "
+            f"harness={self.name}, which it cannot play as such; set warm_start.sft_steps=0 for it."
+        )
+
     async def warm_start_trajectories(
         self, config: RunConfig, sandbox_url: str, tasks: list[Task]
     ) -> tuple[list[Any], list[float]]:
         """The warm start's imitation data (`warm_start.sft_steps`): `warm_start.policy`'s
-        episodes on `tasks` (cycling through the run's train languages) as trajectories
-        the model could have sampled in this harness, with their rewards. A harness whose
-        episodes cannot be played as such data refuses, with the way out named."""
-        raise UserError(
-            f"warm_start.sft_steps needs scripted episodes played in harness={self.name}, which it cannot "
-            "play as imitation data; set warm_start.sft_steps=0 for it."
-        )
+        episodes on `tasks` in this harness (`scripted_trajectories`)."""
+        return await self.scripted_trajectories(config, sandbox_url, tasks, [config.warm_start.policy] * len(tasks))
 
     def identity(self) -> dict[str, str]:
         """The harness's name and versions, as results name it (`results.json`'s `harness`)."""

@@ -5,6 +5,7 @@ piexp.env.prompt. What every run did before harnesses were configurable, unchang
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from tinker_cookbook.completers import TokenCompleter
@@ -29,13 +30,13 @@ class BuiltinHarness(Harness):
     def progress_label(self, activity: str) -> str:
         return activity  # the reference environment: what every run did before harnesses
 
-    async def warm_start_trajectories(
-        self, config: RunConfig, sandbox_url: str, tasks: list[Task]
+    async def scripted_trajectories(
+        self, config: RunConfig, sandbox_url: str, tasks: Sequence[Task], policies: Sequence[str], progress: Any = None
     ) -> tuple[list[Any], list[float]]:
         """The reference environment's own scripted episodes (its prompt, tools, results)."""
         from piexp.pretrain.data import scripted_trajectories
 
-        return await scripted_trajectories(config, sandbox_url, tasks, [config.warm_start.policy] * len(tasks))
+        return await scripted_trajectories(config, sandbox_url, tasks, policies, progress)
 
     @classmethod
     def rescored_reward(cls, transcript: dict[str, Any], answer: str, reward: RewardSettings, *, binary: bool) -> float:

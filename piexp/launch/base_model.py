@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from piexp.run_folder import RunFolder
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
+
+if TYPE_CHECKING:
+    from piexp.pretrain.build import Rollouts
+    from piexp.pretrain.data import Rollout
+    from piexp.pretrain.recipe import LearnerRecipe
 
 #: The manifest key that records the base model.
 BASE_MODEL_KEY = "base_model"
@@ -39,30 +45,56 @@ def expected_base_model(config: RunConfig) -> str:
 # rolled out here before), and the run-folder guard asks for every folder of a sweep.
 @functools.lru_cache(maxsize=None)
 def _model_identity(name: str) -> str:
-    from piexp.pretrain import LEARNER_MODEL_NAME
+    from piexp.pretrain.build import LEARNER_RECIPES
     from piexp.service.tiny_model import TINY_LOCAL_NAME, tiny_model_dir
 
-    if name == LEARNER_MODEL_NAME:
+    if name in LEARNER_RECIPES:
         from piexp.launch.sandbox import run_sandbox
         from piexp.pretrain.build import data_config, learner_model_dir
 
-        return base_model_identity(str(learner_model_dir(lambda: run_sandbox(data_config().sandbox))))
+        recipe = LEARNER_RECIPES[name]
+        sandbox = data_config(recipe).sandbox
+        return base_model_identity(
+            str(learner_model_dir(lambda: run_sandbox(sandbox), recipe, learner_rollouts(recipe)))
+        )
     if name == TINY_LOCAL_NAME:
         return base_model_identity(str(tiny_model_dir()))
     return base_model_identity(name)
+
+
+def learner_rollouts(recipe: LearnerRecipe) -> Rollouts:
+    """How a piexp-built model's scripted episodes are played in each harness its recipe
+    names besides the reference environment: by that harness (`harness=<name>` of the
+    recipe's data config), made for the rollout and closed after it; a harness that cannot
+    run here is refused as a run would be (Pi not installed: `make setup`)."""
+
+    def rollout_in(name: str) -> Rollout:
+        async def rollout(config: RunConfig, sandbox_url: str, tasks: Any, policies: Any, progress: Any) -> Any:
+            from piexp.config.compose import load
+            from piexp.harness.base import make_harness
+
+            harness = make_harness(load([*recipe.data_overrides, f"harness={name}"]).harness)
+            try:
+                return await harness.scripted_trajectories(config, sandbox_url, tasks, policies, progress)
+            finally:
+                await harness.aclose()
+
+        return rollout
+
+    return {name: rollout_in(name) for name in recipe.harnesses if name != "builtin"}
 
 
 def register_local_model_tokenizer(name: str) -> None:
     """Register the tokenizer of a local model piexp builds (`learner-local`: its smaller
     vocabulary; `tiny-local`: Qwen3's) under the model's name, without building the
     model: replay renders a recorded run's turns with it, offline."""
-    from piexp.pretrain import LEARNER_MODEL_NAME
+    from piexp.pretrain.build import LEARNER_RECIPES
     from piexp.service.tiny_model import TINY_LOCAL_NAME
 
-    if name == LEARNER_MODEL_NAME:
+    if name in LEARNER_RECIPES:
         from piexp.pretrain.build import register_learner_tokenizer
 
-        register_learner_tokenizer()
+        register_learner_tokenizer(LEARNER_RECIPES[name])
     elif name == TINY_LOCAL_NAME:
         from piexp.tokenizer import register_offline_tokenizers
 

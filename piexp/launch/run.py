@@ -48,16 +48,18 @@ def resolve_local_model(config: RunConfig) -> RunConfig:
     folder, built first (once per machine, in its own embedded sandbox) if this machine has
     none. A scripted policy still renders with the model's tokenizer (token limits,
     transcripts): a local model's is registered offline, without building the model."""
-    from piexp.pretrain import LEARNER_MODEL_NAME
+    from piexp.pretrain.build import LEARNER_RECIPES
 
     if not config.uses_service:
         register_local_model_tokenizer(config.model.name)
         return config
-    if config.model.name != LEARNER_MODEL_NAME:
+    recipe = LEARNER_RECIPES.get(config.model.name)
+    if recipe is None:
         return config
+    from piexp.launch.base_model import learner_rollouts
     from piexp.pretrain import ensure_learner_model
 
-    path = ensure_learner_model(lambda: run_sandbox(config.sandbox))
+    path = ensure_learner_model(lambda: run_sandbox(config.sandbox), recipe, learner_rollouts(recipe))
     return config.model_copy(update={"model": config.model.model_copy(update={"name": str(path)})})
 
 

@@ -18,7 +18,7 @@ import pickle
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,20 @@ from typing import Any
 from piexp.config.schema import RunConfig
 from piexp.console import ProgressReport, say
 from piexp.files import exclusive_lock
+from piexp.pretrain.data import Rollout
 from piexp.pretrain.fit_process import FitData
 from piexp.pretrain.recipe import LearnerRecipe, content_key, files_digest, inputs_digest
 
 LEARNER_MODEL_NAME = "learner-local"
-RECIPE = LearnerRecipe()
+#: The base models piexp builds, by model name: the reference environment's, and one
+#: pre-trained on episodes of both harnesses, half played through the real Pi, so that
+#: one base model acts in either (a model pre-trained on builtin episodes alone never
+#: calls a tool in Pi: it has never seen Pi's prompt, tool schemas or plain-text results).
+LEARNER_RECIPES = {
+    LEARNER_MODEL_NAME: LearnerRecipe(),
+    f"{LEARNER_MODEL_NAME}-pi": LearnerRecipe(harnesses=("builtin", "pi")),
+}
+RECIPE = LEARNER_RECIPES[LEARNER_MODEL_NAME]
 MARKER = "piexp_learner_model.json"
 #: Train tasks kept out of the fit, to measure it (held-out NLL and token accuracy).
 HELDOUT_TASKS = 12
@@ -43,6 +52,9 @@ INPUTS_MEMO = ".inputs"
 
 
 SandboxOpener = Callable[[], contextlib.AbstractContextManager[str]]
+#: How to play scripted episodes in a harness other than the reference environment, by
+#: its name (the caller makes the harness: this layer sits below the harnesses).
+Rollouts = Mapping[str, Rollout]
 
 
 def _models_root(recipe: LearnerRecipe = RECIPE) -> Path:
@@ -50,8 +62,15 @@ def _models_root(recipe: LearnerRecipe = RECIPE) -> Path:
     builds) keeps its own, so that neither removes the other's as stale."""
     from piexp.tokenizer import piexp_cache_dir
 
-    name = LEARNER_MODEL_NAME if not recipe.substitutes else f"{LEARNER_MODEL_NAME}-variants"
+    name = learner_name(recipe) if not recipe.substitutes else f"{LEARNER_MODEL_NAME}-variants"
     return piexp_cache_dir() / "models" / name
+
+
+def learner_name(recipe: LearnerRecipe) -> str:
+    """The model name of a recipe of `LEARNER_RECIPES` (its builds' folder), or the name
+    of the one it varies."""
+    return next((name for name, known in LEARNER_RECIPES.items() if known.harnesses == recipe.harnesses),
+                f"{LEARNER_MODEL_NAME}-{'-'.join(recipe.harnesses)}")  # fmt: skip
 
 
 def data_config(recipe: LearnerRecipe = RECIPE) -> RunConfig:
@@ -93,7 +112,9 @@ def known_learner_model_dir(recipe: LearnerRecipe = RECIPE) -> Path | None:
     return None if key is None else _models_root(recipe) / key
 
 
-def learner_model_dir(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RECIPE) -> Path:
+def learner_model_dir(
+    open_sandbox: SandboxOpener, recipe: LearnerRecipe = RECIPE, rollouts: Rollouts | None = None
+) -> Path:
     """The model folder for `recipe` (built or not): remembered, or learnt by rolling the
     episodes out in `open_sandbox()` (about a third of a build) without fitting."""
     known = known_learner_model_dir(recipe)
@@ -102,7 +123,7 @@ def learner_model_dir(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RECIP
     config = data_config(recipe)
     _check_substitutes(recipe, config)
     with open_sandbox() as sandbox_url:
-        episodes = _scripted_episodes(config, recipe, sandbox_url)
+        episodes = _scripted_episodes(config, recipe, sandbox_url, rollouts)
     target = _models_root(recipe) / _remember(config, recipe, episodes)
     if read_marker(target) is None:  # kept for its build (in this process or a job's), which would roll them out again
         _write_atomically(_unfitted_path(recipe, config), pickle.dumps(episodes))
@@ -146,7 +167,9 @@ def register_learner_tokenizer(recipe: LearnerRecipe = RECIPE) -> Path:
     from piexp.tokenizer import offline_qwen3_tokenizer_dir, register_offline_tokenizer
 
     tokenizer_dir = offline_qwen3_tokenizer_dir(recipe.bpe_tokens)
-    register_offline_tokenizer(LEARNER_MODEL_NAME, str(tokenizer_dir))
+    # Under the recipe's model name and learner-local's, the model its data config names.
+    for name in {LEARNER_MODEL_NAME, learner_name(recipe)}:
+        register_offline_tokenizer(name, str(tokenizer_dir))
     return tokenizer_dir
 
 
@@ -174,7 +197,9 @@ def _policy_draw(recipe: LearnerRecipe, families: Sequence[str]) -> list[str]:
     return drawn
 
 
-def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RECIPE) -> Path:
+def ensure_learner_model(
+    open_sandbox: SandboxOpener, recipe: LearnerRecipe = RECIPE, rollouts: Rollouts | None = None
+) -> Path:
     """The model folder for `recipe`, built first if this machine has no build of it;
     `open_sandbox()` yields a /run_code URL for the build's episodes (the caller's
     sandbox settings; opened only when the episodes must be rolled out: sources this
@@ -195,7 +220,7 @@ def ensure_learner_model(open_sandbox: SandboxOpener, recipe: LearnerRecipe = RE
             _fit(recipe, target, unfitted)
         else:
             with open_sandbox() as sandbox_url:
-                episodes = _scripted_episodes(config, recipe, sandbox_url)
+                episodes = _scripted_episodes(config, recipe, sandbox_url, rollouts)
             target = root / _remember(config, recipe, episodes)
             if read_marker(target) is None:  # else the same data as a build here: no fit
                 _fit(recipe, target, episodes)
@@ -231,12 +256,15 @@ class _Episodes:
     tokenizer_dir: Path
 
 
-def _scripted_episodes(config: RunConfig, recipe: LearnerRecipe, sandbox_url: str) -> _Episodes:
+def _scripted_episodes(
+    config: RunConfig, recipe: LearnerRecipe, sandbox_url: str, rollouts: Rollouts | None
+) -> _Episodes:
     from piexp.env.splits import build_splits
-    from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows, scripted_trajectories, token_sequences
+    from piexp.pretrain.data import TokenSequence, answer_turns, answer_windows, harness_trajectories, token_sequences
 
     started = time.monotonic()
-    say(f"{LEARNER_MODEL_NAME}: rolling out its scripted episodes, whose tokens name the model these sources make")
+    name = learner_name(recipe)
+    say(f"{name}: rolling out its scripted episodes, whose tokens name the model these sources make")
     # The episodes are rendered with the tokenizer the model will use, registered
     # offline under the model's name (the folder does not exist yet).
     tokenizer_dir = register_learner_tokenizer(recipe)
@@ -251,8 +279,10 @@ def _scripted_episodes(config: RunConfig, recipe: LearnerRecipe, sandbox_url: st
     everything = tasks + copy_tasks
     substitutes = {(family, policy): substitute for family, policy, substitute in recipe.substitutes}
     policies = [substitutes.get((t.family, p), p) for t, p in zip(everything, policies, strict=True)]
-    with ProgressReport(f"{LEARNER_MODEL_NAME}: scripted episodes", len(everything)) as progress:
-        trajectories, rewards = asyncio.run(scripted_trajectories(config, sandbox_url, everything, policies, progress))
+    with ProgressReport(f"{name}: scripted episodes", len(everything)) as progress:
+        trajectories, rewards = asyncio.run(
+            harness_trajectories(config, sandbox_url, everything, policies, recipe.harnesses, rollouts or {}, progress)
+        )
 
     def sequences(first: int, end: int) -> list[TokenSequence]:
         families = [task.family for task in everything[first:end]]
@@ -305,7 +335,7 @@ def _fit(recipe: LearnerRecipe, target: Path, episodes: _Episodes) -> None:
 
     started = time.monotonic()
     say(
-        f"{LEARNER_MODEL_NAME}: building the base model once for this machine ({target.name}); "
+        f"{learner_name(recipe)}: building the base model once for this machine ({target.name}); "
         "it is cached for later runs"
     )
     train = episodes.data.train
@@ -315,12 +345,14 @@ def _fit(recipe: LearnerRecipe, target: Path, episodes: _Episodes) -> None:
     tokens = sum(int(sum(s.weights)) for s in train)
     fit_started = time.monotonic()
     with ProgressReport(
-        f"{LEARNER_MODEL_NAME}: fitting on {len(train)} sequences ({tokens} target tokens)", recipe.steps, unit="steps"
+        f"{learner_name(recipe)}: fitting on {len(train)} sequences ({tokens} target tokens)",
+        recipe.steps,
+        unit="steps",
     ) as progress:
         report, allocator = fit_in_child(staging, recipe, episodes.data, progress)
     copy_tokenizer_files(staging, episodes.tokenizer_dir)
     marker = {
-        "model": LEARNER_MODEL_NAME,
+        "model": learner_name(recipe),
         "digest": target.name,
         "recipe": recipe.to_json(),
         "episodes": episodes.episodes,
@@ -343,7 +375,7 @@ def _fit(recipe: LearnerRecipe, target: Path, episodes: _Episodes) -> None:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     say(
-        f"{LEARNER_MODEL_NAME}: built in {episodes.rollout_s + time.monotonic() - started:.0f} s (episodes "
+        f"{learner_name(recipe)}: built in {episodes.rollout_s + time.monotonic() - started:.0f} s (episodes "
         f"{marker['rollout_s']} s, fit {marker['fit_s']} s); held-out NLL {report.heldout_nll:.3f}, "
         f"token accuracy {report.heldout_token_accuracy:.3f}, answers copied {report.heldout_answer_accuracy:.2f} "
         f"(in {recipe.copy_window}-token windows {report.heldout_window_answer_accuracy:.2f})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,42 @@ async def scripted_trajectories(
 
     groups = await asyncio.gather(*(one(i, task) for i, task in enumerate(tasks)))
     return [g.trajectories_G[0] for g in groups], [float(g.get_total_rewards()[0]) for g in groups]
+
+
+#: Scripted episodes played in a harness: (config, sandbox URL, tasks, the policy for each,
+#: progress) -> (trajectories, rewards), as `Harness.scripted_trajectories` plays them.
+Rollout = Callable[[RunConfig, str, Sequence[Task], Sequence[str], Any], Awaitable[tuple[list[Any], list[float]]]]
+
+
+async def harness_trajectories(
+    config: RunConfig,
+    sandbox_url: str,
+    tasks: Sequence[Task],
+    policies: Sequence[str],
+    harnesses: Sequence[str],
+    rollouts: Mapping[str, Rollout],
+    progress: Any = None,
+) -> tuple[list[Any], list[float]]:
+    """`scripted_trajectories` with task i played in harness `harnesses[i % n]`: the
+    reference environment's here, any other by its entry in `rollouts`; in task order."""
+    played_in: dict[str, list[int]] = {}
+    for index in range(len(tasks)):
+        played_in.setdefault(harnesses[index % len(harnesses)], []).append(index)
+    missing = sorted(set(played_in) - set(rollouts) - {"builtin"})
+    if missing:
+        raise ValueError(f"episodes in harness {', '.join(missing)} need a rollout for it (`rollouts`)")
+
+    async def rolled(harness: str, indices: list[int]) -> tuple[list[Any], list[float]]:
+        rollout = rollouts.get(harness, scripted_trajectories)
+        return await rollout(config, sandbox_url, [tasks[i] for i in indices], [policies[i] for i in indices], progress)
+
+    parts = await asyncio.gather(*(rolled(harness, indices) for harness, indices in played_in.items()))
+    trajectories: list[Any] = [None] * len(tasks)
+    rewards = [0.0] * len(tasks)
+    for indices, (part_trajectories, part_rewards) in zip(played_in.values(), parts, strict=True):
+        for index, trajectory, reward in zip(indices, part_trajectories, part_rewards, strict=True):
+            trajectories[index], rewards[index] = trajectory, reward
+    return trajectories, rewards
 
 
 def token_sequences(

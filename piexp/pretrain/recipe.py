@@ -43,6 +43,11 @@ class LearnerRecipe:
     # `substitute` instead. Empty for learner-local; bench/discovery.py builds a model that
     # never saw one family's oracle program, to see whether RL finds a program that works.
     substitutes: tuple[tuple[str, str, str], ...] = ()
+    # The harnesses its episodes are played in, task i in harnesses[i % n] (the mix and the
+    # copy tasks alike): ("builtin",) learns the reference environment's prompt, tools and
+    # JSON results; ("builtin", "pi") half its episodes through the real Pi (Pi's system
+    # prompt, its four tools, its plain-text results), one base model that acts in both.
+    harnesses: tuple[str, ...] = ("builtin",)
     seed: int = 0  # weights init, episode order, policy draw, negative samples
     # tiny-local's toy Qwen3 with a wider MLP; its vocabulary is the tokenizer's below.
     architecture: dict[str, Any] = field(default_factory=lambda: {**TINY_QWEN3_CONFIG, "intermediate_size": 256})
@@ -81,7 +86,18 @@ class LearnerRecipe:
     exact_positions: int = 64
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.harnesses == ("builtin",):
+            # A recipe of the reference environment alone is written (and so keyed) as
+            # before it could name harnesses: its builds keep their content keys.
+            del data["harnesses"]
+        return data
+
+    @property
+    def source_packages(self) -> tuple[str, ...]:
+        """The piexp packages whose code can shape its episodes' tokens: a harness's own
+        code shapes the prompts and results of the episodes played in it."""
+        return SOURCE_PACKAGES + (("harness",) if set(self.harnesses) - {"builtin"} else ())
 
     def model_config(self) -> dict[str, Any]:
         """The architecture with the vocabulary size and special ids of the recipe's
@@ -99,11 +115,11 @@ class LearnerRecipe:
         }
 
 
-def source_digest(package_root: Path) -> str:
+def source_digest(package_root: Path, packages: tuple[str, ...] = SOURCE_PACKAGES) -> str:
     """SHA-256 over the files (name and bytes) that can shape the episodes' tokens."""
     digest = hashlib.sha256()
     files: list[Path] = []
-    for name in SOURCE_PACKAGES:
+    for name in packages:
         files.extend(p for p in (package_root / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     files.extend(package_root / name for name in SOURCE_MODULES)
     for path in sorted(files):
@@ -119,7 +135,12 @@ def inputs_digest(recipe: LearnerRecipe, package_root: Path, data_config: dict[s
     config and the source digest. Any change to these may change the episodes' tokens,
     so it sends the build to roll them out again; it does not by itself fit a model."""
     payload = json.dumps(
-        {"recipe": recipe.to_json(), "data_config": data_config, "sources": source_digest(package_root)}, sort_keys=True
+        {
+            "recipe": recipe.to_json(),
+            "data_config": data_config,
+            "sources": source_digest(package_root, recipe.source_packages),
+        },
+        sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

@@ -23,6 +23,7 @@ COMPANIONS = {
     ("sandbox", "remote"): REMOTE,
     ("model", "tiny-local"): ["service=local"],  # a local model folder
     ("model", "learner-local"): ["service=local"],  # a local model folder piexp builds
+    ("model", "learner-local-pi"): ["service=local"],  # its sibling, pre-trained in both harnesses
     ("service", "selfhosted"): ["service.url=http://127.0.0.1:8000"],
 }
 

@@ -77,6 +77,6 @@ def test_a_harness_without_warm_start_data_refuses_the_warm_start_with_the_way_o
     assert isinstance(harness, MinimalHarness)
     config = load(["harness=builtin", "warm_start.sft_steps=1"])
     with pytest.raises(
-        UserError, match=r"harness=minimal, which it cannot play as imitation data; set warm_start\.sft_steps=0"
+        UserError, match=r"harness=minimal, which it cannot play as such; set warm_start\.sft_steps=0"
     ):
         asyncio.run(harness.warm_start_trajectories(config, "http://127.0.0.1:9/run_code", []))

@@ -27,6 +27,7 @@ limit end as in the reference environment (`piexp.harness.pi.scoring`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import tinker
@@ -307,12 +308,22 @@ async def scripted_trajectory(
     return Trajectory(transitions=transitions, final_ob=tinker.ModelInput.empty()), record.shaped
 
 
+#: Scripted episodes played at once for imitation data (each holds a warm Pi slot and, while
+#: its program runs, a sandbox run); more only queue on the machine's cores.
+CONCURRENT_EPISODES = 8
+
+
 async def endpoint_trajectories(
-    harness: PlaysThroughEndpoint, config: RunConfig, sandbox_url: str, tasks: list[Task]
+    harness: PlaysThroughEndpoint,
+    config: RunConfig,
+    sandbox_url: str,
+    tasks: Sequence[Task],
+    policies: Sequence[str],
+    progress: Any = None,
 ) -> tuple[list[Trajectory], list[float]]:
-    """The warm start's episodes played in a harness whose episodes ask an endpoint
-    (`warm_start.policy` on `tasks`, cycling through the run's train languages): the
-    model imitates the policy in the prompt, tools and results it trains in, not the
+    """Scripted episodes played in a harness whose episodes ask an endpoint (on each task
+    the policy named at the same index, cycling through the run's train languages): the
+    model imitates the policies in the prompt, tools and results it acts in, not the
     reference environment's. Trajectories and their shaped rewards."""
     from piexp.env.dataset import episode_settings
     from piexp.env.episode import get_run_renderer
@@ -322,13 +333,21 @@ async def endpoint_trajectories(
     settings = episode_settings(config, sandbox_url)
     renderer = get_run_renderer(settings.resolved_renderer_name(), settings.model_name)
     splits = build_splits(config)
-    policy = make_policy(config.warm_start.policy, renderer, [*splits.train, *splits.eval, *tasks])
-    assert isinstance(policy, ScriptedPolicy)
+    known = [*splits.train, *splits.eval, *tasks]
+    made = {name: make_policy(name, renderer, known) for name in sorted(set(policies))}
     languages = config.train_languages
-    played = await asyncio.gather(
-        *(
-            scripted_trajectory(harness, policy, task, languages[index % len(languages)], settings, renderer)
-            for index, task in enumerate(tasks)
-        )
-    )
+    gate = asyncio.Semaphore(CONCURRENT_EPISODES)
+
+    async def one(index: int, task: Task) -> tuple[Trajectory, float]:
+        policy = made[policies[index]]
+        assert isinstance(policy, ScriptedPolicy)
+        async with gate:
+            played = await scripted_trajectory(
+                harness, policy, task, languages[index % len(languages)], settings, renderer
+            )
+        if progress is not None:
+            progress.advance()
+        return played
+
+    played = await asyncio.gather(*(one(index, task) for index, task in enumerate(tasks)))
     return [trajectory for trajectory, _ in played], [reward for _, reward in played]

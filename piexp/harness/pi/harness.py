@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tinker_cookbook.completers import TokenCompleter
@@ -167,12 +167,12 @@ class PiHarness(Harness):
 
         return PiEpisodeEnv(self, task, language, settings, renderer, evaluation=evaluation)
 
-    async def warm_start_trajectories(
-        self, config: RunConfig, sandbox_url: str, tasks: list[Task]
+    async def scripted_trajectories(
+        self, config: RunConfig, sandbox_url: str, tasks: Sequence[Task], policies: Sequence[str], progress: Any = None
     ) -> tuple[list[Any], list[float]]:
         from piexp.harness.pi.env import endpoint_trajectories
 
-        return await endpoint_trajectories(self, config, sandbox_url, tasks)
+        return await endpoint_trajectories(self, config, sandbox_url, tasks, policies, progress)
 
     def responder(self, policy: TokenCompleter, settings: EpisodeSettings) -> Responder:
         """The endpoint's answerer for `policy` in one episode: a scripted policy reads

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from learning import HARNESSES as OVERRIDES
 from learning import build_model, run_piexp
 from record import RecordingConsole, record, table_data
 from rich.console import Console
@@ -36,6 +37,11 @@ HARNESSES = ("builtin", "pi")
 LOOP = ["experiment=learn_offline", f"model={MODEL}"]
 # An evaluation of a training run's final checkpoint, as the loop's trained evaluation runs it.
 CROSS_EVAL = ["experiment=learn_offline", f"model={MODEL}", "mode=eval", "policy=model", "mode.preflight=false"]
+
+
+def in_harness(name: str) -> list[str]:
+    """The overrides that play a run in harness `name` (bench/learning.py's, its model aside)."""
+    return [f"harness={name}", *(o for o in OVERRIDES[name][0] if not o.startswith(("model=", "harness=")))]
 
 
 def transfer(out: Path, console: Console, seed: int, extra: tuple[str, ...]) -> dict:
@@ -51,13 +57,13 @@ def transfer(out: Path, console: Console, seed: int, extra: tuple[str, ...]) -> 
     for harness in HARNESSES:
         console.print(f"RL in {harness}, with evaluations before and after ...")
         seconds[f"rl_{harness}"], _ = run_piexp(
-            [*LOOP, f"harness={harness}", *extra, f"seed={seed}"], out / f"rl_{harness}", out / f"rl_{harness}.log"
+            [*LOOP, *in_harness(harness), *extra, f"seed={seed}"], out / f"rl_{harness}", out / f"rl_{harness}.log"
         )
     for trained, evaluated in (("builtin", "pi"), ("pi", "builtin")):
         name = f"rl_{trained}_in_{evaluated}"
         console.print(f"the model trained in {trained}, evaluated in {evaluated} ...")
         seconds[name], _ = run_piexp(
-            [*CROSS_EVAL, f"harness={evaluated}", f"checkpoint={out / f'rl_{trained}'}", f"seed={seed}"],
+            [*CROSS_EVAL, *in_harness(evaluated), f"checkpoint={out / f'rl_{trained}'}", f"seed={seed}"],
             out / name,
             out / f"{name}.log",
         )

@@ -96,7 +96,9 @@ def run_piexp(args: list[str], run_dir: Path, log: Path) -> tuple[float, float]:
 #: Per harness: the overrides every stage runs with, and the piexp-built base model.
 HARNESSES = {
     "builtin": ((), "learner-local"),
-    "pi": (("harness=pi", "model=learner-local-pi"), "learner-local-pi"),
+    # Pi's wall-time limit counts the time it waits for the model too: a CPU server
+    # sampling a batch's episodes at once answers each far slower than a GPU would.
+    "pi": (("harness=pi", "harness.options.wall_time_s=600", "model=learner-local-pi"), "learner-local-pi"),
 }
 
 

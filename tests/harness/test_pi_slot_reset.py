@@ -33,9 +33,14 @@ ALIVE = "rm -f /sandbox/ghost; sleep 0.5; ls /sandbox"  # the ghost is back: its
 # What an episode can see of what came before it: files, processes (their commands, not
 # pids; but the init of the command's own sandbox, whose arguments name its run folder),
 # environment (but Pi's session id, new in every episode, warm or not).
+# What a model's command sees of the slot: files, every process but the probe's own (its
+# shell, and its pipeline's members, which may show as a forked shell or as themselves
+# depending on when the listing reads them, and processes that ended meanwhile), the
+# environment.
 PROBE = (
     "sleep 0.3; ls -A /sandbox /tmp /tmp/pi-agent /dev/shm; "
-    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -v '^/usr/bin/bwrap ' | sort; "
+    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done "
+    "| grep -v -e '^$' -e '^/usr/bin/bwrap ' -e '^/bin/bash -c sleep 0.3;' -e '^grep ' -e '^sort ' -e '^tr ' | sort; "
     "env | grep -v ^PI_SESSION_ID= | sort"
 )
 

@@ -76,7 +76,5 @@ def test_a_harness_without_warm_start_data_refuses_the_warm_start_with_the_way_o
     harness = make_harness(settings)
     assert isinstance(harness, MinimalHarness)
     config = load(["harness=builtin", "warm_start.sft_steps=1"])
-    with pytest.raises(
-        UserError, match=r"harness=minimal, which it cannot play as such; set warm_start\.sft_steps=0"
-    ):
+    with pytest.raises(UserError, match=r"harness=minimal, which it cannot play as such; set warm_start\.sft_steps=0"):
         asyncio.run(harness.warm_start_trajectories(config, "http://127.0.0.1:9/run_code", []))

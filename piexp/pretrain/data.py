@@ -16,7 +16,8 @@ from typing import Any
 from piexp.config.schema import RunConfig
 from piexp.tasks import Task
 
-#: Episodes rolled out at once (each holds a sandbox run while it executes).
+#: Scripted episodes rolled out at once, in any harness (each holds a sandbox run while its
+#: program executes; a Pi episode also a warm slot): more only queue on the machine's cores.
 CONCURRENT_EPISODES = 8
 
 

@@ -7,8 +7,10 @@ to create it fails the tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -67,3 +69,14 @@ def run_backend_script(server_venv: Path, tiny_model: Path):
         )  # fmt: skip
 
     return run
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/NAME.py as a module (the benches are scripts, not a package), for the tests
+    that run a bench whole."""
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -6,22 +6,14 @@ control must not raise pass@1 beyond its interval, and ends below RL."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from tests.service.conftest import load_bench
+
 pytestmark = pytest.mark.slow
-
-
-def _bench():
-    path = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
-    spec = importlib.util.spec_from_file_location("bench_learning", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_rl_improves_held_out_pass_at_1_and_ends_above_the_shuffled_control(
@@ -29,7 +21,7 @@ def test_rl_improves_held_out_pass_at_1_and_ends_above_the_shuffled_control(
 ) -> None:
     """Slow (tens of minutes): builds learner-local if this machine has no build of its
     sources, then runs bench/learning.py whole (the RL run and its shuffled-reward control)."""
-    bench = _bench()
+    bench = load_bench("learning")
     # The build needs no server venv: on an empty cache it comes first, while another
     # worker of a parallel run creates the venv (this test is the suite's longest path).
     bench.build_model()

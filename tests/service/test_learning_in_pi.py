@@ -11,12 +11,13 @@ the suite's own 45 minutes leaves CI's 90 no margin."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 from rich.console import Console
+
+from tests.service.conftest import load_bench
 
 from tests.harness.conftest import requires_pi
 
@@ -31,21 +32,12 @@ pytestmark = [
 ]
 
 
-def _bench():
-    path = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
-    spec = importlib.util.spec_from_file_location("bench_learning", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_rl_in_pi_improves_held_out_pass_at_1_in_pi_and_ends_above_the_shuffled_control(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """Slow (about 50 minutes on 2 cores from an empty cache, about 20 with the build
     cached): builds learner-local-pi, then runs bench/learning.py --harness=pi whole."""
-    bench = _bench()
+    bench = load_bench("learning")
     bench.build_model("learner-local-pi")
     request.getfixturevalue("server_venv")
     console = Console(record=True, width=160)

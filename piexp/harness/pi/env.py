@@ -53,6 +53,7 @@ from piexp.harness.pi.model import (
 from piexp.harness.pi.scoring import ENDING_METRICS, MAX_TOKENS, PARSE_ERROR, retry_messages, scoring_rule
 from piexp.harness.pi.scripted import ScriptedResponder
 from piexp.policies.rollout import EpisodeRecord
+from piexp.pretrain.data import CONCURRENT_EPISODES
 from piexp.policies.scripted import ScriptedPolicy, render_assistant_tokens
 from piexp.tasks import Task
 
@@ -160,8 +161,9 @@ class PiEpisodeEnv(Env):
         else:
             self._extra = []
             answer = answer_message(self.renderer, tokens, len(self.calls))
-            self.observations.answered(tokens, assistant_message(answer))
-            self.view.answer(assistant_message(answer))
+            message = assistant_message(answer)
+            self.observations.answered(tokens, message)
+            self.view.answer(message)
             pending.answer.set_result(answer)
         event = await self._next()
         if isinstance(event, _Request):
@@ -306,11 +308,6 @@ async def scripted_trajectory(
     transitions[-1].reward = record.shaped
     transitions[-1].episode_done = True
     return Trajectory(transitions=transitions, final_ob=tinker.ModelInput.empty()), record.shaped
-
-
-#: Scripted episodes played at once for imitation data (each holds a warm Pi slot and, while
-#: its program runs, a sandbox run); more only queue on the machine's cores.
-CONCURRENT_EPISODES = 8
 
 
 async def endpoint_trajectories(

@@ -316,8 +316,9 @@ class ModelResponder:
             verdict = self.scoring.judge(message)
             if verdict is None:
                 answer = answer_message(self.renderer, tokens, len(self.calls))
-                self.observations.answered(tokens, assistant_message(answer))
-                self.view.answer(assistant_message(answer))
+                message = assistant_message(answer)
+                self.observations.answered(tokens, message)
+                self.view.answer(message)
                 return answer
             self.observations.answered(tokens, message)
             if not verdict.retry:

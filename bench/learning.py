@@ -261,6 +261,9 @@ def report(figures: dict, console: Console) -> None:
     for step, counts in enumerate(figures.get("rl_outcomes", [])):
         kinds.add_row(str(step), *(str(counts[name]) for name, _ in OUTCOMES))
     console.print(kinds)
+    console.print(
+        "a step's episodes: python -m piexp show OUT_DIR[/seed_S]/rl --step N (or first, last; --html for the viewer)"
+    )
     build = (
         f"{figures['build_s']:.0f} s (recorded at its build)"
         if figures["build_cached"]

@@ -2,6 +2,8 @@
 # Re-record the golden episodes that tests/launch/test_golden.py replays on every suite run:
 #   tests/golden/check          every family x Python and JavaScript, each scripted policy
 #                               (oracle, guess, crash, wrong, edit);
+#   tests/golden/pi_check       the same through the real Pi (harness=pi; `make setup`
+#                               installs it): arith and dates x Python and JavaScript;
 #   tests/golden/learner_local  (with --learner-local) a small eval of model=learner-local on
 #                               experiment=learn_offline's tasks: real model turns, passing
 #                               and failing programs (builds the model first if this machine
@@ -16,14 +18,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-.venv/bin/python -m piexp mode=check family=all 'lang=[python,javascript]' \
-  mode.oracle_tasks_per_cell=1 mode.sample_tasks_per_cell=1 \
-  tasks.train_per_family=1 tasks.eval_per_family=1 hydra.run.dir="$tmp/check"
-rm -rf tests/golden/check
-mkdir -p tests/golden/check/.hydra
-cp "$tmp"/check/.hydra/config.yaml "$tmp"/check/.hydra/overrides.yaml tests/golden/check/.hydra/
-cp "$tmp"/check/manifest.json "$tmp"/check/check.json "$tmp"/check/check_transcripts.jsonl.gz tests/golden/check/
-echo "re-recorded tests/golden/check"
+# record_check NAME OVERRIDE...: a check run of one task per cell, kept as tests/golden/NAME.
+record_check() {
+  local name=$1
+  shift
+  .venv/bin/python -m piexp mode=check "$@" 'lang=[python,javascript]' \
+    mode.oracle_tasks_per_cell=1 mode.sample_tasks_per_cell=1 \
+    tasks.train_per_family=1 tasks.eval_per_family=1 hydra.run.dir="$tmp/$name"
+  rm -rf "tests/golden/$name"
+  mkdir -p "tests/golden/$name/.hydra"
+  cp "$tmp/$name/.hydra/config.yaml" "$tmp/$name/.hydra/overrides.yaml" "tests/golden/$name/.hydra/"
+  cp "$tmp/$name/manifest.json" "$tmp/$name/check.json" "$tmp/$name/check_transcripts.jsonl.gz" "tests/golden/$name/"
+  echo "re-recorded tests/golden/$name"
+}
+record_check check family=all
+record_check pi_check harness=pi 'family=[arith,dates]'
 if [[ "${1:-}" == "--learner-local" ]]; then
   .venv/bin/python -m piexp experiment=learn_offline mode=eval policy=model tasks.eval_per_family=4 k=2 \
     hydra.run.dir="$tmp/learner_local"

@@ -234,8 +234,9 @@ def test_a_failed_episode_shows_the_expected_answer_beside_the_stated_one(eval_s
         (["--lang", "cobol"], "has language 'cobol'"),
         (["--stop-reason", "nope"], "has stop reason 'nope'"),
         (["--policy", "orcale"], "Did you mean oracle?"),
+        (["--step", "last"], "holds no training episodes, so --step would list nothing"),
     ],
-    ids=["family", "lang", "stop-reason", "policy"],
+    ids=["family", "lang", "stop-reason", "policy", "step"],
 )
 def test_a_show_filter_value_the_run_lacks_is_refused_with_a_suggestion(
     eval_sweep: Path, option: list[str], fragment: str

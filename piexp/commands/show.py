@@ -2,12 +2,13 @@
 
 Without N it lists the episodes of RUN (an eval or check run folder, or a sweep folder:
 every job's), narrowed by `--family`, `--lang`, `--failed`, `--stop-reason`, `--task`,
-`--policy`, `--source`; with N (a row number of that listing) it prints that episode's
-conversation: roles, code with syntax highlighting, tool results summarised (status,
-return code, stdout head), the reward breakdown and the tool-call failures. `--json`
-prints the same as JSON for scripts. `--html` writes the run viewer instead (default
-`RUN/viewer.html`), side by side with `--against OTHER`. `--atif DIR` writes the listed
-episodes as ATIF trajectories, one JSON file each (docs/harbor.md).
+`--policy`, `--source`, `--step` (a training run's step: N, first or last); with N (a row
+number of that listing) it prints that episode's conversation: roles, code with syntax
+highlighting, tool results summarised (status, return code, stdout head), the reward
+breakdown and the tool-call failures. `--json` prints the same as JSON for scripts.
+`--html` writes the run viewer instead (default `RUN/viewer.html`), side by side with
+`--against OTHER`. `--atif DIR` writes the listed episodes as ATIF trajectories, one JSON
+file each (docs/harbor.md).
 """
 
 from __future__ import annotations
@@ -58,10 +59,38 @@ def refuse_absent_values(view: RunView, args: argparse.Namespace) -> None:
                 )
 
 
+def training_steps(view: RunView, wanted: Sequence[str] | None) -> set[int] | None:
+    """The training steps `--step` names (numbers, `first`, `last`), or None without it;
+    a step no training episode of the run has is refused, naming the steps it has."""
+    if not wanted:
+        return None
+    present = sorted({int(row["iteration"]) for row in view.rows if row.get("iteration") is not None})
+    if not present:
+        raise UserError(
+            f"{view.root} holds no training episodes, so --step would list nothing: --step narrows the "
+            "episodes of a training run (mode=train) to the steps named."
+        )
+    steps = set()
+    for value in wanted:
+        if value in ("first", "last"):
+            steps.add(present[0] if value == "first" else present[-1])
+        elif value.isdigit() and int(value) in present:
+            steps.add(int(value))
+        else:
+            raise UserError(
+                f"--step {value}: the training episodes of {view.root} are of steps {present[0]} to "
+                f"{present[-1]} ({len(present)} steps recorded); give one of them, first or last."
+            )
+    return steps
+
+
 def select(view: RunView, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The rows the filters keep, in run order."""
     rows = []
+    steps = training_steps(view, getattr(args, "step", None))
     for row in view.rows:
+        if steps is not None and row.get("iteration") not in steps:
+            continue
         if args.family and row["family"] not in args.family:
             continue
         if args.lang and row["language"] not in args.lang:
@@ -80,6 +109,10 @@ def select(view: RunView, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _step(row: dict[str, Any]) -> str:
+    return "" if row.get("iteration") is None else str(row["iteration"])
+
+
 def _failures(failures: dict[str, int] | None) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in (failures or {}).items() if count and kind != "calls")
 
@@ -89,12 +122,14 @@ def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
     harnesses = view.harness_names()
     several = len(harnesses) > 1  # a sweep over harnesses: a column, else the title names it
     named = "" if several else f", harness {harnesses[0] if harnesses else 'builtin'}"
+    trained = any(row.get("iteration") is not None for row in rows)  # a training step's episodes: its step
     table = Table(title=f"{view.root}: {len(rows)} of {len(view.rows)} episodes{named}", title_justify="left")
     for name in (
         "#",
         *(["job"] if jobs else []),
         *(["harness"] if several else []),
         "source",
+        *(["step"] if trained else []),
         "policy",
         "task",
         "family",
@@ -117,6 +152,7 @@ def listing(rows: Sequence[dict[str, Any]], view: RunView) -> Table:
             *([row["job"]] if jobs else []),
             *([str(row.get("harness"))] if several else []),
             row["source"],
+            *([_step(row)] if trained else []),
             str(row["policy"]),
             str(row["task_id"]),
             str(row["family"]),
@@ -195,7 +231,7 @@ def _answer(row: dict[str, Any]) -> str:
 def conversation(row: dict[str, Any], transcript: dict[str, Any] | None) -> Group:
     parts: list[Any] = [
         Text(
-            f"{row['source']} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
+            f"{row['source']}{'' if row.get('iteration') is None else ' step ' + _step(row)} {row['policy']} {row['task_id']} ({row['family']} x {row['language']}, "
             f"sample {row['sample']}, harness {row.get('harness') or 'builtin'}): reward {row['reward']:g} binary, {row['shaped']:.3f} shaped; "
             f"stop {row['stop_reason']}; {_answer(row)}",
             style="bold",
@@ -312,6 +348,12 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--stop-reason", action="append", help="only this stop reason (repeatable)")
     parser.add_argument("--task", help="only task ids containing this text")
+    parser.add_argument(
+        "--step",
+        action="append",
+        metavar="N",
+        help="only the training episodes of step N (first, last or a number; repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (the listing, or the transcript)")
     parser.add_argument(
         "--html",

@@ -57,6 +57,10 @@ class RayRollouts(RolloutsBase):
     )
     max_groups_in_flight: PositiveInt = Field(description="groups sent to the cluster and not yet back, at most")
     connect_timeout_s: PositiveFloat = Field(description="seconds to reach the cluster (or start the local one)")
+    node_check_timeout_s: PositiveFloat = Field(
+        description="seconds each node has to answer the check made before any episode (a node starts a "
+        "worker for it, slow on a busy machine)"
+    )
 
     @field_validator("address")
     @classmethod

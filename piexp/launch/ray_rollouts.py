@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import socket
 import threading
 import uuid
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,13 @@ from piexp.config.rollouts import RayRollouts, RolloutSettings
 from piexp.config.schema import RunConfig
 from piexp.console import say
 from piexp.errors import RunIncompleteError, UserError
+from piexp.launch.ray_ledger import GroupKey, GroupLedger
 
 if TYPE_CHECKING:  # imported where used: they load tinker-cookbook, which a run without Ray may not need yet
     from piexp.launch.ray_nodes import NodeFacts, PlayedGroup, PolicyRecipe
     from piexp.policies.rollout import EpisodeRecord
 
-__all__ = ["GroupLedger", "RayEpisodePlay", "RayGroupExecutor", "RaySession", "close_rollouts", "open_rollouts"]
+__all__ = ["RayEpisodePlay", "RayGroupExecutor", "RaySession", "close_rollouts", "open_rollouts"]
 
 RAY_VERSION = "2.60.0"
 # Each group asks this much of `rollouts.node_resource`, which a node has 1 of.
@@ -107,8 +108,15 @@ def refuse_unusable_rollouts(settings: RolloutSettings) -> None:
             _refuse_unreachable(settings.address, settings.connect_timeout_s)
 
 
+class RaySessionClosed(Exception):
+    """A group's thread found the run's Ray session closed (the run is ending: Ctrl-C)."""
+
+
 class RaySession:
-    """The run's connection to its cluster (one per process, `open_rollouts`)."""
+    """The run's connection to its cluster (one per process, `open_rollouts`). Threads
+    that wait on the cluster do so through `using_ray` and `result`, so that `close`
+    (Ctrl-C) can end the connection while they wait: a Ray call after `ray.shutdown`
+    ends the whole process with exit 1."""
 
     def __init__(self, settings: RayRollouts, run_key: str) -> None:
         self.settings = settings
@@ -116,6 +124,36 @@ class RaySession:
         self.ray = import_ray()
         self.started_here = settings.address is None
         self._remote: dict[str, Any] = {}
+        self._calls = threading.Condition()
+        self._calling = 0
+        self._closing = False
+        self._waited: set[Any] = set()
+
+    @contextlib.contextmanager
+    def using_ray(self) -> Iterator[Any]:
+        with self._calls:
+            if self._closing:
+                raise RaySessionClosed("the run's Ray session is closed")
+            self._calling += 1
+        try:
+            yield self.ray
+        finally:
+            with self._calls:
+                self._calling -= 1
+                self._calls.notify_all()
+
+    def result(self, ref: Any) -> Any:
+        """`ray.get(ref)`, waited for in half-second slices that `close` can end."""
+        with self._calls:
+            self._waited.add(ref)
+        try:
+            while True:
+                with self.using_ray() as ray:
+                    if ray.wait([ref], timeout=0.5)[0]:
+                        return ray.get(ref)
+        finally:
+            with self._calls:
+                self._waited.discard(ref)
 
     def connect(self) -> None:
         ray, settings = self.ray, self.settings
@@ -130,6 +168,13 @@ class RaySession:
         ray.init(address=settings.address, log_to_driver=False, configure_logging=False)
 
     def close(self) -> None:
+        with self._calls:
+            self._closing = True
+            waited = list(self._waited)
+            self._calls.wait_for(lambda: self._calling == 0, timeout=5.0)
+        for ref in waited:  # the groups still playing stop now, with their workers
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=True)
         if self.ray.is_initialized():
             self.ray.shutdown()  # a cluster started for the run stops with it
 
@@ -176,6 +221,7 @@ class RaySession:
                 f"--resources='{{\"{self.settings.node_resource}\": 1}}' (docs/cluster.md), or set "
                 "rollouts.node_resource=null to play on any node."
             )
+        say(f"checking {len(nodes)} Ray node(s) before any episode (each starts a worker for it)")
         probe = self.remote(node_facts)
         refs = [
             probe.options(
@@ -186,7 +232,27 @@ class RaySession:
         ]  # fmt: skip
         import piexp
 
-        facts: list[NodeFacts] = self.ray.get(refs, timeout=max(self.settings.connect_timeout_s, 60.0))
+        timeout_s = self.settings.node_check_timeout_s
+        ready, waiting = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        if waiting:
+            silent = [_node_name(node) for node, ref in zip(nodes, refs, strict=True) if ref in waiting]
+            raise UserError(
+                f"{len(silent)} of the Ray cluster's {len(nodes)} node(s) did not answer piexp's node check within "
+                f"{timeout_s:g} s: {', '.join(silent)}. A node starts a worker for the check, which takes longer "
+                "on a busy machine; raise rollouts.node_check_timeout_s, or see that node's raylet log (ray "
+                "logs raylet.out --node-ip IP) and stop it if it is stuck. No episode was played and nothing "
+                "of the run was written."
+            )
+        facts: list[NodeFacts] = []
+        gone = self.ray.exceptions.TaskUnschedulableError, *_node_lost_errors(self.ray)
+        for node, ref in zip(nodes, refs, strict=True):
+            try:
+                facts.append(self.ray.get(ref))
+            except gone:  # it died after the cluster listed it alive: it plays nothing
+                say(f"Ray node {_node_name(node)} left the cluster before its check; playing on the others")
+        if not facts:
+            raise UserError(f"Every node of the Ray cluster at {self.settings.address} left it during piexp's node "
+                            "check; nothing of the run was written. Start the cluster's nodes again (docs/cluster.md).")  # fmt: skip
         for fact in facts:
             problems = list(fact.problems)
             if (fact.version, fact.source) != (piexp.__version__, source_digest()):
@@ -199,6 +265,10 @@ class RaySession:
                     "nothing of the run was written."
                 )
         return facts
+
+
+def _node_name(node: dict[str, Any]) -> str:
+    return f"{node.get('NodeManagerAddress', '?')} ({str(node.get('NodeID', '?'))[:12]})"
 
 
 _session: RaySession | None = None
@@ -234,63 +304,6 @@ def close_rollouts() -> None:
         _session = None
 
 
-GroupKey = tuple[str, int, int]  # (run, step, group index)
-
-
-class GroupLedger:
-    """Which result of each group the run keeps: the first complete one of a key; later
-    copies are dropped. Counts each step's attempts, replays, losses and drops."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._accepted: dict[GroupKey, tuple[int, str]] = {}
-        self._attempts: dict[GroupKey, int] = {}
-        self._steps: dict[int, Counter[str]] = {}
-        self._nodes: dict[int, set[str]] = {}
-
-    def _count(self, key: GroupKey, name: str) -> None:
-        self._steps.setdefault(key[1], Counter())[name] += 1
-
-    def next_attempt(self, key: GroupKey) -> int:
-        with self._lock:
-            attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
-            self._count(key, "attempts")
-            if attempt > 1:
-                self._count(key, "attempts_again")
-            return attempt
-
-    def lost(self, key: GroupKey, given_up: bool) -> None:
-        with self._lock:
-            self._count(key, "attempts_lost")
-            if given_up:
-                self._count(key, "groups_lost")
-
-    def accept(self, key: GroupKey, played: PlayedGroup) -> bool:
-        """Whether `played` is the key's result to keep (its first complete one)."""
-        with self._lock:
-            if key in self._accepted:
-                self._count(key, "copies_dropped")
-                return False
-            self._accepted[key] = (played.attempt, played.node)
-            self._count(key, "groups")
-            self._nodes.setdefault(key[1], set()).add(played.node)
-            return True
-
-    def accepted(self) -> dict[GroupKey, tuple[int, str]]:
-        with self._lock:
-            return dict(self._accepted)
-
-    def step_metrics(self, step: int) -> dict[str, float]:
-        with self._lock:
-            counts = self._steps.get(step)
-            if counts is None:
-                return {}
-            names = ("groups", "attempts", "attempts_again", "attempts_lost", "groups_lost", "copies_dropped")
-            metrics = {f"rollouts/{name}": float(counts.get(name, 0)) for name in names}
-            metrics["rollouts/nodes"] = float(len(self._nodes.get(step, ())))
-            return metrics
-
-
 class RayGroupExecutor(concurrent.futures.Executor):
     """The cookbook's rollout executor (`rl.train.main(rollout_executor=...)`): each
     training group is played on a node, at most `max_groups_in_flight` at once."""
@@ -299,6 +312,9 @@ class RayGroupExecutor(concurrent.futures.Executor):
         self.session = session
         self.config = config
         self.ledger = GroupLedger()
+        # A group's records are written from its own thread: one group's at a time, as the
+        # local loop's single thread writes them (the stages' files are not thread-safe).
+        self._committing = threading.Lock()
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=session.settings.max_groups_in_flight, thread_name_prefix="ray-group"
         )
@@ -326,13 +342,14 @@ class RayGroupExecutor(concurrent.futures.Executor):
         budget = self.session.settings.group_retries
         while True:
             attempt = self.ledger.next_attempt(key)
-            ref = (
-                self.session.remote(play_group_on_node)
-                .options(**self.session.group_options())
-                .remote(sent, self.config.sandbox, attempt)
-            )
+            with self.session.using_ray():
+                ref = (
+                    self.session.remote(play_group_on_node)
+                    .options(**self.session.group_options())
+                    .remote(sent, self.config.sandbox, attempt)
+                )
             try:
-                played: PlayedGroup = ray.get(ref)
+                played: PlayedGroup = self.session.result(ref)
             except _node_lost_errors(ray) as error:
                 given_up = attempt > budget
                 self.ledger.lost(key, given_up)
@@ -346,7 +363,8 @@ class RayGroupExecutor(concurrent.futures.Executor):
                 raise error.as_instanceof_cause() from None  # the node's own error (sandbox down, service)
             if not self.ledger.accept(key, played):
                 return None  # a later copy of a group already kept
-            group.commit(played.records, played.node)
+            with self._committing:
+                group.commit(played.records, played.node)
             return played.result
 
     def _give_up(self, group: Any, attempts: int, error: BaseException) -> None:

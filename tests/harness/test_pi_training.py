@@ -193,8 +193,8 @@ def test_training_in_pi_on_the_local_service(tmp_path: Path):
     """Slow (about 2 minutes on 2 cores, once the server venv is in piexp's cache):
     `mode=train harness=pi` warm-starts tiny-local on the oracle played through Pi, then
     trains two RL steps whose episodes, and the eval split's, are Pi's; the training
-    transcripts are Pi's, with each turn's sampled tokens, and the step metrics count the
-    sequence splits."""
+    transcripts are Pi's, with each turn's sampled tokens, the step metrics count the
+    sequence splits, and `show --step first|last` lists each step's episodes."""
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     done = subprocess.run(
@@ -222,3 +222,19 @@ def test_training_in_pi_on_the_local_service(tmp_path: Path):
         assert transcript["tokens"]["sampled"] == sum(turn["sampled_tokens"] for turn in transcript["turns"])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["harness"]["name"] == "pi"
+    # `show` narrows the run to its first and last steps' episodes, and opens one of them.
+    for step, number in (("first", 0), ("last", 1)):
+        listed = _show(run_dir, "--source", "train", "--step", step, "--json")
+        assert [row["iteration"] for row in json.loads(listed)] == [number, number]
+    opened = _show(run_dir, "--source", "train", "--step", "last", "0")
+    assert "train step 1 model " in opened and "harness pi" in opened
+    beyond = subprocess.run([sys.executable, "-m", "piexp", "show", str(run_dir), "--step", "2"],
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert beyond.returncode == 2 and "of steps 0 to 1" in beyond.stderr and "Traceback" not in beyond.stderr
+
+
+def _show(run_dir: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "piexp", "show", str(run_dir), *args],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout

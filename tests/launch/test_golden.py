@@ -3,8 +3,10 @@ and JavaScript, each scripted policy: oracle, guess, crash, wrong and edit, fail
 programs included) and a small recorded eval of `model=learner-local` under
 `tests/golden/learner_local` (real model turns in its smaller vocabulary, a passing
 program among failing ones), with one RL iteration's recorded training episodes under
-`tests/golden/learner_local_train` (malformed tool calls among them), are replayed through today's parse, tools, sandbox and
-reward on every suite run; no model is needed to replay. A change that alters what any
+`tests/golden/learner_local_train` (malformed tool calls among them), and a recorded check run
+through the real Pi under `tests/golden/pi_check` (arith and dates x Python and JavaScript,
+each scripted policy) are replayed through today's parse, tools, sandbox, Pi and reward on
+every suite run; no model is needed to replay. A change that alters what any
 of them earns fails here with the replay's first difference. After a deliberate change,
 re-record with `scripts/regenerate_golden.sh [--learner-local]` and review the diff of
 `tests/golden/` like code."""
@@ -16,10 +18,12 @@ import json
 from pathlib import Path
 
 from piexp.commands.replay import main as replay
+from tests.harness.conftest import requires_pi
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "check"
 LEARNER = GOLDEN.parent / "learner_local"
 LEARNER_TRAIN = GOLDEN.parent / "learner_local_train"
+PI_CHECK = GOLDEN.parent / "pi_check"
 
 
 def test_the_golden_episodes_replay_identically(tmp_path):
@@ -29,6 +33,30 @@ def test_the_golden_episodes_replay_identically(tmp_path):
     assert code == 0 and not changed, (tmp_path / "replay.md").read_text()
     policies = {o["policy"] for o in report["outcomes"]}
     assert policies == {"oracle", "guess", "crash", "wrong", "edit"} and report["episodes"] == 96
+
+
+@requires_pi
+def test_the_pi_golden_episodes_replay_identically_through_today_s_pi(tmp_path):
+    """About 30 s on 2 cores: every recorded Pi episode's turns sent again through today's
+    Pi (the version the golden was recorded with) and sandbox earn what they earned."""
+    code = replay([str(PI_CHECK), "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "replay.json").read_text())
+    changed = [o for o in report["outcomes"] if not o["identical"]]
+    assert code == 0 and not changed, (tmp_path / "replay.md").read_text()
+    assert {o["policy"] for o in report["outcomes"]} == {"oracle", "guess", "crash", "wrong", "edit"}
+    assert report["episodes"] == 24
+    assert json.loads((PI_CHECK / "manifest.json").read_text())["harness"]["name"] == "pi"
+
+
+@requires_pi
+def test_a_changed_reward_weight_shows_in_every_pi_golden_crash_episode(tmp_path):
+    """A crashing program earns mutation and nothing else in Pi as in the reference
+    environment: a changed mutation weight moves each such episode's shaped reward."""
+    code = replay([str(PI_CHECK), "--policy", "crash", "reward.weights.mutation=0.2", "--out", str(tmp_path)])
+    outcomes = json.loads((tmp_path / "replay.json").read_text())["outcomes"]
+    assert code == 1 and len(outcomes) == 4
+    for outcome in outcomes:
+        assert outcome["difference"] == {"kind": "shaped", "recorded": 0.15, "replayed": 0.2, "where": "end of episode"}
 
 
 def test_the_learner_local_golden_episodes_replay_identically(tmp_path):

@@ -5,7 +5,7 @@ copy, with each step's attempts, losses and dropped copies counted for its metri
 from __future__ import annotations
 
 from piexp.launch.ray_nodes import PlayedGroup
-from piexp.launch.ray_rollouts import GroupLedger
+from piexp.launch.ray_ledger import GroupLedger
 
 
 def _played(node: str, attempt: int) -> PlayedGroup:

@@ -97,6 +97,22 @@ def test_a_node_that_cannot_run_the_sandbox_is_refused_before_the_run(cluster: C
     assert not run_dir.exists() or not list(run_dir.iterdir())
 
 
+def test_a_node_that_does_not_answer_the_check_in_time_is_named_before_the_run(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Slow (about 15 s on 2 cores): nodes that have not answered the node check within
+    `rollouts.node_check_timeout_s` (here far too short for a worker to start) stop the run
+    before any episode with one paragraph naming them and the setting to raise, exit 2,
+    no traceback, the run folder left empty."""
+    run_dir = tmp_path / "run"
+    done = piexp(*EVAL, "policy=oracle", "rollouts=ray", f"rollouts.address={cluster.address}",
+                 "rollouts.node_check_timeout_s=0.001", f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "did not answer piexp's node check within 0.001 s" in done.stderr, done.stderr[-3000:]
+    assert "rollouts.node_check_timeout_s" in done.stderr and "Traceback" not in done.stderr
+    assert not run_dir.exists() or not list(run_dir.iterdir())
+
+
 def _playing_node(cluster: Cluster) -> Any:
     """A piexp node whose worker is playing a training group now (Ray titles a worker
     process by the task it runs), or None."""
@@ -121,6 +137,32 @@ TRAIN = [
 ]  # fmt: skip
 
 
+def _train_killing_a_node(cluster: Cluster, run_dir: Path, *extra: str) -> tuple[int, str]:
+    """The training run on the cluster, one piexp node SIGKILLed as it plays a group of
+    step 0 (then replaced): the run's exit status and stderr."""
+    import time
+
+    env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
+    command = [sys.executable, "-m", "piexp", *TRAIN, *extra, f"rollouts.address={cluster.address}",
+               f"hydra.run.dir={run_dir}"]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) as run:
+        deadline = time.monotonic() + 400
+        victim = None
+        while victim is None and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            victim = _playing_node(cluster)
+        if victim is None:
+            run.kill()
+            _, stderr = run.communicate()
+            pytest.fail(f"no node was seen playing a group; the run (exit {run.returncode}) said: {stderr[-3000:]}")
+        cluster.remove_node(victim, allow_graceful=False)  # SIGKILL to every process of the node
+        try:
+            _, stderr = run.communicate(timeout=600)
+        finally:
+            cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})  # the module's cluster, whole again
+    return run.returncode, stderr
+
+
 def test_training_on_ray_survives_a_node_killed_mid_step(cluster: Cluster, tmp_path: Path) -> None:
     """Slow (about 2.5 minutes on 2 cores: the local server's start and two steps of
     tiny-local): `mode=train service=local model=tiny-local rollouts=ray` trains two
@@ -128,24 +170,9 @@ def test_training_on_ray_survives_a_node_killed_mid_step(cluster: Cluster, tmp_p
     The run finishes with complete records: every (step, group) graded and recorded
     exactly once, each episode's transcript once and naming its node, and the lost
     attempt counted in step 0's metrics (3 attempts for 2 groups), none in step 1's."""
-    import time
-
     run_dir = tmp_path / "run"
-    env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
-    command = [sys.executable, "-m", "piexp", *TRAIN, f"rollouts.address={cluster.address}", f"hydra.run.dir={run_dir}"]
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) as run:
-        deadline = time.monotonic() + 400
-        victim = None
-        while victim is None and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            victim = _playing_node(cluster)
-        assert victim is not None, "no node was seen playing a group"
-        cluster.remove_node(victim, allow_graceful=False)  # SIGKILL to every process of the node
-        try:
-            _, stderr = run.communicate(timeout=600)
-        finally:
-            cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})  # the module's cluster, whole again
-    assert run.returncode == 0, stderr[-4000:]
+    returncode, stderr = _train_killing_a_node(cluster, run_dir)
+    assert returncode == 0, stderr[-4000:]
     outcomes = [json.loads(line) for line in (run_dir / "group_outcomes.jsonl").read_text().splitlines()]
     assert sorted((line["step"], line["group"]) for line in outcomes) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     played = transcripts(run_dir / "train_transcripts.jsonl.gz")
@@ -158,6 +185,89 @@ def test_training_on_ray_survives_a_node_killed_mid_step(cluster: Cluster, tmp_p
     assert steps[0]["rollouts/attempts_lost"] == 1 and steps[0]["rollouts/copies_dropped"] == 0
     assert steps[1]["rollouts/attempts"] == 2 and steps[1]["rollouts/attempts_lost"] == 0
     assert "was lost with its node; playing it again" in stderr
+
+
+@pytest.mark.parametrize("rule", ["retry", "mask"])
+def test_a_group_lost_past_its_retries_follows_the_infrastructure_rule(
+    cluster: Cluster, tmp_path: Path, rule: str
+) -> None:
+    """Slow (about 1.5 minutes a rule on 2 cores): with `rollouts.group_retries=0`, a group
+    whose only attempt dies with its node is never scored. `algo.infrastructure_errors=retry`
+    stops the run with exit 4 and one paragraph saying the same command resumes it, the
+    group unrecorded; `mask` drops the group, says so, and the run finishes with every
+    other group recorded once."""
+    run_dir = tmp_path / "run"
+    returncode, stderr = _train_killing_a_node(
+        cluster, run_dir, "rollouts.group_retries=0", f"algo.infrastructure_errors={rule}"
+    )
+    recorded_file = run_dir / "group_outcomes.jsonl"
+    recorded = [json.loads(line) for line in recorded_file.read_text().splitlines()] if recorded_file.exists() else []
+    keys = [(line["step"], line["group"]) for line in recorded]
+    assert "Traceback" not in stderr
+    if rule == "retry":
+        assert returncode == 4, stderr[-4000:]
+        text = " ".join(stderr.split())
+        assert "was lost with its node 1 times (rollouts.group_retries=0" in text
+        assert "No episode of it was scored. Run the same command again to resume" in text
+        assert len(keys) <= 1 and (1, 0) not in keys and (1, 1) not in keys
+    else:
+        assert returncode == 0, stderr[-4000:]
+        assert "dropped (algo.infrastructure_errors=mask), never scored" in stderr
+        assert sorted(keys) in ([(0, 0), (1, 0), (1, 1)], [(0, 1), (1, 0), (1, 1)])
+        assert len(keys) == len(set(keys))
+
+
+def test_ctrl_c_stops_the_run_leaves_no_group_playing_and_the_same_command_resumes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Slow (about 4 minutes on 2 cores: a run interrupted mid-step, then resumed): SIGINT
+    to a training run on the cluster while a node plays one of its groups ends it with
+    exit 130 and the one line saying how to resume, no traceback; within seconds no node
+    plays any of its groups (its Ray job ended with the driver); the same command then
+    finishes the run, every (step, group) recorded once."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
+    command = [sys.executable, "-m", "piexp", *TRAIN, f"rollouts.address={cluster.address}", f"hydra.run.dir={run_dir}"]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as run:  # fmt: skip
+        deadline = time.monotonic() + 400
+        while _playing_node(cluster) is None and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if run.poll() is not None or time.monotonic() >= deadline:
+            run.kill()
+            pytest.fail(f"no node was seen playing a group; the run said: {run.communicate()[1][-3000:]}")
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"piexp: interrupted; nothing is left running. Resume with the same command and hydra.run.dir={run_dir}"
+    )
+    deadline = time.monotonic() + 30
+    while _playing_node(cluster) is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _playing_node(cluster) is None, "a node still plays a group of the interrupted run"
+    resumed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    outcomes = [json.loads(line) for line in (run_dir / "group_outcomes.jsonl").read_text().splitlines()]
+    assert sorted((line["step"], line["group"]) for line in outcomes) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_a_cluster_without_a_node_of_the_resource_is_refused_before_the_run(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 10 s on 2 cores): `rollouts.node_resource` that no live node offers
+    stops the run before any episode, in one paragraph saying how to start such a node,
+    exit 2, the run folder left empty."""
+    run_dir = tmp_path / "run"
+    done = piexp(*EVAL, "policy=oracle", "rollouts=ray", f"rollouts.address={cluster.address}",
+                 "rollouts.node_resource=piexp_nowhere", f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    text = " ".join(done.stderr.split())
+    assert "has no live node with the resource piexp_nowhere" in text and "ray start --address=" in text
+    assert "Traceback" not in done.stderr
+    assert not run_dir.exists() or not list(run_dir.iterdir())
 
 
 @requires_pi

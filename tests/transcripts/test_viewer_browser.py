@@ -18,7 +18,7 @@ from headless_chromium import Chromium, chromium_path
 from piexp.config.compose import load
 from piexp.launch import evaluate
 from piexp.env.splits import build_splits
-from piexp.transcripts.store import EVAL_TRANSCRIPTS, TranscriptWriter, read_transcripts
+from piexp.transcripts.store import EVAL_TRANSCRIPTS, TRAIN_TRANSCRIPTS, TranscriptWriter, read_transcripts
 from piexp.transcripts.viewer import VIEWER_FILE, write_run_viewer
 
 pytestmark = pytest.mark.skipif(
@@ -65,6 +65,11 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
     (train / "metrics.jsonl").write_text(
         "".join(json.dumps({"step": step, "env/all/reward/total": 0.1 * step}) + "\n" for step in range(5))
     )
+    # Its episodes: the oracle eval's transcripts as two training steps' (a fixture standing in
+    # for a training run's, which carry their step as `iteration`).
+    with TranscriptWriter(train / TRAIN_TRANSCRIPTS) as writer:
+        for number, transcript in enumerate(read_transcripts(oracle / EVAL_TRANSCRIPTS)):
+            writer.write({**transcript, "iteration": number % 2, "group": 0, "sample": number})
     assert write_run_viewer(train) == train / VIEWER_FILE
     page_text = (wrong / VIEWER_FILE).read_text()
     assert "http://" not in page_text.replace("http://www.w3.org/2000/svg", "")  # nothing to fetch
@@ -73,6 +78,7 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
         async with Chromium() as page:
             await page.open((wrong / VIEWER_FILE).as_uri())
             assert await page.evaluate(VISIBLE_ROWS) == 8
+            assert await page.evaluate("document.getElementById('f-step-label').hidden") is True  # no steps in an eval
             assert await page.evaluate(set_select("f-language", "python")) == "python"
             assert await page.evaluate(VISIBLE_ROWS) == 4
             await page.evaluate(set_select("f-family", "dates"))
@@ -107,6 +113,15 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
                 await page.evaluate("document.querySelector('#pages a').getAttribute('href')")
                 == "iteration_000000/train.html"
             )
+            # A training run's episodes by step: the filter offers its steps, the rows and the
+            # opened episode say theirs.
+            assert await page.evaluate(VISIBLE_ROWS) == 8
+            steps = await page.evaluate("[...document.querySelectorAll('#f-step option')].map(o => o.value)")
+            assert steps == ["", "0", "1"]
+            assert await page.evaluate(set_select("f-step", "1")) == "1"
+            assert await page.evaluate(VISIBLE_ROWS) == 4
+            await page.evaluate("document.querySelector('#episodes tbody tr').click()")
+            assert "train · step 1 · " in await page.evaluate("document.getElementById('detail').innerText")
             await page.screenshot(train / "viewer.png")
             assert page.errors == [], page.errors
 

@@ -68,6 +68,7 @@ def test_the_wheel_carries_every_data_file(tmp_path) -> None:
         "piexp/sandbox/launchers/zygote.h",
         "piexp/harness/pi/forward.cjs",
         "piexp/harness/pi/shell.cjs",
+        "piexp/harness/pi/shell.c",
         "piexp/harness/pi/npm/package.json",
         "piexp/harness/pi/npm/package-lock.json",
         "piexp/service/skyrl-constraints.txt",

@@ -10,8 +10,9 @@ and its working directory, so a prompt is the same token for token everywhere):
 - `/opt/piexp/forward.cjs`: the loopback forwarder preloaded into Pi's node;
 - `/opt/piexp/bin`: `python`, `python3`, `node`, `julia` links to the runtimes piexp
   runs programs with (first on the PATH of the model's commands);
-- `/opt/piexp/shell`: Pi's shell (shell.cjs), which runs each of the model's commands in
-  a sandbox of its own beside Pi's (piexp.harness.pi.commands);
+- `/opt/piexp/shell`: Pi's shell, which runs each of the model's commands in a sandbox
+  of its own beside Pi's (piexp.harness.pi.commands): shell.c compiled here (no node
+  start per command), or shell.cjs, the same protocol in node, where no C compiler is;
 - `/run/piexp/endpoint.sock`, `/run/piexp/commands.sock`: this episode's model endpoint
   and command socket (their folder read-only);
 - `/tmp/pi-agent`: Pi's agent folder (PI_CODING_AGENT_DIR), in Pi's capped /tmp, with its
@@ -62,9 +63,21 @@ ENDPOINT_PORT = 8080
 AGENT_DIR = "/tmp/pi-agent"
 PROVIDER = "piexp"
 _FORWARDER_SOURCE = os.path.join(os.path.dirname(__file__), "forward.cjs")
-_SHELL_SOURCE = os.path.join(os.path.dirname(__file__), "shell.cjs")
+_SHELL_SOURCE = os.path.join(os.path.dirname(__file__), "shell.c")
+_SHELL_SCRIPT = os.path.join(os.path.dirname(__file__), "shell.cjs")
 # Pi's global settings: its bash tool runs each command through piexp's shell.
 PI_SETTINGS = {"shellPath": SHELL}
+
+
+def pi_shell() -> str:
+    """The program Pi's sandbox runs as its shell: shell.c built here, else shell.cjs."""
+    from piexp.sandbox.c_build import CBuildError, c_binary
+
+    try:
+        with open(_SHELL_SOURCE, "rb") as source:
+            return c_binary("piexp-pi-shell", {"shell.c": source.read()})
+    except CBuildError:
+        return _SHELL_SCRIPT
 
 
 @dataclass
@@ -167,10 +180,11 @@ class PiSandbox:
         return path
 
     def _make_shell(self) -> str:
-        """Pi's shell, root-owned and executable by the run user."""
+        """Pi's shell, root-owned and executable by the run user: shell.c compiled (once
+        per source version, into piexp's cache), or shell.cjs where it cannot be."""
         path = os.path.join(self.runner.host.area.path, "pi-shell")
         if not os.path.exists(path):
-            shutil.copyfile(_SHELL_SOURCE, path + ".part")
+            shutil.copyfile(pi_shell(), path + ".part")
             os.chmod(path + ".part", 0o555)
             os.replace(path + ".part", path)
         return path

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import array
 import asyncio
-import hashlib
 import logging
 import os
-import shutil
 import socket
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from typing import Mapping, Optional, Sequence
 
+from ..c_build import CBuildError, c_binary
 from ..isolation.layout import SANDBOX_ENV, launcher_env
 from ..isolation.process import kill_process_group
 from ..spawn import reap_pid
@@ -84,45 +82,15 @@ class ZygoteRefusal(ZygoteError):
     """The zygote is alive but would not start a run (a malformed request, clone failed)."""
 
 
-def _cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "piexp")
-
-
 def zygote_binary() -> str:
     """The compiled zygote for this source, compiling it first if needed (a second or so,
     once per source version: the file name carries the source's hash). Raises
     ZygoteError saying why when there is no C compiler or the build fails."""
     sources = {name: resources.files(__package__).joinpath(name).read_bytes() for name in _SOURCES}
-    digest = hashlib.sha256(
-        b"".join(name.encode() + b"\0" + text + b"\0" for name, text in sources.items())
-    ).hexdigest()[:16]
-    target = os.path.join(_cache_dir(), f"piexp-zygote-{digest}")
-    if os.access(target, os.X_OK):
-        return target
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise ZygoteError("no C compiler (cc or gcc) on PATH to build the sandbox zygote")
     try:
-        os.makedirs(_cache_dir(), exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=_cache_dir(), prefix="zygote-build-") as tmp:
-            out = os.path.join(tmp, "piexp-zygote")
-            for name, text in sources.items():
-                with open(os.path.join(tmp, name), "wb") as f:
-                    f.write(text)
-            units = [os.path.join(tmp, name) for name in _SOURCES if name.endswith(".c")]
-            done = subprocess.run([compiler, "-O2", "-o", out, *units], capture_output=True, text=True)
-            if done.returncode != 0:
-                raise ZygoteError(
-                    f"building the sandbox zygote with {compiler} failed (exit {done.returncode}): "
-                    f"{done.stderr.strip()[-2000:] or 'no message'}"
-                )
-            os.replace(out, target)  # atomic: a concurrent build leaves one complete binary
-    except ZygoteError:
-        raise
-    except OSError as exc:
-        raise ZygoteError(f"could not build the sandbox zygote in {_cache_dir()}: {exc}") from exc
-    return target
+        return c_binary("piexp-zygote", sources)
+    except CBuildError as exc:
+        raise ZygoteError(f"the sandbox zygote: {exc}") from exc
 
 
 def setup_failure(status_r: int) -> str:

@@ -47,14 +47,17 @@ def machine() -> dict[str, Any]:
 
 
 def git_commit() -> str | None:
-    """The checkout's short commit, with `-dirty` when tracked files differ from it."""
+    """The checkout's short commit, with `-dirty` when tracked files differ from it (the
+    records under bench/results/ aside: a bench run that records after another changes
+    them, not the code it measures)."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
         ).stdout.strip()
         changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results"],
+            cwd=REPO, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("-dirty" if changed else "")

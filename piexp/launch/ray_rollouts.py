@@ -239,8 +239,8 @@ class RaySession:
             raise UserError(
                 f"{len(silent)} of the Ray cluster's {len(nodes)} node(s) did not answer piexp's node check within "
                 f"{timeout_s:g} s: {', '.join(silent)}. A node starts a worker for the check, which takes longer "
-                "on a busy machine; raise rollouts.node_check_timeout_s, or see that node's raylet log (ray "
-                "logs raylet.out --node-ip IP) and stop it if it is stuck. No episode was played and nothing "
+                "on a busy machine; raise rollouts.node_check_timeout_s, or read that node's raylet log (its "
+                "/tmp/ray/session_latest/logs/raylet.out) and stop it if it is stuck. No episode was played and nothing "
                 "of the run was written."
             )
         facts: list[NodeFacts] = []

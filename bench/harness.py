@@ -168,20 +168,26 @@ def _rss_mb(pid: int | None) -> float:
     return 0.0
 
 
-async def _slot_memory(episodes) -> tuple[list[tuple[int, float]], float, float]:
-    """(episodes played, the slot's Pi's VmRSS in MB) through one warm slot, and the
+async def _slot_memory(episodes) -> tuple[list[tuple[int, float]], list[int], float, float]:
+    """(episodes played, the slot's Pi's VmRSS in MB) through one warm slot, the episodes
+    after which its Pi was replaced (`harness.options.slot_episodes`, `slot_rss_mb`), and the
     CPU seconds and episodes/s of its episodes (its start included). Pi's CPU is read from
     /proc after each episode (a killed slot's Pi is never reaped here, so its CPU would
     not reach this process's children's), each Pi the slot had counted once."""
     harness = _pi_harness(True)
     points = []
     pi_cpu: dict[int, float] = {}
+    recycled: list[int] = []  # after which episodes the slot's Pi was replaced
     cpu0, wall0 = _own_cpu(), time.perf_counter()
     try:
         for i, args in enumerate(episodes, 1):
             record = await harness.play(*args)
             assert record.reward == 1.0, (record.error, record.last_run)
-            (slot,) = harness._warm.slots
+            slots = harness._warm.slots  # none right after a recycle: the next episode starts one
+            if not slots:
+                recycled.append(i)
+                continue
+            (slot,) = slots
             if slot.pi_pid is not None:
                 pi_cpu[slot.pi_pid] = _cpu_of(slot.pi_pid)
             if i == 1 or i % max(1, len(episodes) // 10) == 0:
@@ -189,7 +195,7 @@ async def _slot_memory(episodes) -> tuple[list[tuple[int, float]], float, float]
         cpu = _own_cpu() - cpu0 + sum(pi_cpu.values())
     finally:
         await harness.aclose()
-    return points, cpu / len(episodes), len(episodes) / (time.perf_counter() - wall0)
+    return points, recycled, cpu / len(episodes), len(episodes) / (time.perf_counter() - wall0)
 
 
 def main() -> None:
@@ -224,7 +230,7 @@ def main() -> None:
         slot_episodes = [
             (oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.slot_episodes)
         ]
-        slot_points, slot_cpu, slot_rate = asyncio.run(_slot_memory(slot_episodes))
+        slot_points, slot_recycled, slot_cpu, slot_rate = asyncio.run(_slot_memory(slot_episodes))
     starts = []
     for _ in range(args.node_starts):
         cpu0, wall0 = _own_cpu(), time.perf_counter()
@@ -252,7 +258,8 @@ def main() -> None:
     ratio = f"CPU per episode, pi-warm / builtin: {ratios}"
     slot_note = (
         f"one warm slot, {args.slot_episodes} episodes one after another (its start included): "
-        f"{slot_cpu:.3f} CPU s/episode, {slot_rate:.2f} episodes/s"
+        f"{slot_cpu:.3f} CPU s/episode, {slot_rate:.2f} episodes/s; its Pi replaced after episode(s) "
+        f"{', '.join(map(str, slot_recycled)) or 'none'} (harness.options.slot_episodes, slot_rss_mb)"
     )
     console = Console()
     console.print(table)

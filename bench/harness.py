@@ -259,7 +259,7 @@ def main() -> None:
     slot_note = (
         f"one warm slot, {args.slot_episodes} episodes one after another (its start included): "
         f"{slot_cpu:.3f} CPU s/episode, {slot_rate:.2f} episodes/s; its Pi replaced after episode(s) "
-        f"{', '.join(map(str, slot_recycled)) or 'none'} (harness.options.slot_episodes, slot_rss_mb)"
+        f"{', '.join(map(str, slot_recycled)) or 'none'} (harness.options.slot_episodes, slot_rss_mb, or half of its CPU limit)"
     )
     console = Console()
     console.print(table)

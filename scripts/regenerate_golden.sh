@@ -11,6 +11,11 @@
 #   tests/golden/learner_local_train  (with --learner-local) the last iteration of an RL run of
 #                               experiment=learn_offline (seed 1): the episodes training
 #                               recorded, malformed tool calls among them (about 6 minutes).
+#   tests/golden/learner_local_pi_train  (with --learner-local-pi) the last iteration of an RL
+#                               run in Pi of model=learner-local-pi (experiment=learn_offline,
+#                               seed 4): the model's own turns through Pi (builds the model
+#                               first if this machine has none: about 30 minutes; the run
+#                               about 10).
 # Run it after a deliberate change to what an episode earns, then review the diff of
 # tests/golden/ like code: `python -m piexp replay tests/golden/check` before
 # regenerating says which episodes change and how.
@@ -31,6 +36,21 @@ record_check() {
   cp "$tmp/$name/manifest.json" "$tmp/$name/check.json" "$tmp/$name/check_transcripts.jsonl.gz" "tests/golden/$name/"
   echo "re-recorded tests/golden/$name"
 }
+# keep_last_iteration NAME: a training run's config, manifest and last iteration's episodes,
+# kept as tests/golden/NAME.
+keep_last_iteration() {
+  local name=$1
+  rm -rf "tests/golden/$name"
+  mkdir -p "tests/golden/$name/.hydra"
+  cp "$tmp/$name/.hydra/config.yaml" "$tmp/$name/.hydra/overrides.yaml" "tests/golden/$name/.hydra/"
+  cp "$tmp/$name/manifest.json" "tests/golden/$name/"
+  .venv/bin/python -c 'import gzip, json, sys
+rows = gzip.open(sys.argv[1], "rt").readlines()
+last = max(json.loads(row)["iteration"] for row in rows)
+gzip.open(sys.argv[2], "wt").writelines(row for row in rows if json.loads(row)["iteration"] == last)' \
+    "$tmp/$name/train_transcripts.jsonl.gz" "tests/golden/$name/train_transcripts.jsonl.gz"
+  echo "re-recorded tests/golden/$name"
+}
 record_check check family=all
 record_check pi_check harness=pi 'family=[arith,dates]'
 if [[ "${1:-}" == "--learner-local" ]]; then
@@ -45,16 +65,12 @@ if [[ "${1:-}" == "--learner-local" ]]; then
   echo "re-recorded tests/golden/learner_local"
   .venv/bin/python -m piexp experiment=learn_offline seed=1 mode.eval_before=false mode.eval_after=false \
     hydra.run.dir="$tmp/learner_local_train"
-  rm -rf tests/golden/learner_local_train
-  mkdir -p tests/golden/learner_local_train/.hydra
-  cp "$tmp"/learner_local_train/.hydra/config.yaml "$tmp"/learner_local_train/.hydra/overrides.yaml \
-    tests/golden/learner_local_train/.hydra/
-  cp "$tmp"/learner_local_train/manifest.json tests/golden/learner_local_train/
-  .venv/bin/python -c 'import gzip, json, sys
-rows = gzip.open(sys.argv[1], "rt").readlines()
-last = max(json.loads(row)["iteration"] for row in rows)
-gzip.open(sys.argv[2], "wt").writelines(row for row in rows if json.loads(row)["iteration"] == last)' \
-    "$tmp"/learner_local_train/train_transcripts.jsonl.gz tests/golden/learner_local_train/train_transcripts.jsonl.gz
-  echo "re-recorded tests/golden/learner_local_train"
+  keep_last_iteration learner_local_train
+fi
+if [[ "${1:-}" == "--learner-local-pi" ]]; then
+  .venv/bin/python -m piexp experiment=learn_offline harness=pi harness.options.wall_time_s=600 \
+    model=learner-local-pi seed=4 mode.eval_before=false mode.eval_after=false \
+    hydra.run.dir="$tmp/learner_local_pi_train"
+  keep_last_iteration learner_local_pi_train
 fi
 echo "review: git diff --stat tests/golden"

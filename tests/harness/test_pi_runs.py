@@ -133,8 +133,9 @@ def test_another_pi_version_is_refused_by_name(tmp_path):
 def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin(tmp_path):
     """oracle 1.000 and wrong 0.000 through Pi, and `compare` of a builtin and a Pi eval
     of the oracle on the same tasks; every place a result is shown names the harness that
-    played it, with Pi's version (three eval runs and a comparison, 40 s on this 2-core
-    machine idle, up to 57 s while other suites run: each run starts its own sandbox server)."""
+    played it, with Pi's version; the wrong policy's Pi eval replays and rescores with no
+    difference (three eval runs, a comparison, a replay and a rescore: about 60 s on this
+    2-core machine idle, more while other suites run: each run starts its own sandbox server)."""
     common = ["mode=eval", "family=arith", "lang=python,javascript", "tasks.eval_per_family=2", "mode.preflight=false"]
     runs = {}
     for harness, policy in (("pi", "oracle"), ("pi", "wrong"), ("builtin", "oracle")):
@@ -157,6 +158,16 @@ def test_evals_through_pi_give_the_reference_pass_rates_and_compare_with_builtin
     assert "| overall | 4 | builtin-oracle (builtin) | 1.000 |" in compared.stdout
     assert f"{runs['pi', 'oracle']} (harness pi 1.6.0 (node 22.23.5))" in compared.stdout
     assert_results_name_their_harness(tmp_path, runs)
+    # A Pi eval run replays through today's Pi with no difference, and rescores with none
+    # under its own reward settings.
+    replayed = piexp("replay", str(runs["pi", "wrong"]), "--out", str(tmp_path / "replay"))
+    assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
+    report = json.loads((tmp_path / "replay" / "replay.json").read_text())
+    assert report["episodes"] == 4 and all(outcome["identical"] for outcome in report["outcomes"])
+    rescored = piexp("rescore", str(runs["pi", "wrong"]), "--out", str(tmp_path / "rescore"), "--json")
+    assert rescored.returncode == 0, rescored.stderr[-2000:]
+    report = json.loads(rescored.stdout)
+    assert report["reproduced"] == report["episodes"] == 4 and not report["differ"], rescored.stdout[-2000:]
 
 
 PI_LABEL = "pi 1.6.0 (node 22.23.5)"

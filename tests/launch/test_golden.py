@@ -3,9 +3,10 @@ and JavaScript, each scripted policy: oracle, guess, crash, wrong and edit, fail
 programs included) and a small recorded eval of `model=learner-local` under
 `tests/golden/learner_local` (real model turns in its smaller vocabulary, a passing
 program among failing ones), with one RL iteration's recorded training episodes under
-`tests/golden/learner_local_train` (malformed tool calls among them), and a recorded check run
+`tests/golden/learner_local_train` (malformed tool calls among them), a recorded check run
 through the real Pi under `tests/golden/pi_check` (arith and dates x Python and JavaScript,
-each scripted policy) are replayed through today's parse, tools, sandbox, Pi and reward on
+each scripted policy) and the last RL step of `model=learner-local-pi` trained in Pi under
+`tests/golden/learner_local_pi_train` (the model's own turns through Pi) are replayed through today's parse, tools, sandbox, Pi and reward on
 every suite run; no model is needed to replay. A change that alters what any
 of them earns fails here with the replay's first difference. After a deliberate change,
 re-record with `scripts/regenerate_golden.sh [--learner-local]` and review the diff of
@@ -24,6 +25,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "check"
 LEARNER = GOLDEN.parent / "learner_local"
 LEARNER_TRAIN = GOLDEN.parent / "learner_local_train"
 PI_CHECK = GOLDEN.parent / "pi_check"
+LEARNER_PI_TRAIN = GOLDEN.parent / "learner_local_pi_train"
 
 
 def test_the_golden_episodes_replay_identically(tmp_path):
@@ -46,6 +48,21 @@ def test_the_pi_golden_episodes_replay_identically_through_today_s_pi(tmp_path):
     assert {o["policy"] for o in report["outcomes"]} == {"oracle", "guess", "crash", "wrong", "edit"}
     assert report["episodes"] == 24
     assert json.loads((PI_CHECK / "manifest.json").read_text())["harness"]["name"] == "pi"
+
+
+@requires_pi
+def test_the_learner_local_pi_training_episodes_replay_identically_through_today_s_pi(tmp_path):
+    """About 40 s on 2 cores: the last RL step's 16 episodes of learner-local-pi trained in
+    Pi (a pass, printed answers restated wrong, crashes: the model's own turns) answer
+    today's Pi's requests again and earn what they earned, turn for turn."""
+    code = replay([str(LEARNER_PI_TRAIN), "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "replay.json").read_text())
+    changed = [o for o in report["outcomes"] if not o["identical"]]
+    assert code == 0 and not changed, (tmp_path / "replay.md").read_text()
+    assert report["episodes"] == 16 and {o["policy"] for o in report["outcomes"]} == {"model"}
+    with gzip.open(LEARNER_PI_TRAIN / "train_transcripts.jsonl.gz", "rt") as lines:
+        played = [json.loads(line) for line in lines]
+    assert {t["harness"] for t in played} == {"pi"} and {t["reward"] for t in played} == {0.0, 1.0}
 
 
 @requires_pi

@@ -262,7 +262,7 @@ def report(figures: dict, console: Console) -> None:
         kinds.add_row(str(step), *(str(counts[name]) for name, _ in OUTCOMES))
     console.print(kinds)
     console.print(
-        "a step's episodes: python -m piexp show OUT_DIR[/seed_S]/rl --step N (or first, last; --html for the viewer)"
+        "a step's episodes: python -m piexp show OUT_DIR/rl --step N (OUT_DIR/seed_S/rl with several seeds; N, first or last; --html for the viewer)"
     )
     build = (
         f"{figures['build_s']:.0f} s (recorded at its build)"

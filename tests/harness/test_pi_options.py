@@ -42,11 +42,19 @@ def test_an_option_pi_cannot_start_under_is_refused_naming_the_least_that_works(
 def test_pi_plays_an_episode_at_every_minimum_the_refusals_name():
     """The oracle's arith episode in Python passes with each option at its minimum, one
     process per episode and in a warm slot (whose Pi is recycled at the memory cap): the
-    refusals never refuse a value that works."""
+    refusals never refuse a value that works. The 3 s wall limit holds with a core to
+    spare (a one-process episode takes about 1 s); a suite loading every core can stretch
+    one past it, so an episode stopped by the wall limit alone is played again, up to
+    three times."""
     task = build_tasks("train", 1, 0, ["arith"])[0]
     least = {key: value for key, (value, _unit) in MINIMUM_OPTIONS.items()}
     for way in ({"warm": False}, {"warm": True, "slot_rss_mb": least["memory_mb"]}):
-        [record] = play_all([_play("oracle", task, "python", episode_settings(), [task])], pi_settings(**least, **way))
+        for _try in range(3):
+            [record] = play_all(
+                [_play("oracle", task, "python", episode_settings(), [task])], pi_settings(**least, **way)
+            )
+            if "did not finish within harness.options.wall_time_s" not in str(record.error):
+                break
         assert record.reward == 1.0 and not record.infrastructure_failure, (way, record.error)
 
 

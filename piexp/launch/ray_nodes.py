@@ -7,7 +7,8 @@ sandbox, started in that process at its first group and kept for the process's l
 (it dies with the process). A group is played by the cookbook's own rollout function
 in a fresh event loop; its recording stages only make their records here
 (`piexp.env.training_pipeline.NodeGroup`), which the driver writes once it accepts the
-group's result. Nothing here writes into the run folder."""
+group's result. An eval or check episode plays in the process's one event loop, where
+the harness it keeps (Pi's warm slots) lives. Nothing here writes into the run folder."""
 
 from __future__ import annotations
 
@@ -191,6 +192,17 @@ class PolicyRecipe:
 
 _policies: dict[str, Mapping[str, TokenCompleter]] = {}  # this process's, by recipe key
 _harnesses: dict[str, Any] = {}  # this process's harness (its sandbox shared), by settings
+# This process's episodes play in one event loop, kept for its life: a harness kept across
+# episodes (Pi's warm slots, their streams and processes) belongs to the loop it started in.
+_episode_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    global _episode_loop
+    if _episode_loop is None or _episode_loop.is_closed():
+        _episode_loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(_episode_loop)
+    return _episode_loop
 
 
 def play_episode_on_node(
@@ -227,7 +239,7 @@ def play_episode_on_node(
         finally:
             await close_sandbox_clients()
 
-    record = asyncio.run(play())
+    record = _loop().run_until_complete(play())
     if record.transcript is not None:
         record.transcript["node"] = node_label()
     return record

@@ -75,6 +75,26 @@ def test_an_eval_on_ray_gives_the_local_pass_at_1(cluster: Cluster, tmp_path: Pa
     assert all("node" not in transcript for transcript in transcripts(tmp_path / "local" / "transcripts.jsonl.gz"))
 
 
+@requires_pi
+def test_an_eval_in_pi_on_ray_gives_the_local_pass_at_1(cluster: Cluster, tmp_path: Path) -> None:
+    """Slow (about 1.5 minutes on 2 cores): the oracle's eval through Pi played on the
+    cluster's nodes, several episodes on each node's warm Pi slot one after another,
+    scores each episode as the same eval played in the run's process."""
+    results = {}
+    for rollouts in ("local", "ray"):
+        run_dir = tmp_path / rollouts
+        extra = [f"rollouts.address={cluster.address}"] if rollouts == "ray" else []
+        six = [arg if not arg.startswith("tasks.eval_per_family=") else "tasks.eval_per_family=6" for arg in EVAL]
+        done = piexp(*six, "harness=pi", "policy=oracle", f"rollouts={rollouts}", *extra,
+                     f"hydra.run.dir={run_dir}")  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[rollouts] = json.loads((run_dir / "results.json").read_text())
+    assert results["ray"]["overall"]["pass@1"] == results["local"]["overall"]["pass@1"] == 1.0
+    assert results["ray"]["per_task"] == results["local"]["per_task"]
+    played = transcripts(tmp_path / "ray" / "transcripts.jsonl.gz")
+    assert len(played) == 6 and all(t["harness"] == "pi" and t["node"] for t in played)
+
+
 def test_a_node_that_cannot_run_the_sandbox_is_refused_before_the_run(cluster: Cluster, tmp_path: Path) -> None:
     """Slow (about 15 s on 2 cores): a node whose sandbox cannot start (bubblewrap is not
     on its PATH) is refused before any episode, in one paragraph naming the node, what

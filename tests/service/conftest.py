@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -75,6 +76,8 @@ def load_bench(name: str) -> ModuleType:
     """bench/NAME.py as a module (the benches are scripts, not a package), for the tests
     that run a bench whole."""
     path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    if str(path.parent) not in sys.path:  # the benches import their shared code (record.py) by name
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

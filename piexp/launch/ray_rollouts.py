@@ -233,7 +233,7 @@ class RaySession:
         import piexp
 
         timeout_s = self.settings.node_check_timeout_s
-        ready, waiting = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        _, waiting = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if waiting:
             silent = [_node_name(node) for node, ref in zip(nodes, refs, strict=True) if ref in waiting]
             raise UserError(

@@ -149,6 +149,22 @@ def _playing_node(cluster: Cluster) -> Any:
     return None
 
 
+def _a_node_playing(cluster: Cluster, run: subprocess.Popen[str]) -> Any:
+    """The first piexp node seen playing one of `run`'s groups; the test fails, with the
+    run's stderr, if the run ends or 400 s pass first."""
+    import time
+
+    deadline = time.monotonic() + 400
+    while run.poll() is None and time.monotonic() < deadline:
+        node = _playing_node(cluster)
+        if node is not None:
+            return node
+        time.sleep(0.5)
+    run.kill()
+    _, stderr = run.communicate()
+    pytest.fail(f"no node was seen playing a group; the run (exit {run.returncode}) said: {stderr[-3000:]}")
+
+
 TRAIN = [
     "service=local", "model=tiny-local", "family=arith", "lang=python", "tasks.train_per_family=4",
     "tasks.eval_per_family=1", "mode.group_size=2", "mode.groups_per_batch=2", "mode.save_every=1",
@@ -160,21 +176,12 @@ TRAIN = [
 def _train_killing_a_node(cluster: Cluster, run_dir: Path, *extra: str) -> tuple[int, str]:
     """The training run on the cluster, one piexp node SIGKILLed as it plays a group of
     step 0 (then replaced): the run's exit status and stderr."""
-    import time
 
     env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
     command = [sys.executable, "-m", "piexp", *TRAIN, *extra, f"rollouts.address={cluster.address}",
                f"hydra.run.dir={run_dir}"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) as run:
-        deadline = time.monotonic() + 400
-        victim = None
-        while victim is None and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            victim = _playing_node(cluster)
-        if victim is None:
-            run.kill()
-            _, stderr = run.communicate()
-            pytest.fail(f"no node was seen playing a group; the run (exit {run.returncode}) said: {stderr[-3000:]}")
+        victim = _a_node_playing(cluster, run)
         cluster.remove_node(victim, allow_graceful=False)  # SIGKILL to every process of the node
         try:
             _, stderr = run.communicate(timeout=600)
@@ -253,12 +260,7 @@ def test_ctrl_c_stops_the_run_leaves_no_group_playing_and_the_same_command_resum
     command = [sys.executable, "-m", "piexp", *TRAIN, f"rollouts.address={cluster.address}", f"hydra.run.dir={run_dir}"]
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as run:  # fmt: skip
-        deadline = time.monotonic() + 400
-        while _playing_node(cluster) is None and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if run.poll() is not None or time.monotonic() >= deadline:
-            run.kill()
-            pytest.fail(f"no node was seen playing a group; the run said: {run.communicate()[1][-3000:]}")
+        _a_node_playing(cluster, run)
         run.send_signal(signal.SIGINT)
         _, stderr = run.communicate(timeout=120)
     assert run.returncode == 130, stderr[-3000:]

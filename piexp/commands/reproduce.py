@@ -151,6 +151,8 @@ def _refuse_changed_files(run_dir: Path, name: str, then: dict[str, Any], curren
         old, new = before.get(key) or {}, now.get(key) or {}
         if old.get("sha256") != new.get("sha256"):
             what = f"{key.split(' ', 1)[0]} reference" if key.endswith(" reference") else "code"
+            if key.startswith("task "):  # an imported Harbor task, by its name
+                what = key
             if not old:
                 changed.append(f"its {what} {new.get('file')} is new (not in the run's manifest.json)")
             elif not new:

@@ -4,7 +4,8 @@ The rule is Harbor's (`harbor.publisher.packager.Packager.compute_content_hash`,
 the files it publishes are `task.toml`, `instruction.md`, `README.md` and `trajectory.json`
 at the top (where present) and every file under `environment/`, `tests/`, `solution/` and
 `steps/`, less the ignored ones (without a `.gitignore`: `__pycache__/`, `*.pyc`,
-`.DS_Store`, `*.swp`, `*.swo`, `*~`; `.harborignore` files themselves); sorted by their
+`.DS_Store`, `*.swp`, `*.swo`, `*~`; with one, its gitignore patterns instead, matched by
+`pathspec` as Harbor matches them; `.harborignore` files themselves); sorted by their
 relative POSIX path, each adds the line `relpath\\0sha256(file bytes)\\n` to one SHA-256.
 Only bytes and relative paths enter it, never modes, times or the folder's own path, so a
 folder's digest is the same on every machine."""
@@ -34,15 +35,9 @@ def _ignored(relative: str) -> bool:
 
 
 def _refuse_ignore_files(folder: Path) -> None:
-    """A `.gitignore` (gitignore patterns) or a `.harborignore` with rules changes which files
-    Harbor hashes; piexp does not reimplement gitignore matching, so it refuses such a folder
-    rather than give a digest Harbor would not."""
-    if (folder / ".gitignore").exists():
-        raise UserError(
-            f"Harbor task folder {folder} has a .gitignore; piexp computes Harbor's digest only of folders "
-            "without one (its patterns change which files Harbor hashes). Remove it, or pin the task with "
-            "Harbor's own `harbor` command."
-        )
+    """A `.harborignore` with rules changes which files Harbor hashes by rules of its own
+    (inherited per folder), which piexp does not reimplement: such a folder is refused
+    rather than given a digest Harbor would not."""
     for tree in TREES:
         for path in sorted((folder / tree).rglob(_HARBOR_IGNORE)) if (folder / tree).is_dir() else []:
             if path.read_text(encoding="utf-8").strip():
@@ -64,6 +59,13 @@ def digested_files(folder: Path) -> list[str]:
         for path in root.rglob("*"):
             if path.is_file():
                 found.append(path.relative_to(folder).as_posix())
+    gitignore = folder / ".gitignore"
+    if gitignore.exists():
+        import pathspec  # Harbor's own matcher of gitignore patterns
+
+        spec = pathspec.PathSpec.from_lines("gitignore", gitignore.read_text().splitlines())
+        return sorted(relative for relative in found if not spec.match_file(relative)
+                      and relative.split("/")[-1] != _HARBOR_IGNORE)  # fmt: skip
     return sorted(relative for relative in found if not _ignored(relative))
 
 

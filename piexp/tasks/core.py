@@ -127,6 +127,11 @@ class Task:
 
     ``task_digest`` (and ``files_digest``) are derived in ``__post_init__`` rather than
     passed in, so a task can never carry a digest that disagrees with its content.
+
+    A task graded by a verifier of its own (an imported Harbor task, piexp.harbor) has
+    no answer (``answer=""``) and a ``verifier`` whose ``digest`` (Harbor's content
+    digest of its whole folder: instruction, environment, solution and tests) is both of
+    its digests: two such tasks are the same task exactly when their folders are.
     """
 
     task_id: str
@@ -136,6 +141,8 @@ class Task:
     files: Mapping[str, str]
     answer: str
     params: Mapping[str, Any] = field(default_factory=FrozenMap)
+    # What grades the task when not its answer (piexp.harbor.task_folder.HarborVerifier).
+    verifier: Any = field(default=None, repr=False)
     task_digest: str = field(init=False, default="")
     files_digest: str = field(init=False, default="", repr=False)
     # Canonical (family, params) key for the repeated-params check; derived once here so
@@ -145,6 +152,9 @@ class Task:
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+        if self.verifier is not None:
+            self._init_verified()
+            return
         try:
             value = int(self.answer)
         except (TypeError, ValueError):
@@ -162,6 +172,16 @@ class Task:
         object.__setattr__(self, "files_digest", compute_files_digest(files))
         object.__setattr__(self, "params_key", canonical_json([self.family, _thaw(self.params)]))
 
+    def _init_verified(self) -> None:
+        if self.answer != "":
+            raise ValueError(f"a task graded by its verifier has no answer, got {self.answer!r}")
+        digest = str(self.verifier.digest).removeprefix("sha256:")
+        object.__setattr__(self, "files", FrozenMap({str(k): str(v) for k, v in self.files.items()}))
+        object.__setattr__(self, "params", _freeze(dict(self.params)))
+        object.__setattr__(self, "task_digest", digest)
+        object.__setattr__(self, "files_digest", digest)
+        object.__setattr__(self, "params_key", canonical_json([self.family, _thaw(self.params)]))
+
     def __hash__(self) -> int:
         return hash((self.task_id, self.task_digest))
 
@@ -176,6 +196,8 @@ class Task:
             "params": _thaw(self.params),
             "task_digest": self.task_digest,
         }
+        if self.verifier is not None:
+            out["verifier"] = self.verifier.describe()
         if include_files:
             out["files"] = dict(self.files)
         return out

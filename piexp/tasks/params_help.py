@@ -71,6 +71,9 @@ def difficulty_lines(family: Family) -> list[str]:
 
 
 def render_params_help(family: Family | TaskFileFamily, max_chars: int = 300) -> str:
+    own = getattr(family, "params_help", None)  # a family kind that says its own (Harbor folders)
+    if own is not None:
+        return own()
     if isinstance(family, TaskFileFamily):
         return (
             f"# {family.name}: {family.summary}\n\nSet with family.{family.name}.NAME=VALUE:\n"

@@ -141,8 +141,9 @@ def origin_record(name: str, target: str | None, params: Any) -> dict[str, Any]:
     """The manifest's record of one family: where its code is and digests of what it ran."""
     family = get_family(name)
     record = {"target": target, **family.origin(), "digest": family.digest(params)}
-    if isinstance(family, Family):
-        record["files"] = family.file_digests()
+    file_digests = getattr(family, "file_digests", None)  # a generator's files, an imported task's folder
+    if file_digests is not None:
+        record["files"] = file_digests()
     return record
 
 

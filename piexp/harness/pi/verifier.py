@@ -1,0 +1,184 @@
+"""An imported Harbor task's phases in Pi's sandbox (docs/harbor.md#importing-tasks): its
+oracle (`solution/solve.sh`) and its verifier (`tests/test.sh`), each run like one of the
+model's commands (piexp.harness.pi.commands: the run user, namespaces, syscall filter,
+cgroup and rlimits of its own) over the episode's workspace.
+
+The workspace is Pi's `/sandbox`, also shown at the task's working folder (a symlink, so
+`cd /app` and `/app/...` paths reach it). The verifier phase adds `tests/` read-only at
+`/tests` and a fresh, capped `/logs/verifier` it writes its reward into; it runs
+`bash /tests/test.sh` from the working folder with the environment's and `[verifier] env`
+variables, for at most `[verifier] timeout_sec`. The oracle phase has `solution/`
+read-only at `/solution` (and no `/tests`), and runs `bash /solution/solve.sh` with
+`[solution] env` for at most `[agent] timeout_sec`, as Harbor's oracle agent does.
+The reward is read from the log folder as Harbor reads it (piexp.harbor.reward_files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import dataclass
+
+from piexp.harbor.reward_files import MISSPELLINGS, REWARD_JSON, REWARD_TXT, RewardRead, read_reward
+from piexp.harbor.task_folder import HarborVerifier
+from piexp.harness.pi.commands import command_env
+from piexp.harness.pi.sandbox import BIN_DIR, PiSandbox, _drain
+from piexp.sandbox.isolation.layout import SANDBOX_WORKDIR
+from piexp.sandbox.isolation.rlimits import Limits
+from piexp.sandbox.protocol import RunCodeResponse
+from piexp.sandbox.run_dir import read_file
+from piexp.sandbox.timings import Timings
+
+LOGS = "/logs/verifier"
+_REWARD_CAP = 1 << 20
+_OUTPUT_CAP = 64 << 10
+
+
+@dataclass
+class Phase:
+    """One phase's run: exit code (None: killed at its time limit), output tail, and what
+    kept it from running (`error`: piexp's failure)."""
+
+    returncode: int | None
+    output: str
+    timed_out: bool = False
+    error: str | None = None
+
+
+@dataclass
+class VerifierOutcome:
+    """The verifier's grade of one workspace: `read.reward` is the model's outcome; no
+    reward (`read.problem`) or a phase piexp could not run (`error`) is piexp's."""
+
+    read: RewardRead
+    phase: Phase
+
+    @property
+    def error(self) -> str | None:
+        if self.phase.error is not None:
+            return f"the sandbox could not run the verifier: {self.phase.error}"
+        if self.read.reward is None:
+            timed_out = " (it was stopped at its timeout)" if self.phase.timed_out else ""
+            return f"{self.read.problem}{timed_out}; test.sh said: {self.phase.output[-400:].strip() or 'nothing'}"
+        return None
+
+
+def workspace_layout(verifier: HarborVerifier) -> tuple[str, ...]:
+    """bwrap options that show the workspace at the task's working folder, and set the
+    environment's variables: for Pi's sandbox, its commands', and every phase."""
+    link = ("--symlink", SANDBOX_WORKDIR, verifier.workdir) if verifier.workdir != SANDBOX_WORKDIR else ()
+    return (*link, *[arg for name, value in verifier.environment_env for arg in ("--setenv", name, value)])
+
+
+def _staged(sandbox: PiSandbox, verifier: HarborVerifier, part: str) -> str:
+    """The task's `part` folder (tests, solution) copied into the run area, readable by the
+    run user wherever the task folder lies (one copy per task digest)."""
+    area = sandbox.runner.host.area.path
+    target = os.path.join(area, f"harbor-{verifier.digest.removeprefix('sha256:')[:24]}", part)
+    if not os.path.isdir(target):
+        partial = f"{target}.{os.getpid()}.part"
+        shutil.copytree(os.path.join(verifier.folder, part), partial, symlinks=False, dirs_exist_ok=True)
+        for root, dirs, files in os.walk(partial):
+            os.chmod(root, 0o755)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o755 if name.endswith(".sh") else 0o644)
+        os.chmod(os.path.dirname(partial), 0o755)
+        try:
+            os.rename(partial, target)
+        except OSError:  # another episode staged it first
+            shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+async def run_phase(
+    sandbox: PiSandbox,
+    verifier: HarborVerifier,
+    workspace: str,
+    script: str,
+    binds: tuple[str, ...],
+    env: tuple[tuple[str, str], ...],
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    max_processes: int,
+) -> Phase:
+    """`bash <script>` from the working folder over `workspace`, in a sandbox of its own."""
+    host, settings = sandbox.runner.host, sandbox.runner.settings
+    limits = Limits(
+        cpu_time_s=max(1, int(timeout_s) + 1),
+        file_size_bytes=settings.max_file_size_mb << 20,
+        open_files=max(settings.max_open_files, 1024),
+        processes=None if host.cgroups is not None and host.cgroups.limits_pids else max_processes,
+    )
+    variables = {**dict(env), **command_env(BIN_DIR)}
+    extra = (
+        *sandbox.runtime_binds(),
+        "--bind", workspace, SANDBOX_WORKDIR,
+        *workspace_layout(verifier),
+        *binds,
+        *[arg for name, value in variables.items() for arg in ("--setenv", name, value)],
+    )  # fmt: skip
+    language, runtime = next((lang, rt) for lang, rt in host.runtimes.items() if rt is not None)
+    command = f"cd {verifier.workdir} && exec bash {script}"
+    prepared = await sandbox.launcher.prepare(
+        language, runtime, memory_mb, limits.cpu_time_s, False, Timings(),
+        command=(["/bin/bash", "-c", command], limits), extra_args=extra,
+    )  # fmt: skip
+    if isinstance(prepared, RunCodeResponse):
+        return Phase(None, "", error=str(prepared.message or prepared))
+    launch = prepared
+    try:
+        await launch.start(limits, timeout_s)
+        proc = launch.proc
+        assert proc is not None
+        out = asyncio.ensure_future(_drain(proc.stdout, _OUTPUT_CAP))
+        err = asyncio.ensure_future(_drain(proc.stderr, _OUTPUT_CAP))
+        timed_out = False
+        try:
+            launch.release()
+            if launch.error is not None:
+                return Phase(None, "", error=launch.error)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await proc.wait()
+            except TimeoutError:
+                timed_out = True
+        finally:
+            await proc.kill_and_wait()
+        done, pending = await asyncio.wait({out, err}, timeout=5)
+        for task in pending:
+            task.cancel()
+        output = b"".join(task.result() for task in (out, err) if task in done).decode("utf-8", errors="replace")
+        return Phase(None if timed_out else proc.returncode, output, timed_out=timed_out)
+    finally:
+        await asyncio.shield(sandbox.launcher.dispose(launch))
+
+
+async def run_oracle(sandbox: PiSandbox, verifier: HarborVerifier, workspace: str, *, memory_mb: int,
+                     max_processes: int) -> Phase:  # fmt: skip
+    """The task's solution/solve.sh over `workspace` (the check's oracle)."""
+    solution = _staged(sandbox, verifier, "solution")
+    return await run_phase(
+        sandbox, verifier, workspace, "/solution/solve.sh", ("--ro-bind", solution, "/solution"),
+        verifier.solution_env, timeout_s=verifier.agent_timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+    )  # fmt: skip
+
+
+async def run_verifier(
+    sandbox: PiSandbox, verifier: HarborVerifier, workspace: str, *, memory_mb: int, max_processes: int
+) -> VerifierOutcome:
+    """The task's tests/test.sh over `workspace`, and the reward it wrote."""
+    tests = _staged(sandbox, verifier, "tests")
+    area = sandbox.runner.host.area
+    logs = area.new_run(with_tmp=False)
+    try:
+        phase = await run_phase(
+            sandbox, verifier, workspace, "/tests/test.sh", ("--ro-bind", tests, "/tests", "--bind", logs.work, LOGS),
+            verifier.env, timeout_s=verifier.timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+        )  # fmt: skip
+        names = (REWARD_JSON, REWARD_TXT, *MISSPELLINGS)
+        files = {name: read_file(logs.work, name, _REWARD_CAP) for name in names}
+    finally:
+        area.release(logs)
+    return VerifierOutcome(read_reward(files), phase)

@@ -240,6 +240,8 @@ class RunConfig(_Strict):
         at all (a task file without references) only in runs that never play them."""
         asked = list(dict.fromkeys([*self.lang, *(self.eval_lang or [])]))
         for name, family in families.items():
+            if getattr(family, "graded_by_verifier", False):
+                continue  # each task's oracle is its own solution/solve.sh (an imported Harbor task)
             has = family.reference_languages()
             missing = [language for language in asked if language not in has]
             if missing and not has and self.needs_references:

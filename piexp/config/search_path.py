@@ -219,7 +219,9 @@ def anchor_task_file_paths(family: dict[str, Any], entries: Sequence[str]) -> di
     anchored = dict(family)
     definitions: dict[str, list[tuple[Path, str | None]]] | None = None
     for name, entry in family.items():
-        if not isinstance(entry, dict) or not str(entry.get("_target_") or "").endswith(("TaskFileFamily", "HarborTaskFamily")):
+        if not isinstance(entry, dict) or not str(entry.get("_target_") or "").endswith(
+            ("TaskFileFamily", "HarborTaskFamily")
+        ):
             continue
         path = entry.get("path")
         if not isinstance(path, str) or not path or "://" in path or Path(path).expanduser().is_absolute():

@@ -51,6 +51,8 @@ class HarborTaskFamily(TaskFileFamily):
     """A family whose tasks are Harbor task folders (see the module docstring)."""
 
     params_type = HarborTasksParams  # type: ignore[assignment]
+    # Its tasks' oracle is their own solution/solve.sh, their grade their tests/test.sh.
+    graded_by_verifier = True
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -84,9 +86,13 @@ class HarborTaskFamily(TaskFileFamily):
             )
         percent = params.eval_percent
         if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-            raise UserError(f"Harbor family {self.name!r}: eval_percent must be an integer in [0, 100], got {percent!r}")
+            raise UserError(
+                f"Harbor family {self.name!r}: eval_percent must be an integer in [0, 100], got {percent!r}"
+            )
         if not isinstance(params.skip_refused, bool):
-            raise UserError(f"Harbor family {self.name!r}: skip_refused must be true or false, got {params.skip_refused!r}")
+            raise UserError(
+                f"Harbor family {self.name!r}: skip_refused must be true or false, got {params.skip_refused!r}"
+            )
         self._loaded(params)
         return params
 
@@ -210,7 +216,9 @@ def load_harbor_tasks(family: str, path: str, eval_percent: int, skip_refused: b
     read: list[ReadTask] = []
     for folder in folders:
         if not folder.is_dir():
-            raise UserError(f"Harbor family {family!r}: {path} lists the task {folder.name}, but {folder} is no folder.")
+            raise UserError(
+                f"Harbor family {family!r}: {path} lists the task {folder.name}, but {folder} is no folder."
+            )
         task = read_task_folder(folder)
         want = pinned.get(str(folder.resolve()))
         if want is not None and want != task.digest:
@@ -256,5 +264,7 @@ def load_harbor_tasks(family: str, path: str, eval_percent: int, skip_refused: b
             )
         )
     if not tasks:
-        raise UserError(f"Harbor family {family!r}: none of the {len(read)} tasks in {path} can play in piexp's sandbox.")
+        raise UserError(
+            f"Harbor family {family!r}: none of the {len(read)} tasks in {path} can play in piexp's sandbox."
+        )
     return LoadedHarborTasks(path=Path(path), tasks=tuple(tasks), refused=refused)

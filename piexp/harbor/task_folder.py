@@ -126,7 +126,9 @@ def read_task_folder(folder: Path) -> ReadTask:
     files = _workspace_files(folder, copies, workdir, reasons) if workdir and not _workdir_problems(workdir) else {}
     for script in ("solution/solve.sh", "tests/test.sh"):
         if not (folder / script).is_file():
-            reasons.append(f"it has no {script} ({'the oracle piexp proves it solvable with' if 'solve' in script else 'the verifier'})")
+            reasons.append(
+                f"it has no {script} ({'the oracle piexp proves it solvable with' if 'solve' in script else 'the verifier'})"
+            )
     instruction = _text(folder / "instruction.md", reasons, "instruction.md")
     if instruction is not None and not instruction.strip():
         reasons.append("its instruction.md is empty: there is nothing to ask the agent")
@@ -134,7 +136,9 @@ def read_task_folder(folder: Path) -> ReadTask:
     for table, values in (("[environment] env", environment.get("env")), ("[verifier] env", verifier.get("env")),
                           ("[solution] env", solution.get("env"))):  # fmt: skip
         if any(_HOST_VARIABLE.search(str(value)) for value in (values or {}).values()):
-            reasons.append(f"its {table} takes ${{VAR}} values from the host's environment, which piexp does not pass in")
+            reasons.append(
+                f"its {table} takes ${{VAR}} values from the host's environment, which piexp does not pass in"
+            )
     # The environment's variables (the Dockerfile's ENV, then [environment] env) in every
     # phase; each phase's own on top.
     base = {**env_lines, **{str(k): str(v) for k, v in (environment.get("env") or {}).items()}}
@@ -176,7 +180,9 @@ def _parse_toml(folder: Path) -> dict[str, Any]:
     try:
         config = tomllib.loads(where.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise UserError(f"{where} is not valid TOML ({error}); fix it, or leave the folder out of the import.") from None
+        raise UserError(
+            f"{where} is not valid TOML ({error}); fix it, or leave the folder out of the import."
+        ) from None
     version = config.get("schema_version", config.get("version"))
     if version is None or str(version) not in SCHEMA_VERSIONS:
         raise UserError(
@@ -224,7 +230,9 @@ def _unsupported(config: dict[str, Any], environment: dict, verifier: dict, agen
         network = "no-network"
     if network != "no-network":
         said = f"network_mode {network!r}" if network is not None else "no network_mode (Harbor's default: public)"
-        reasons.append(f"its [environment] has {said}; piexp's sandbox has no network (set network_mode = \"no-network\")")
+        reasons.append(
+            f'its [environment] has {said}; piexp\'s sandbox has no network (set network_mode = "no-network")'
+        )
     for table, values in (("agent", agent), ("verifier", verifier)):
         if values.get("network_mode") not in (None, "no-network"):
             reasons.append(f"its [{table}] network_mode is {values['network_mode']!r}; piexp's sandbox has no network")

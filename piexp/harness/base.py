@@ -52,6 +52,11 @@ class Harness(ABC):
     # resume signature. The reference environment's runs do not, so that they stay as
     # runs were before harnesses were configurable (and resume and reproduce alike).
     recorded_in_runs: ClassVar[bool] = True
+    # Whether it plays tasks graded by a verifier of their own (imported Harbor tasks:
+    # an instruction, a workspace at a working folder, tests/test.sh run after the agent);
+    # such a harness implements `prove_verified`. Runs with such tasks in another harness
+    # are refused before anything is written.
+    plays_verified_tasks: ClassVar[bool] = False
 
     def __init__(self, settings: HarnessSettings) -> None:
         self.settings = settings
@@ -88,6 +93,8 @@ class Harness(ABC):
         or a context overflow) keeps its recorded reward."""
         from piexp.env.reward import steps_reward
 
+        if transcript.get("verifier") is not None:
+            return float(transcript["reward"])  # the task's own verifier graded it: not from the transcript
         metrics = transcript.get("metrics")
         if not isinstance(metrics, dict) or not metrics or transcript.get("stop_reason") == "context_overflow":
             return float(transcript["reward"])
@@ -117,6 +124,12 @@ class Harness(ABC):
         """The warm start's imitation data (`warm_start.sft_steps`): `warm_start.policy`'s
         episodes on `tasks` in this harness (`scripted_trajectories`)."""
         return await self.scripted_trajectories(config, sandbox_url, tasks, [config.warm_start.policy] * len(tasks))
+
+    async def prove_verified(self, tasks: Sequence[Task], config: RunConfig) -> list[str]:
+        """For each task graded by its own verifier: its oracle and then its verifier must
+        give reward 1, its verifier on the untouched workspace reward 0. Returns what is
+        wrong, one sentence per task (a harness that `plays_verified_tasks` implements it)."""
+        raise NotImplementedError(f"harness {self.name} does not play tasks graded by their own verifier")
 
     def identity(self) -> dict[str, str]:
         """The harness's name and versions, as results name it (`results.json`'s `harness`)."""

@@ -42,6 +42,7 @@ from piexp.languages import language as registered_language
 from piexp.launch.episodes import Episode, run_episodes
 from piexp.launch.ray_rollouts import episode_play
 from piexp.policies import make_policy
+from piexp.policies.scripted import VERIFIED_TASK_POLICIES
 from piexp.policies.rollout import EpisodeRecord
 from piexp.sandbox.availability import SandboxDown
 from piexp.sandbox.client import close_sandbox_clients, sandbox_client
@@ -149,7 +150,13 @@ def plan_episodes(config: RunConfig, splits: RunSplits, languages: Sequence[str]
                 pool.extend(mine)
                 episodes.extend(Episode("oracle", task, language) for task in mine[: settings.oracle_tasks_per_cell])
             for policy in SAMPLED_POLICIES:
-                episodes.extend(Episode(policy, task, language) for task in pool[: settings.sample_tasks_per_cell])
+                # A task graded by its own verifier is played by the policies that can
+                # (its oracle, and `guess`: a no-op, which must score 0).
+                episodes.extend(
+                    Episode(policy, task, language)
+                    for task in pool[: settings.sample_tasks_per_cell]
+                    if task.verifier is None or policy in VERIFIED_TASK_POLICIES
+                )
     return episodes
 
 

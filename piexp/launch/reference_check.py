@@ -39,7 +39,10 @@ def references_to_prove(config: RunConfig, tasks: Sequence[Task]) -> list[tuple[
 
 
 def refuse_wrong_references(config: RunConfig, tasks: Sequence[Task]) -> None:
-    pairs = references_to_prove(config, tasks)
+    verified = [task for task in tasks if task.verifier is not None]
+    if verified:
+        refuse_unproven_verified(config, verified)
+    pairs = references_to_prove(config, [task for task in tasks if task.verifier is None])
     if not pairs:
         return
     with run_sandbox(config.sandbox) as url:
@@ -55,6 +58,37 @@ def refuse_wrong_references(config: RunConfig, tasks: Sequence[Task]) -> None:
                 f"({task.split} split), whose answer is {task.answer}. Fix the reference (or the answer it "
                 f"disagrees with); `python -m piexp tasks --config-dir DIR family={task.family}` shows the task."
             )
+
+
+def refuse_unproven_verified(config: RunConfig, tasks: Sequence[Task]) -> None:
+    """Tasks graded by their own verifier (imported Harbor tasks) play only in a harness
+    that plays them, and each is proven before any run: its oracle (solution/solve.sh)
+    then its verifier give reward 1, its verifier with nothing done gives 0."""
+    from piexp.harness.base import harness_class, make_harness
+
+    family = tasks[0].family
+    if not harness_class(config.harness).plays_verified_tasks:
+        raise UserError(
+            f"family {family!r} holds Harbor tasks, graded by their own tests/test.sh after an agent worked in a "
+            f"shell at their working folder; harness={config.harness.name} plays piexp's workspace tasks only "
+            "(four tools, an integer answer). Run them with harness=pi, Pi's general shell being what such tasks "
+            "expect (docs/harbor.md#importing-tasks)."
+        )
+
+    async def prove() -> list[str]:
+        harness = make_harness(config.harness)
+        try:
+            return await harness.prove_verified(tasks, config)
+        finally:
+            await harness.aclose()
+
+    problems = asyncio.run(prove())
+    if problems:
+        raise UserError(
+            f"{len(problems)} of the {len(tasks)} Harbor tasks of this run are not proven solvable, so the run "
+            f"would spend its budget on them: {'; '.join(problems)}. Fix each task's solution/solve.sh or "
+            "tests/test.sh (or leave it out of the folder)."
+        )
 
 
 async def _run_all(url: str, pairs: Sequence[tuple[Task, str]], timeout: int) -> list[dict[str, Any]]:

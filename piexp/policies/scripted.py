@@ -113,6 +113,11 @@ def generation_prefill(renderer: renderers.Renderer) -> list[int]:
     return []
 
 
+# The scripted policies that can play a task graded by its own verifier (an imported
+# Harbor task), whose prompt is its instruction: its oracle, and a no-op (`guess`).
+VERIFIED_TASK_POLICIES = ("oracle", "guess")
+
+
 class ScriptedPolicy(TokenCompleter):
     """Base class: subclasses give `plan(observation)`; the base picks the step the
     observation has reached and renders it."""

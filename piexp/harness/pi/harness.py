@@ -49,9 +49,10 @@ from piexp.harness.pi.options import (
     validated_options,
 )
 from piexp.harness.pi.sandbox import PiSandbox, dump_models_json, pi_argv
-from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.harness.pi.scripted import ScriptedResponder, VerifiedTaskResponder
 from piexp.harness.pi.slot import WarmSlots
 from piexp.harness.pi.trace import PiTrace, grade, parse_events, stated_answer
+from piexp.harness.pi.verifier import VerifierOutcome, prove_tasks, run_verifier, staged, workspace_layout
 from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import ScriptedPolicy
 from piexp.sandbox.isolation.layout import resolve_runtime
@@ -67,6 +68,7 @@ class PiHarness(Harness):
     name = "pi"
     trains = True
     replays = True
+    plays_verified_tasks = True
 
     def __init__(self, settings: HarnessSettings) -> None:
         super().__init__(settings)
@@ -153,6 +155,13 @@ class PiHarness(Harness):
                 )
             return self._sandbox
 
+    async def prove_verified(self, tasks: Sequence[Task], config: RunConfig) -> list[str]:
+        from piexp.env.dataset import episode_settings
+
+        sandbox = await self._ready_sandbox(episode_settings(config, ""))
+        return await prove_tasks(sandbox, [task for task in tasks if task.verifier is not None],
+                                 memory_mb=self.options.memory_mb, max_processes=self.options.max_processes)  # fmt: skip
+
     async def aclose(self) -> None:
         if self._warm is not None:
             await self._warm.aclose()
@@ -174,11 +183,14 @@ class PiHarness(Harness):
 
         return await endpoint_trajectories(self, config, sandbox_url, tasks, policies, progress)
 
-    def responder(self, policy: TokenCompleter, settings: EpisodeSettings) -> Responder:
+    def responder(self, policy: TokenCompleter, settings: EpisodeSettings, task: Task | None = None) -> Responder:
         """The endpoint's answerer for `policy` in one episode: a scripted policy reads
-        Pi's requests directly; any other token completer (the `model` policy) samples
-        them rendered with the run's renderer, recording each call's tokens."""
+        Pi's requests directly (on a task graded by its own verifier, it plays the task's
+        oracle or a no-op); any other token completer (the `model` policy) samples them
+        rendered with the run's renderer, recording each call's tokens."""
         if isinstance(policy, ScriptedPolicy):
+            if task is not None and task.verifier is not None:
+                return VerifiedTaskResponder(policy.name, task.verifier)
             return ScriptedResponder(policy)
         from piexp.env.episode import get_run_renderer
         from piexp.harness.pi.model import ModelResponder
@@ -199,7 +211,12 @@ class PiHarness(Harness):
         sample: int = 0,
         record_transcript: bool = True,
     ) -> EpisodeRecord:
-        responder = self.responder(policy, settings)
+        try:
+            responder = self.responder(policy, settings, task)
+        except ValueError as error:  # a scripted policy that cannot play this task
+            record = EpisodeRecord.of(policy_name, task, language, sample)
+            record.error = f"the policy cannot play this task: {error}"
+            return record
         record = await self.play_responder(
             responder, policy_name, task, language, settings, sample=sample, record_transcript=record_transcript
         )
@@ -230,7 +247,22 @@ class PiHarness(Harness):
             record.infrastructure_failure = True
             return record
         language_settings = settings.languages[language]
-        prompt = workspace_prompt(task, language, language_settings)
+        verifier = task.verifier
+        # A task graded by its own verifier (an imported Harbor task) is asked its own
+        # instruction, in a workspace shown at its working folder, and graded by its
+        # tests/test.sh on the workspace Pi left (piexp.harness.pi.verifier).
+        prompt = task.instruction if verifier is not None else workspace_prompt(task, language, language_settings)
+        layout: tuple[str, ...] = ()
+        verify = None
+        if verifier is not None:
+            layout = workspace_layout(verifier)
+            if getattr(responder, "binds_solution", False):
+                layout = (*layout, "--ro-bind", staged(sandbox, verifier, "solution"), "/solution")
+
+            def verify(work: str) -> Any:
+                return run_verifier(sandbox, verifier, work, memory_mb=self.options.memory_mb,
+                                    max_processes=self.options.max_processes)  # fmt: skip
+
         agent_files = {"models.json": dump_models_json(MODEL_ID)}
         if self._warm is not None:
             async with self._slots:
@@ -241,6 +273,8 @@ class PiHarness(Harness):
                     prompt,
                     dict(task.files),
                     agent_files,
+                    layout,
+                    verify,
                 )
         else:
             dirs = sandbox.episode_dirs()
@@ -258,6 +292,8 @@ class PiHarness(Harness):
                         memory_mb=self.options.memory_mb,
                         max_processes=self.options.max_processes,
                         wall_time_s=self.options.wall_time_s,
+                        layout=layout,
+                        verify=verify,
                     )
             finally:
                 await endpoint.close()
@@ -294,6 +330,12 @@ class PiHarness(Harness):
             # Pi ended its run on a failed model call (the endpoint died or broke the
             # protocol), after its own retries: no answer of the model's ended it.
             problem = f"Pi's model call failed ({trace.stop_reason}): {trace.error_message or 'no message'}"
+        elif verifier is not None and (run.graded is None or run.graded.error is not None):
+            # The verifier did not grade the workspace (no reward file, a reward that is no
+            # finite number, its sandbox failed): Harbor's verifier error, not the model's 0.
+            problem = f"task {verifier.name}'s verifier did not grade the episode: " + (
+                run.graded.error if run.graded is not None else "it did not run"
+            )
         else:
             problem = None
         if problem is not None:
@@ -302,6 +344,8 @@ class PiHarness(Harness):
             record.last_run = {"stderr": stderr_tail}
             return record
         self._fill(record, trace, task, language_settings, settings, limit, endpoint, record_transcript)
+        if verifier is not None:
+            graded_by_verifier(record, run.graded, verifier)
         view = getattr(responder, "view", None)
         if record.transcript is not None and view is not None:
             view.show(record.transcript, responder.calls, record.reward)  # type: ignore[attr-defined]
@@ -318,10 +362,11 @@ class PiHarness(Harness):
         endpoint: EpisodeEndpoint,
         record_transcript: bool,
     ) -> None:
-        weights = settings.reward.weights
-        record.reward, metrics = grade(trace, task.answer, language, weights, binary=True)
-        record.shaped, _ = grade(trace, task.answer, language, weights, binary=False)
-        record.metrics = metrics
+        if task.verifier is None:
+            weights = settings.reward.weights
+            record.reward, metrics = grade(trace, task.answer, language, weights, binary=True)
+            record.shaped, _ = grade(trace, task.answer, language, weights, binary=False)
+            record.metrics = metrics
         record.turns = sum(1 for call in endpoint.calls if call.response is not None)
         record.tool_calls = len(trace.tool_runs)
         record.answer = stated_answer(trace)
@@ -334,6 +379,24 @@ class PiHarness(Harness):
         record.failures = _failures(trace, record.stop_reason)
         if record_transcript:
             record.transcript = _transcript(record, endpoint)
+
+
+def graded_by_verifier(record: EpisodeRecord, outcome: VerifierOutcome, verifier: Any) -> None:
+    """The record of an episode its task's verifier graded: the reward it wrote, in
+    binary and shaped mode alike (a Harbor task has one reward); `functional_correct`
+    when it is 1; the verifier's rewards and output in the transcript."""
+    reward = float(outcome.read.reward or 0.0)
+    record.reward = record.shaped = reward
+    record.metrics = {name: 0.0 for name in REWARD_METRICS}
+    record.metrics["functional_correct"] = float(reward == 1.0)
+    record.last_run = {**(record.last_run or {}), "verifier_output": outcome.phase.output[-2000:]}
+    if record.transcript is not None:
+        record.transcript.update(reward=reward, shaped=reward, metrics=record.metrics, verifier={
+            **verifier.describe(), "rewards": outcome.read.rewards, "source": outcome.read.source,
+            "exit_code": outcome.phase.returncode, "output": outcome.phase.output[-4000:],
+        })  # fmt: skip
+        if record.transcript.get("turns"):
+            record.transcript["turns"][-1]["reward"] = reward
 
 
 def _limited(responder: Responder, settings: EpisodeSettings) -> Responder:

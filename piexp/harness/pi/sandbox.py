@@ -39,6 +39,7 @@ import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,9 @@ _SHELL_SOURCE = os.path.join(os.path.dirname(__file__), "shell.c")
 _SHELL_SCRIPT = os.path.join(os.path.dirname(__file__), "shell.cjs")
 # Pi's global settings: its bash tool runs each command through piexp's shell.
 PI_SETTINGS = {"shellPath": SHELL}
+# Grades the workspace Pi left (its host path), before the sandbox goes: a task's own
+# verifier (piexp.harness.pi.verifier).
+Verify = Callable[[str], Awaitable[Any]]
 
 
 def pi_shell() -> str:
@@ -91,6 +95,7 @@ class PiRun:
     oom_killed: bool
     workspace: dict[str, str]  # every regular file of /sandbox at the end (text, replaced where not UTF-8)
     error: str | None = None  # the sandbox could not start or confine Pi
+    graded: Any = None  # what `verify` made of the workspace Pi left (a task's own verifier)
 
 
 def models_json(model: str) -> dict[str, Any]:
@@ -253,9 +258,13 @@ class PiSandbox:
         memory_mb: int,
         max_processes: int,
         wall_time_s: float,
+        layout: tuple[str, ...] = (),
+        verify: Verify | None = None,
     ) -> PiRun:
         """Run Pi (`argv`) in a fresh sandbox whose /sandbox holds `files`, to its end or
-        the wall-time limit; always disposes of the sandbox."""
+        the wall-time limit, then `verify` its workspace; always disposes of the sandbox.
+        `layout`: more bwrap options for Pi's sandbox and its commands' (a task's working
+        folder)."""
         host, s = self.runner.host, self.runner.settings
         cgroups = host.cgroups
         agent_dir, endpoint_dir = dirs
@@ -278,22 +287,33 @@ class PiSandbox:
             False,
             Timings(),
             command=(argv, limits),
-            extra_args=self._bwrap_args(agent_dir, endpoint_dir),
+            extra_args=(*self._bwrap_args(agent_dir, endpoint_dir), *layout),
         )
         if isinstance(prepared, RunCodeResponse):
             return PiRun(None, b"", b"", False, False, {}, error=str(prepared.message or prepared))
         launch: Launch = prepared
         commands = self.command_server(launch, endpoint_dir, memory_mb=memory_mb, limits=limits,
-                                       wall_time_s=wall_time_s)  # fmt: skip
+                                       wall_time_s=wall_time_s, extra=layout)  # fmt: skip
         try:
             await commands.start()
-            return await self._execute(launch, files, limits, wall_time_s)
+            run = await self._execute(launch, files, limits, wall_time_s)
+            await commands.close()
+            if verify is not None and run.error is None and launch.run is not None:
+                run.graded = await verify(launch.run.work)
+            return run
         finally:
             await asyncio.shield(commands.close())
             await asyncio.shield(self.launcher.dispose(launch))
 
     def command_server(
-        self, launch: Launch, endpoint_dir: str, *, memory_mb: int, limits: Limits, wall_time_s: float
+        self,
+        launch: Launch,
+        endpoint_dir: str,
+        *,
+        memory_mb: int,
+        limits: Limits,
+        wall_time_s: float,
+        extra: tuple[str, ...] = (),
     ) -> CommandServer:
         """The command socket of Pi's sandbox `launch` (in `endpoint_dir`, at
         /run/piexp/commands.sock inside): every command Pi's shell sends runs in a sandbox
@@ -304,7 +324,7 @@ class PiSandbox:
             self.launcher,
             os.path.join(endpoint_dir, COMMAND_SOCKET_NAME),
             launch.run.work,
-            self.runtime_binds(),
+            (*self.runtime_binds(), *extra),
             command_env(BIN_DIR),
             memory_mb=memory_mb,
             limits=limits,

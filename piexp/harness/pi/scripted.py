@@ -11,10 +11,11 @@ is Pi's general shell, given exactly the command the prompt assigns.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from piexp.policies.observation import Observation, parse_observation
-from piexp.policies.scripted import ScriptedPolicy
+from piexp.policies.scripted import VERIFIED_TASK_POLICIES, ScriptedPolicy
 
 
 def _text(content: Any) -> str:
@@ -97,3 +98,42 @@ class ScriptedResponder:
                 for index, call in enumerate(calls)
             ]
         return answer
+
+
+class VerifiedTaskResponder:
+    """A scripted policy on a task graded by its own verifier (an imported Harbor task),
+    whose prompt is its instruction, not piexp's workspace prompt: `oracle` runs the task's
+    solution/solve.sh (shown at /solution in its commands' sandboxes) from the working
+    folder, then says it is done; `guess` says it did nothing and calls no tool (the
+    no-op, which the check requires to score 0). Other policies read piexp's prompt and
+    cannot play such a task."""
+
+    PLAYABLE = VERIFIED_TASK_POLICIES
+
+    def __init__(self, policy: str, verifier: Any) -> None:
+        if policy not in self.PLAYABLE:
+            raise ValueError(
+                f"the scripted policy {policy!r} cannot play task {verifier.name} (an imported Harbor task): "
+                f"its scripted policies are {' and '.join(self.PLAYABLE)}"
+            )
+        self.policy = policy
+        self.verifier = verifier
+        # The oracle's commands see solution/ at /solution (PiHarness binds it for it alone).
+        self.binds_solution = policy == "oracle"
+
+    def solve_command(self) -> str:
+        exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in self.verifier.solution_env)
+        return f"cd {self.verifier.workdir}\n{exports}bash /solution/solve.sh"
+
+    async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = list(body.get("messages") or [])
+        if self.policy == "guess":
+            return {"content": "I did not do the task."}
+        if not any(m.get("role") == "tool" for m in messages):
+            call = {"command": self.solve_command()}
+            return {
+                "content": "Running the task's solution.",
+                "tool_calls": [{"id": "call_0_0", "type": "function",
+                                "function": {"name": "bash", "arguments": json.dumps(call)}}],
+            }  # fmt: skip
+        return {"content": "Done: the solution ran."}

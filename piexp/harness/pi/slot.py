@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from piexp.harness.endpoint import EpisodeEndpoint
 from piexp.harness.pi.rpc import RpcStream, command, record_of, rpc_argv
-from piexp.harness.pi.sandbox import AGENT_DIR, PI_SETTINGS, PiRun, PiSandbox, _read_workspace
+from piexp.harness.pi.sandbox import AGENT_DIR, PI_SETTINGS, PiRun, PiSandbox, Verify, _read_workspace
 from piexp.sandbox.isolation.rlimits import Limits
 from piexp.sandbox.launchers.bwrap import BwrapLaunch
 from piexp.sandbox.protocol import RunCodeResponse
@@ -65,10 +65,13 @@ class SlotLimits:
 class PiSlot:
     """One sandbox with one Pi in RPC mode; episodes play in it one at a time."""
 
-    def __init__(self, sandbox: PiSandbox, model: str, limits: SlotLimits) -> None:
+    def __init__(self, sandbox: PiSandbox, model: str, limits: SlotLimits, layout: tuple[str, ...] = ()) -> None:
+        """`layout`: more bwrap options for the slot's sandbox and its commands' (a task's
+        working folder): a slot plays the episodes of one layout."""
         self.sandbox = sandbox
         self.model = model
         self.limits = limits
+        self.layout = layout
         self.launch: BwrapLaunch | None = None
         self.dirs: tuple[str, str] | None = None
         self.episodes = 0
@@ -120,7 +123,7 @@ class PiSlot:
             True,
             Timings(),
             command=(rpc_argv(sandbox.install, self.model, lim.heap_mb), limits),
-            extra_args=sandbox._bwrap_args(*self.dirs),
+            extra_args=(*sandbox._bwrap_args(*self.dirs), *self.layout),
         )
         if isinstance(prepared, RunCodeResponse):
             raise SlotFailure(str(prepared.message or prepared))
@@ -159,10 +162,16 @@ class PiSlot:
     # ------------------------------------------------------------------ an episode
 
     async def play(
-        self, endpoint_at: EndpointFactory, prompt: str, files: dict[str, str], agent_files: dict[str, str]
+        self,
+        endpoint_at: EndpointFactory,
+        prompt: str,
+        files: dict[str, str],
+        agent_files: dict[str, str],
+        verify: Verify | None = None,
     ) -> tuple[PiRun, EpisodeEndpoint]:
         """One episode in this slot (started, or restarted, first if it is not alive),
-        its model answered by `endpoint_at(socket path)`."""
+        its model answered by `endpoint_at(socket path)`, its workspace graded by `verify`
+        before the slot is reset."""
         try:
             await self._new_session(agent_files)
         except (SlotFailure, OSError, TimeoutError) as error:
@@ -190,7 +199,7 @@ class PiSlot:
         # closing the server at the episode's end ends every command still running.
         commands = self.sandbox.command_server(
             launch, self.dirs[1], memory_mb=self.limits.memory_mb, limits=self._limits,
-            wall_time_s=self.limits.wall_time_s,
+            wall_time_s=self.limits.wall_time_s, extra=self.layout,
         )  # fmt: skip
         try:
             await commands.start()
@@ -217,6 +226,12 @@ class PiSlot:
             else:
                 returncode = None
         run = PiRun(returncode, events, bytes(self._stderr), timed_out, ooms > ooms_before, workspace)
+        if verify is not None:
+            try:
+                run.graded = await verify(launch.run.work)
+            except BaseException:
+                await self.kill()
+                raise
         if settled and ooms == ooms_before and self.alive:
             try:
                 async with asyncio.timeout(_RESET_TIMEOUT_S):
@@ -421,11 +436,20 @@ class WarmSlots:
         prompt: str,
         files: dict[str, str],
         agent_files: dict[str, str],
+        layout: tuple[str, ...] = (),
+        verify: Verify | None = None,
     ) -> tuple[PiRun, EpisodeEndpoint]:
-        slot = self._idle.pop() if self._idle else PiSlot(sandbox, self.model, self.limits)
+        idle = next((slot for slot in reversed(self._idle) if slot.layout == layout), None)
+        if idle is not None:
+            self._idle.remove(idle)
+        elif self._idle:
+            # An idle slot of another layout makes room, so the run holds no more slots
+            # than episodes it plays at once.
+            await self._idle.pop(0).kill()
+        slot = idle or PiSlot(sandbox, self.model, self.limits, layout)
         self._busy.add(slot)
         try:
-            return await slot.play(endpoint_at, prompt, files, agent_files)
+            return await slot.play(endpoint_at, prompt, files, agent_files, verify)
         except BaseException:
             # Cut short (a rollout's timeout cancelled it, or piexp's own error): the
             # slot was not reset, so it goes.

@@ -19,6 +19,7 @@ import asyncio
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Any
 
 from piexp.harbor.reward_files import MISSPELLINGS, REWARD_JSON, REWARD_TXT, RewardRead, read_reward
 from piexp.harbor.task_folder import HarborVerifier
@@ -27,7 +28,7 @@ from piexp.harness.pi.sandbox import BIN_DIR, PiSandbox, _drain
 from piexp.sandbox.isolation.layout import SANDBOX_WORKDIR
 from piexp.sandbox.isolation.rlimits import Limits
 from piexp.sandbox.protocol import RunCodeResponse
-from piexp.sandbox.run_dir import read_file
+from piexp.sandbox.run_dir import read_file, write_file
 from piexp.sandbox.timings import Timings
 
 LOGS = "/logs/verifier"
@@ -71,7 +72,7 @@ def workspace_layout(verifier: HarborVerifier) -> tuple[str, ...]:
     return (*link, *[arg for name, value in verifier.environment_env for arg in ("--setenv", name, value)])
 
 
-def _staged(sandbox: PiSandbox, verifier: HarborVerifier, part: str) -> str:
+def staged(sandbox: PiSandbox, verifier: HarborVerifier, part: str) -> str:
     """The task's `part` folder (tests, solution) copied into the run area, readable by the
     run user wherever the task folder lies (one copy per task digest)."""
     area = sandbox.runner.host.area.path
@@ -158,7 +159,7 @@ async def run_phase(
 async def run_oracle(sandbox: PiSandbox, verifier: HarborVerifier, workspace: str, *, memory_mb: int,
                      max_processes: int) -> Phase:  # fmt: skip
     """The task's solution/solve.sh over `workspace` (the check's oracle)."""
-    solution = _staged(sandbox, verifier, "solution")
+    solution = staged(sandbox, verifier, "solution")
     return await run_phase(
         sandbox, verifier, workspace, "/solution/solve.sh", ("--ro-bind", solution, "/solution"),
         verifier.solution_env, timeout_s=verifier.agent_timeout_s, memory_mb=memory_mb, max_processes=max_processes,
@@ -169,7 +170,7 @@ async def run_verifier(
     sandbox: PiSandbox, verifier: HarborVerifier, workspace: str, *, memory_mb: int, max_processes: int
 ) -> VerifierOutcome:
     """The task's tests/test.sh over `workspace`, and the reward it wrote."""
-    tests = _staged(sandbox, verifier, "tests")
+    tests = staged(sandbox, verifier, "tests")
     area = sandbox.runner.host.area
     logs = area.new_run(with_tmp=False)
     try:
@@ -182,3 +183,43 @@ async def run_verifier(
     finally:
         area.release(logs)
     return VerifierOutcome(read_reward(files), phase)
+
+
+async def prove_tasks(sandbox: PiSandbox, tasks: list, *, memory_mb: int, max_processes: int) -> list[str]:
+    """Each task's oracle then verifier must give reward 1 and its verifier on the
+    untouched workspace (a no-op agent) reward 0, as Harbor's "oracle 1, no-op 0" gate;
+    what is wrong, one sentence per task. Four tasks at once."""
+    gate = asyncio.Semaphore(4)
+    host = sandbox.runner.host
+
+    async def graded(task: Any, oracle: bool) -> tuple[Phase | None, VerifierOutcome]:
+        run = host.area.new_run(with_tmp=False)
+        try:
+            for name, text in task.files.items():
+                write_file(run.work, name, text.encode(), host.run_user)
+            solved = None
+            if oracle:
+                solved = await run_oracle(sandbox, task.verifier, run.work, memory_mb=memory_mb,
+                                          max_processes=max_processes)  # fmt: skip
+            return solved, await run_verifier(sandbox, task.verifier, run.work, memory_mb=memory_mb,
+                                              max_processes=max_processes)  # fmt: skip
+        finally:
+            host.area.release(run)
+
+    async def prove(task: Any) -> str | None:
+        name = f"task {task.verifier.name} ({task.verifier.folder})"
+        async with gate:
+            solved, outcome = await graded(task, oracle=True)
+            noop = (await graded(task, oracle=False))[1]
+        if solved is not None and (solved.error or solved.returncode != 0):
+            said = solved.error or f"exit {solved.returncode}{' (its timeout)' if solved.timed_out else ''}"
+            return f"{name}: its solution/solve.sh failed ({said}): {solved.output[-300:].strip() or 'no output'}"
+        for outcome_of, run, want in (("after solution/solve.sh", outcome, 1.0), ("with nothing done", noop, 0.0)):
+            if run.error is not None:
+                return f"{name}: {outcome_of}, {run.error}"
+            if run.read.reward != want:
+                return f"{name}: {outcome_of}, its verifier gave reward {run.read.reward:g}, not {want:g}"
+        return None
+
+    found = await asyncio.gather(*(prove(task) for task in tasks))
+    return [problem for problem in found if problem is not None]

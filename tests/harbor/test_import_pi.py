@@ -1,0 +1,158 @@
+"""Imported Harbor tasks played by the real Pi in piexp's sandbox (docs/harbor.md#importing-tasks).
+
+piexp's export of two families in both languages, imported back, passes `mode=check
+harness=pi`; an oracle eval scores pass@1 1.000 and a no-op (`policy=guess`) 0.000. Which
+outcomes are the model's and which piexp's: a verifier that ran and wrote 0 is the
+model's 0; a verifier that wrote no reward file (or `rewards.json`), a reward that is not a
+number, or a verifier stopped at its timeout is an infrastructure failure, never scored.
+A task whose solve.sh fails, or whose verifier gives the no-op a reward, is refused before
+any run, naming it; `reproduce` refuses a run whose task folder changed, naming the task."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from piexp.harbor.family import HarborTaskFamily
+from piexp.policies import make_policy
+from piexp.env.episode import get_run_renderer
+from tests.harbor.test_import import make_task
+from tests.harness.conftest import MODEL, episode_settings, play_all, requires_pi
+from tests.tasks.test_user_families import assert_refused, read_json, run_piexp, said
+
+pytestmark = requires_pi
+
+
+def config_dir(root: Path, path: Path, **params: object) -> Path:
+    conf = root / "conf" / "family"
+    conf.mkdir(parents=True, exist_ok=True)
+    extra = "".join(f"  {key}: {json.dumps(value)}\n" for key, value in params.items())
+    (conf / "imported.yaml").write_text(
+        f"imported:\n  _target_: piexp.harbor.family.HarborTaskFamily\n  path: {path}\n{extra}"
+    )
+    return root / "conf"
+
+
+def test_an_export_imported_back_checks_and_evaluates_in_pi(tmp_path: Path) -> None:
+    """About 60 s: an export, a check and two evals of 8 tasks through Pi."""
+    out = tmp_path / "export"
+    result = run_piexp(tmp_path, "export-harbor", "family=arith,dates", "lang=python,javascript",
+                       "tasks.train_per_family=1", "tasks.eval_per_family=1", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    conf = str(config_dir(tmp_path, out))
+    common = ("--config-dir", conf, "family=imported", "lang=python", "harness=pi")
+    check = tmp_path / "check"
+    result = run_piexp(tmp_path, *common, "mode=check", f"hydra.run.dir={check}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = read_json(check / "check.json")
+    assert report["passed"] and report["oracle_pass_rate"] == 1.0
+    manifest = read_json(check / "manifest.json")
+    origin = manifest["family_origins"]["imported"]
+    assert origin["kind"] == "harbor" and origin["refused"] == {}
+    assert {key.split(" ", 1)[0] for key in origin["files"]} == {"task"}
+    for policy, expected in (("oracle", 1.0), ("guess", 0.0)):
+        run = tmp_path / policy
+        result = run_piexp(tmp_path, *common, "mode=eval", f"policy={policy}", "mode.preflight=false",
+                           f"hydra.run.dir={run}")  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        results = read_json(run / "results.json")
+        assert results["overall"]["pass@1"] == expected, results["overall"]
+        assert results["overall"]["episodes"] == 4  # the four eval folders, each once
+
+
+def _verifier_says(root: Path, name: str, script: str, timeout: float = 60.0) -> Path:
+    folder = make_task(root, name, metadata='split = "eval"\n')
+    (folder / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\n" + script)
+    if timeout != 60.0:
+        toml = (folder / "task.toml").read_text().replace("timeout_sec = 60.0", f"timeout_sec = {timeout}")
+        (folder / "task.toml").write_text(toml)
+    return folder
+
+
+def test_the_models_outcomes_and_piexps_failures_of_a_verifier(tmp_path: Path) -> None:
+    """Six episodes at once through one Pi harness, each the no-op on a task whose verifier
+    does one thing: a written 0 and a written 0.5 are the model's; the others are piexp's."""
+    cases = {
+        "writes-zero": ("echo 0 > /logs/verifier/reward.txt\n", None, 0.0),
+        "writes-half": ('echo \'{"reward": 0.5, "tests": 2}\' > /logs/verifier/reward.json\n', None, 0.5),
+        "misspelt": ("echo '{\"reward\": 1}' > /logs/verifier/rewards.json\n", "it wrote rewards.json", None),
+        "not-a-number": ('echo \'{"reward": "high"}\' > /logs/verifier/reward.json\n', "non-numeric reward", None),
+        "writes-nothing": ("echo checked\n", "wrote no reward file", None),
+        "hangs": ("sleep 30\necho 1 > /logs/verifier/reward.txt\n", "stopped at its timeout", None),
+    }
+    for name, (script, _, _) in cases.items():
+        _verifier_says(tmp_path / "tasks", name, script, timeout=2.0 if name == "hangs" else 60.0)
+    family = HarborTaskFamily("imported")
+    params = family.make_params({"path": str(tmp_path / "tasks")})
+    tasks = {task.verifier.name.split("/")[1]: task for task in family.tasks("eval", 9, 0, params)}
+    settings = episode_settings()
+    guess = make_policy("guess", get_run_renderer(*MODEL), list(tasks.values()))
+    records = play_all([lambda harness, t=tasks[name]: harness.play(guess, "guess", t, "python", settings)
+                        for name in cases])  # fmt: skip
+    for (name, (_, problem, reward)), record in zip(cases.items(), records):
+        if problem is None:
+            assert not record.infrastructure_failure and record.error is None, (name, record.error)
+            assert record.reward == record.shaped == reward, name
+            assert record.transcript["verifier"]["rewards"]["reward"] == reward
+        else:
+            assert record.infrastructure_failure, (name, record)
+            assert problem in record.error and "verifier did not grade" in record.error, (name, record.error)
+
+
+def test_the_oracle_works_in_the_workspace_at_the_working_folder_and_its_commands_see_the_environment(
+    tmp_path: Path,
+) -> None:
+    """The oracle's commands run from the working folder (/work/here, not piexp's
+    /sandbox), with the Dockerfile's ENV; its verifier sees what they left."""
+    folder = make_task(tmp_path / "tasks", "elsewhere", metadata='split = "eval"\n',
+                       dockerfile='FROM debian:12\nENV GREETING=hello\nWORKDIR /work/here\nCOPY data/ ./\n')  # fmt: skip
+    (folder / "solution" / "solve.sh").write_text('#!/bin/bash\n[ "$PWD" = /work/here ] && wc -l < data.txt > count.txt'
+                                                  ' && echo "$GREETING" > greeting.txt\n')  # fmt: skip
+    (folder / "tests" / "test.sh").write_text(
+        '#!/bin/bash\ncd /work/here && [ "$(cat count.txt)" = 3 ] && [ "$(cat greeting.txt)" = hello ] '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    family = HarborTaskFamily("imported")
+    (task,) = family.tasks("eval", 9, 0, family.make_params({"path": str(tmp_path / "tasks")}))
+    oracle = make_policy("oracle", get_run_renderer(*MODEL), [task])
+    (record,) = play_all([lambda harness: harness.play(oracle, "oracle", task, "python", episode_settings())])
+    assert record.error is None and record.reward == 1.0, (record.error, record.last_run)
+
+
+def test_a_task_whose_oracle_fails_or_whose_noop_scores_is_refused_before_any_run(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    make_task(tasks, "fine", metadata='split = "eval"\n')
+    broken = make_task(tasks, "broken-solution", metadata='split = "eval"\n')
+    (broken / "solution" / "solve.sh").write_text("#!/bin/bash\necho 'cannot solve' >&2\nexit 3\n")
+    generous = make_task(tasks, "generous-verifier", metadata='split = "train"\n')
+    (generous / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    conf = str(config_dir(tmp_path, tasks))
+    run = tmp_path / "run"
+    result = run_piexp(tmp_path, "--config-dir", conf, "family=imported", "lang=python", "harness=pi",
+                       "mode=eval", "policy=oracle", f"hydra.run.dir={run}")  # fmt: skip
+    assert_refused(
+        result, run, "2 of the 3 Harbor tasks", "task demo/broken-solution", "solve.sh failed (exit 3)",
+        "cannot solve", "task demo/generous-verifier", "with nothing done, its verifier gave reward 1, not 0",
+    )  # fmt: skip
+    assert "task demo/fine" not in said(result)
+
+
+def test_reproduce_refuses_a_run_whose_task_folder_changed_naming_the_task(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    make_task(tasks, "first", metadata='split = "eval"\n')
+    second = make_task(tasks, "second", metadata='split = "train"\n',
+                       dockerfile="FROM ubuntu:24.04\nWORKDIR /app\nCOPY data/data.txt .\n")  # fmt: skip
+    conf = str(config_dir(tmp_path, tasks))
+    run = tmp_path / "run"
+    result = run_piexp(tmp_path, "--config-dir", conf, "family=imported", "lang=python", "harness=pi",
+                       "mode=check", f"hydra.run.dir={run}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = (second / "tests" / "test.sh").read_text()
+    (second / "tests" / "test.sh").write_text(text.replace("= \"3\"", "= \"03\"") + "# changed\n")
+    again = tmp_path / "again"
+    result = run_piexp(tmp_path, "reproduce", str(run), f"hydra.run.dir={again}")
+    assert_refused(result, again, "Family 'imported' changed", "task demo/second")
+    shutil.rmtree(run)

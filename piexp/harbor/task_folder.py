@@ -250,7 +250,7 @@ def _environment(
             reasons.append(f"its environment/{compose} starts services (sidecars); piexp's sandbox runs one")
     dockerfile = env_dir / "Dockerfile"
     image = str(environment.get("docker_image") or "")
-    workdir, copies, env = "", [], {}  # type: ignore[var-annotated]
+    workdir, copies, env = "", [], {}
     if dockerfile.is_file():
         lines = _dockerfile_lines(dockerfile)
         for number, line in lines:

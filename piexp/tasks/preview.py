@@ -36,12 +36,17 @@ def render_preview(
             f"digest {task.task_digest}",
             RULE,
             "--- prompt ---",
-            prompt_fn(task),
+            # A task graded by its own verifier (an imported Harbor task) is asked its instruction.
+            task.instruction if task.verifier is not None else prompt_fn(task),
         ]
         for name in sorted(task.files):
             content = task.files[name]
             parts.append(f"--- file {name} ({len(content)} chars) ---")
             parts.append(_truncate(content, max_file_chars).rstrip("\n"))
-        parts.append(f"--- answer: {task.answer}")
+        if task.verifier is not None:
+            where = task.verifier.describe()
+            parts.append(f"--- graded by {where['folder']}/tests/test.sh, the workspace at {where['workdir']}")
+        else:
+            parts.append(f"--- answer: {task.answer}")
         blocks.append("\n".join(parts))
     return "\n\n".join(blocks) + "\n"

@@ -111,10 +111,14 @@ def test_a_task_folder_admitted_and_its_copy_refused_as_identical(tmp_path: Path
         (lambda f: (f / "task.toml").unlink(), "has no task.toml"),
         (lambda f: (f / "instruction.md").unlink(), "has no instruction.md"),
         (lambda f: (f / "task.toml").write_text('schema_version = "9.0"\n'), "schema_version '9.0'"),
-        (lambda f: (f / "task.toml").write_text('schema_version = "1.4"\n[verifier]\ntimeout = 5\n'),
-         "does not know: verifier.timeout"),
-        (lambda f: (f / "task.toml").write_text('schema_version = "1.4"\nreward_file = "x"\n'),
-         "does not know: reward_file"),
+        (
+            lambda f: (f / "task.toml").write_text('schema_version = "1.4"\n[verifier]\ntimeout = 5\n'),
+            "does not know: verifier.timeout",
+        ),
+        (
+            lambda f: (f / "task.toml").write_text('schema_version = "1.4"\nreward_file = "x"\n'),
+            "does not know: reward_file",
+        ),
         (lambda f: (f / "task.toml").write_text("schema_version = \n"), "is not valid TOML"),
     ],
 )
@@ -135,15 +139,31 @@ REFUSALS = [
     ({"environment": "gpus = 1\n"}, "asks for a GPU"),
     ({"environment": 'os = "windows"\n'}, "os is 'windows'"),
     ({"environment": 'healthcheck = { command = "true" }\n'}, "a healthcheck"),
-    ({"toml": TASK_TOML.format(name="t", metadata="", environment="").replace(
-        '[environment]\nnetwork_mode = "no-network"\n', "[environment]\n")}, "Harbor's default: public"),
-    ({"toml": TASK_TOML.format(name="t", metadata="", environment="").replace(
-        'timeout_sec = 60.0\nnetwork_mode = "no-network"', 'timeout_sec = 60.0\nenvironment_mode = "separate"')},
-     "separate environment"),
-    ({"toml": TASK_TOML.format(name="t", metadata="", environment="") + '\n[[steps]]\nname = "one"\n'},
-     "multi-step"),
-    ({"toml": TASK_TOML.format(name="t", metadata="", environment="").replace(
-        "[agent]\n", '[agent]\nuser = "root"\n')}, "runs as user 'root'"),
+    (
+        {
+            "toml": TASK_TOML.format(name="t", metadata="", environment="").replace(
+                '[environment]\nnetwork_mode = "no-network"\n', "[environment]\n"
+            )
+        },
+        "Harbor's default: public",
+    ),
+    (
+        {
+            "toml": TASK_TOML.format(name="t", metadata="", environment="").replace(
+                'timeout_sec = 60.0\nnetwork_mode = "no-network"', 'timeout_sec = 60.0\nenvironment_mode = "separate"'
+            )
+        },
+        "separate environment",
+    ),
+    ({"toml": TASK_TOML.format(name="t", metadata="", environment="") + '\n[[steps]]\nname = "one"\n'}, "multi-step"),
+    (
+        {
+            "toml": TASK_TOML.format(name="t", metadata="", environment="").replace(
+                "[agent]\n", '[agent]\nuser = "root"\n'
+            )
+        },
+        "runs as user 'root'",
+    ),
     ({"environment": 'env = { TOKEN = "${HOST_TOKEN}" }\n'}, "from the host's environment"),
 ]
 

@@ -14,7 +14,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 
 from piexp.harbor.family import HarborTaskFamily
 from piexp.policies import make_policy
@@ -151,7 +150,7 @@ def test_reproduce_refuses_a_run_whose_task_folder_changed_naming_the_task(tmp_p
                        "mode=check", f"hydra.run.dir={run}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     text = (second / "tests" / "test.sh").read_text()
-    (second / "tests" / "test.sh").write_text(text.replace("= \"3\"", "= \"03\"") + "# changed\n")
+    (second / "tests" / "test.sh").write_text(text.replace('= "3"', '= "03"') + "# changed\n")
     again = tmp_path / "again"
     result = run_piexp(tmp_path, "reproduce", str(run), f"hydra.run.dir={again}")
     assert_refused(result, again, "Family 'imported' changed", "task demo/second")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -51,6 +50,8 @@ class HarborTaskFamily(TaskFileFamily):
     """A family whose tasks are Harbor task folders (see the module docstring)."""
 
     params_type = HarborTasksParams  # type: ignore[assignment]
+    kind = "Harbor family"
+    path_meaning = "a folder of Harbor task folders, one task folder, or a dataset.toml"
     # Its tasks' oracle is their own solution/solve.sh, their grade their tests/test.sh.
     graded_by_verifier = True
 
@@ -70,31 +71,11 @@ class HarborTaskFamily(TaskFileFamily):
     def param_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(HarborTasksParams))
 
-    def make_params(self, overrides: Mapping[str, Any] | None = None) -> HarborTasksParams:  # type: ignore[override]
-        overrides = dict(overrides or {})
-        unknown = sorted(set(overrides) - set(self.param_names()))
-        if unknown:
-            raise UserError(
-                f"Harbor family {self.name!r} has no parameter(s) {', '.join(unknown)}; "
-                f"its parameters are: {', '.join(self.param_names())}"
-            )
-        params = dataclasses.replace(self.defaults, **overrides)
-        if not isinstance(params.path, str) or not params.path:
-            raise UserError(
-                f"Harbor family {self.name!r} needs family.{self.name}.path: a folder of Harbor task folders, "
-                "one task folder, or a dataset.toml."
-            )
-        percent = params.eval_percent
-        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-            raise UserError(
-                f"Harbor family {self.name!r}: eval_percent must be an integer in [0, 100], got {percent!r}"
-            )
+    def check_params(self, params: HarborTasksParams) -> None:  # type: ignore[override]
         if not isinstance(params.skip_refused, bool):
             raise UserError(
-                f"Harbor family {self.name!r}: skip_refused must be true or false, got {params.skip_refused!r}"
+                f"{self.kind} {self.name!r}: skip_refused must be true or false, got {params.skip_refused!r}"
             )
-        self._loaded(params)
-        return params
 
     def _loaded(self, params: HarborTasksParams) -> LoadedHarborTasks:  # type: ignore[override]
         path = task_file_path(self.name, params.path)

@@ -55,6 +55,9 @@ class TaskFileFamily:
 
     params_type = TaskFileParams
     limits: Mapping[str, tuple[int, int]] = {"eval_percent": (0, 100)}
+    # How its messages name the kind, and what its `path` must be (a subclass reads another format).
+    kind = "task-file family"
+    path_meaning = "the JSON Lines file of its tasks"
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -77,21 +80,21 @@ class TaskFileFamily:
         unknown = sorted(set(overrides) - set(self.param_names()))
         if unknown:
             raise UserError(
-                f"task-file family {self.name!r} has no parameter(s) {', '.join(unknown)}; "
+                f"{self.kind} {self.name!r} has no parameter(s) {', '.join(unknown)}; "
                 f"its parameters are: {', '.join(self.param_names())}"
             )
         params = dataclasses.replace(self.defaults, **overrides)
         if not isinstance(params.path, str) or not params.path:
-            raise UserError(
-                f"task-file family {self.name!r} needs family.{self.name}.path: the JSON Lines file of its tasks."
-            )
+            raise UserError(f"{self.kind} {self.name!r} needs family.{self.name}.path: {self.path_meaning}.")
         percent = params.eval_percent
         if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-            raise UserError(
-                f"task-file family {self.name!r}: eval_percent must be an integer in [0, 100], got {percent!r}"
-            )
-        self._current = load_task_file(self.name, str(task_file_path(self.name, params.path)), percent)
+            raise UserError(f"{self.kind} {self.name!r}: eval_percent must be an integer in [0, 100], got {percent!r}")
+        self.check_params(params)
+        self._loaded(params)
         return params
+
+    def check_params(self, params: Any) -> None:
+        """Refuse a value of a parameter a subclass adds (called before the tasks load)."""
 
     def _loaded(self, params: TaskFileParams) -> LoadedTaskFile:
         loaded = load_task_file(self.name, str(task_file_path(self.name, params.path)), params.eval_percent)

@@ -336,33 +336,13 @@ class PiSandbox:
         assert launch.run is not None
         for name, text in files.items():
             write_file(launch.run.work, name, text.encode(), host.run_user)
-        await launch.start(limits, wall_time_s)
-        proc = launch.proc
-        assert proc is not None
-        cap = self.output_cap_bytes
-        out_task = asyncio.ensure_future(_drain(proc.stdout, cap))
-        err_task = asyncio.ensure_future(_drain(proc.stderr, 1 << 20))
-        timed_out = False
-        try:
-            launch.release()
-            if launch.error is None:
-                try:
-                    async with asyncio.timeout(wall_time_s):
-                        await proc.wait()
-                except TimeoutError:
-                    timed_out = True
-        finally:
-            await proc.kill_and_wait()
-        launch.after_exit()
-        done, pending = await asyncio.wait({out_task, err_task}, timeout=5)
-        for task in pending:
-            task.cancel()
-        stdout = out_task.result() if out_task in done else b""
-        stderr = err_task.result() if err_task in done else b""
+        returncode, stdout, stderr, timed_out = await run_to_end(
+            launch, limits, wall_time_s, self.output_cap_bytes, 1 << 20
+        )
         cgroups = host.cgroups
         oom = bool(cgroups is not None and launch.cgroup_dirs and cgroups.oom_kills(launch.cgroup_dirs))
         return PiRun(
-            returncode=None if timed_out else proc.returncode,
+            returncode=returncode,
             stdout=stdout,
             stderr=stderr,
             timed_out=timed_out,
@@ -378,6 +358,37 @@ class PiSandbox:
 
     async def aclose(self) -> None:
         await self.runner.aclose()
+
+
+async def run_to_end(
+    launch: Launch, limits: Limits, wall_time_s: float, out_cap: int, err_cap: int
+) -> tuple[int | None, bytes, bytes, bool]:
+    """Start a prepared launch and wait for its end or `wall_time_s` (then kill it):
+    (exit code, None when killed at the limit; stdout and stderr, their first bytes up to
+    each cap; whether it timed out)."""
+    await launch.start(limits, wall_time_s)
+    proc = launch.proc
+    assert proc is not None
+    out_task = asyncio.ensure_future(_drain(proc.stdout, out_cap))
+    err_task = asyncio.ensure_future(_drain(proc.stderr, err_cap))
+    timed_out = False
+    try:
+        launch.release()
+        if launch.error is None:
+            try:
+                async with asyncio.timeout(wall_time_s):
+                    await proc.wait()
+            except TimeoutError:
+                timed_out = True
+    finally:
+        await proc.kill_and_wait()
+    launch.after_exit()
+    done, pending = await asyncio.wait({out_task, err_task}, timeout=5)
+    for task in pending:
+        task.cancel()
+    stdout = out_task.result() if out_task in done else b""
+    stderr = err_task.result() if err_task in done else b""
+    return (None if timed_out else proc.returncode), stdout, stderr, timed_out
 
 
 async def _drain(stream: asyncio.StreamReader, cap: int) -> bytes:

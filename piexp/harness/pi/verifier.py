@@ -24,7 +24,7 @@ from typing import Any
 from piexp.harbor.reward_files import MISSPELLINGS, REWARD_JSON, REWARD_TXT, RewardRead, read_reward
 from piexp.harbor.task_folder import HarborVerifier
 from piexp.harness.pi.commands import command_env
-from piexp.harness.pi.sandbox import BIN_DIR, PiSandbox, _drain
+from piexp.harness.pi.sandbox import BIN_DIR, PiSandbox, run_to_end
 from piexp.sandbox.isolation.layout import SANDBOX_WORKDIR
 from piexp.sandbox.isolation.rlimits import Limits
 from piexp.sandbox.protocol import RunCodeResponse
@@ -130,28 +130,10 @@ async def run_phase(
         return Phase(None, "", error=str(prepared.message or prepared))
     launch = prepared
     try:
-        await launch.start(limits, timeout_s)
-        proc = launch.proc
-        assert proc is not None
-        out = asyncio.ensure_future(_drain(proc.stdout, _OUTPUT_CAP))
-        err = asyncio.ensure_future(_drain(proc.stderr, _OUTPUT_CAP))
-        timed_out = False
-        try:
-            launch.release()
-            if launch.error is not None:
-                return Phase(None, "", error=launch.error)
-            try:
-                async with asyncio.timeout(timeout_s):
-                    await proc.wait()
-            except TimeoutError:
-                timed_out = True
-        finally:
-            await proc.kill_and_wait()
-        done, pending = await asyncio.wait({out, err}, timeout=5)
-        for task in pending:
-            task.cancel()
-        output = b"".join(task.result() for task in (out, err) if task in done).decode("utf-8", errors="replace")
-        return Phase(None if timed_out else proc.returncode, output, timed_out=timed_out)
+        returncode, stdout, stderr, timed_out = await run_to_end(launch, limits, timeout_s, _OUTPUT_CAP, _OUTPUT_CAP)
+        if launch.error is not None:
+            return Phase(None, "", error=launch.error)
+        return Phase(returncode, (stdout + stderr).decode("utf-8", errors="replace"), timed_out=timed_out)
     finally:
         await asyncio.shield(sandbox.launcher.dispose(launch))
 

@@ -33,7 +33,7 @@ _TOKEN_FIELDS = {
 }
 _EPISODE_FIELDS = ("task_id", "family", "split", "language", "sample", "policy", "answer", "expected", "reward",
                    "shaped", "metrics", "stop_reason", "failures", "wall_s", "task_digest", "iteration", "group",
-                   "trained_reward", "truncated", "omitted")  # fmt: skip
+                   "trained_reward", "truncated", "omitted", "verifier")  # fmt: skip
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 

@@ -101,10 +101,12 @@ def build_tasks(
             _refuse_nondeterminism(family, built, family.tasks(split, tasks_per_family, seed, resolved[name]))
         for task in built:
             if task.task_digest in seen:
-                raise UserError(
-                    f"tasks {seen[task.task_digest]} and {task.task_id} are identical; "
-                    f"raise the size params of family {name!r}"
+                fix = (
+                    "one task folder is read twice (the same Harbor digest): give it to one family only"
+                    if task.verifier is not None
+                    else f"raise the size params of family {name!r}"
                 )
+                raise UserError(f"tasks {seen[task.task_digest]} and {task.task_id} are identical; {fix}")
             seen[task.task_digest] = task.task_id
             tasks.append(task)
     return tasks

@@ -215,6 +215,23 @@ def test_harbors_own_templates_are_admitted_or_refused_with_reasons() -> None:
         read_task_folder(FIXTURES / "annotate-task-template")
 
 
+def test_one_folder_imported_into_train_by_one_family_and_eval_by_another_is_refused(tmp_path: Path) -> None:
+    """A task's digest is its folder's, whatever family reads it: the same folder in both
+    splits is caught as an overlap before anything runs."""
+    make_task(tmp_path / "tasks")
+    conf = tmp_path / "conf" / "family"
+    conf.mkdir(parents=True)
+    for name, percent in (("as_train", 0), ("as_eval", 100)):
+        (conf / f"{name}.yaml").write_text(
+            f"{name}:\n  _target_: piexp.harbor.family.HarborTaskFamily\n  path: {tmp_path / 'tasks'}\n"
+            f"  eval_percent: {percent}\n"
+        )
+    run = tmp_path / "run"
+    result = run_piexp(tmp_path, "--config-dir", str(tmp_path / "conf"), "family=as_train,as_eval", "lang=python",
+                       "harness=pi", "mode=check", f"hydra.run.dir={run}")  # fmt: skip
+    assert_refused(result, run, "overlap")
+
+
 def test_the_builtin_harness_refuses_harbor_tasks_in_one_paragraph(tmp_path: Path) -> None:
     make_task(tmp_path / "tasks", metadata='split = "eval"\n')
     make_task(tmp_path / "tasks", "count-again", metadata='split = "train"\n',

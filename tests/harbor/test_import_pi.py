@@ -18,6 +18,7 @@ from pathlib import Path
 from piexp.harbor.family import HarborTaskFamily
 from piexp.policies import make_policy
 from piexp.env.episode import get_run_renderer
+from tests.harbor.atif_rules import atif_errors
 from tests.harbor.test_import import make_task
 from tests.harness.conftest import MODEL, episode_settings, play_all, requires_pi
 from tests.tasks.test_user_families import assert_refused, read_json, run_piexp, said
@@ -60,6 +61,17 @@ def test_an_export_imported_back_checks_and_evaluates_in_pi(tmp_path: Path) -> N
         results = read_json(run / "results.json")
         assert results["overall"]["pass@1"] == expected, results["overall"]
         assert results["overall"]["episodes"] == 4  # the four eval folders, each once
+    # The oracle's episodes go out as valid ATIF, naming the Harbor task and its verifier's rewards.
+    atif = tmp_path / "atif"
+    result = run_piexp(tmp_path, "show", str(tmp_path / "oracle"), "--atif", str(atif))
+    assert result.returncode == 0, result.stderr
+    trajectories = [json.loads(path.read_text()) for path in sorted(atif.glob("*.json"))]
+    assert len(trajectories) == 4
+    for trajectory in trajectories:
+        assert atif_errors(trajectory) == []
+        extra = trajectory["extra"]["piexp"]
+        assert extra["reward"] == 1.0 and extra["verifier"]["rewards"]["reward"] == 1.0
+        assert "sha256:" + extra["task_digest"] == extra["verifier"]["digest"]
 
 
 def _verifier_says(root: Path, name: str, script: str, timeout: float = 60.0) -> Path:
@@ -128,13 +140,16 @@ def test_a_task_whose_oracle_fails_or_whose_noop_scores_is_refused_before_any_ru
     (broken / "solution" / "solve.sh").write_text("#!/bin/bash\necho 'cannot solve' >&2\nexit 3\n")
     generous = make_task(tasks, "generous-verifier", metadata='split = "train"\n')
     (generous / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    misspelt = make_task(tasks, "misspelt-reward", metadata='split = "train"\n')
+    (misspelt / "tests" / "test.sh").write_text("#!/bin/bash\necho '{\"reward\": 1}' > /logs/verifier/rewards.json\n")
     conf = str(config_dir(tmp_path, tasks))
     run = tmp_path / "run"
     result = run_piexp(tmp_path, "--config-dir", conf, "family=imported", "lang=python", "harness=pi",
                        "mode=eval", "policy=oracle", f"hydra.run.dir={run}")  # fmt: skip
     assert_refused(
-        result, run, "2 of the 3 Harbor tasks", "task demo/broken-solution", "solve.sh failed (exit 3)",
+        result, run, "3 of the 4 Harbor tasks", "task demo/broken-solution", "solve.sh failed (exit 3)",
         "cannot solve", "task demo/generous-verifier", "with nothing done, its verifier gave reward 1, not 0",
+        "task demo/misspelt-reward", "it wrote rewards.json; Harbor reads reward.json or reward.txt",
     )  # fmt: skip
     assert "task demo/fine" not in said(result)
 
@@ -155,3 +170,51 @@ def test_reproduce_refuses_a_run_whose_task_folder_changed_naming_the_task(tmp_p
     result = run_piexp(tmp_path, "reproduce", str(run), f"hydra.run.dir={again}")
     assert_refused(result, again, "Family 'imported' changed", "task demo/second")
     shutil.rmtree(run)
+
+
+def test_the_oracles_episode_on_a_harbor_task_is_imitation_data(tmp_path: Path) -> None:
+    """A warm start in Pi imitates the oracle: on an imported task, its episode (solve.sh
+    run by Pi's shell, then done) becomes a trajectory with the verifier's reward."""
+    import asyncio
+
+    from piexp.harness.base import make_harness
+    from piexp.harness.pi.env import scripted_trajectory
+    from tests.harness.conftest import PI_SETTINGS
+
+    make_task(tmp_path / "tasks", metadata='split = "train"\n')
+    family = HarborTaskFamily("imported")
+    (task,) = family.tasks("train", 9, 0, family.make_params({"path": str(tmp_path / "tasks")}))
+    renderer = get_run_renderer(*MODEL)
+    oracle = make_policy("oracle", renderer, [task])
+
+    async def main():
+        harness = make_harness(PI_SETTINGS)
+        try:
+            return await scripted_trajectory(harness, oracle, task, "python", episode_settings(), renderer)
+        finally:
+            await harness.aclose()
+
+    trajectory, reward = asyncio.run(main())
+    assert reward == 1.0 and len(trajectory.transitions) == 2
+    assert trajectory.transitions[-1].reward == 1.0 and trajectory.transitions[-1].episode_done
+
+
+def test_a_harbor_task_trains_in_pi_on_its_verifiers_reward(tmp_path: Path) -> None:
+    """In training, an imported task's episode is a cookbook `Env` like any Pi episode:
+    a labelled fixture standing in for a model does the task (or does it wrong) through
+    Pi's shell, and the last transition carries the verifier's reward, 1 or 0."""
+    from tinker_cookbook.renderers.base import Message
+
+    from tests.harness.test_pi_training import _call, _rollout
+
+    make_task(tmp_path / "tasks", metadata='split = "train"\n')
+    family = HarborTaskFamily("imported")
+    (task,) = family.tasks("train", 9, 0, family.make_params({"path": str(tmp_path / "tasks")}))
+    for command, reward in (("wc -l < data.txt > count.txt", 1.0), ("echo 7 > /app/count.txt", 0.0)):
+        turns = [Message(role="assistant", content="", tool_calls=[_call("bash", command=command)]),
+                 Message(role="assistant", content="Done.")]  # fmt: skip
+        group, policy = _rollout(lambda _task, turns=turns: turns, task, episode_settings())
+        (trajectory,) = group.trajectories_G
+        final = trajectory.transitions[-1]
+        assert len(policy.emitted) == 2 and final.episode_done
+        assert final.reward == reward and final.metrics["passed"] == reward, (command, final.metrics)

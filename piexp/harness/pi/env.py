@@ -51,7 +51,7 @@ from piexp.harness.pi.model import (
     sequence_splits,
 )
 from piexp.harness.pi.scoring import ENDING_METRICS, MAX_TOKENS, PARSE_ERROR, retry_messages, scoring_rule
-from piexp.harness.pi.scripted import ScriptedResponder
+from piexp.harness.pi.scripted import ScriptedResponder, VerifiedTaskResponder
 from piexp.policies.rollout import EpisodeRecord
 from piexp.pretrain.data import CONCURRENT_EPISODES
 from piexp.policies.scripted import ScriptedPolicy, render_assistant_tokens
@@ -282,7 +282,10 @@ async def scripted_trajectory(
     rendered as `PiEpisodeEnv` renders it, each answer as the tokens a model emits for it
     (`render_assistant_tokens`). Returns it with its shaped reward; piexp's own failure
     raises `InfrastructureFailure`."""
-    responder = ScriptedResponder(policy)
+    # On an imported Harbor task the policy plays its oracle (or a no-op), not piexp's prompt.
+    responder: Any = (
+        VerifiedTaskResponder(policy.name, task.verifier) if task.verifier is not None else ScriptedResponder(policy)
+    )
     stops = renderer.get_stop_sequences()
     transitions: list[Transition] = []
     observations = Observations(renderer)
@@ -302,6 +305,8 @@ async def scripted_trajectory(
         )
         return answer
 
+    # The oracle's commands see the task's solution/ (PiHarness binds it for a responder that asks).
+    setattr(respond, "binds_solution", getattr(responder, "binds_solution", False))
     record = await harness.play_responder(respond, policy.name, task, language, settings, record_transcript=False)
     if record.infrastructure_failure or record.error is not None or not transitions:
         raise InfrastructureFailure(record.error or "Pi made no model call")

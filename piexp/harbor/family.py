@@ -71,7 +71,7 @@ class HarborTaskFamily(TaskFileFamily):
     def param_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(HarborTasksParams))
 
-    def check_params(self, params: HarborTasksParams) -> None:  # type: ignore[override]
+    def check_params(self, params: HarborTasksParams) -> None:
         if not isinstance(params.skip_refused, bool):
             raise UserError(
                 f"{self.kind} {self.name!r}: skip_refused must be true or false, got {params.skip_refused!r}"

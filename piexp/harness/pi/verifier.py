@@ -78,7 +78,7 @@ def staged(sandbox: PiSandbox, verifier: HarborVerifier, part: str) -> str:
     area = sandbox.runner.host.area.path
     target = os.path.join(area, f"harbor-{verifier.digest.removeprefix('sha256:')[:24]}", part)
     if not os.path.isdir(target):
-        partial = f"{target}.{os.getpid()}.part"
+        partial = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.part"  # one per caller: episodes stage at once
         shutil.copytree(os.path.join(verifier.folder, part), partial, symlinks=False, dirs_exist_ok=True)
         for root, dirs, files in os.walk(partial):
             os.chmod(root, 0o755)

@@ -13,7 +13,7 @@ oracle's program for it, as the model reads and writes them):
   worth of tokens times 8, median of 3, one thread, and its ratio to the whole
   vocabulary's, measured in the same run.
 
-Usage: `python bench/vocabulary.py`.
+Usage: `python bench/vocabulary.py [--sizes=N,N,...]` (by default 32768, 16384, 8192, 4096, 2048).
 
 How to read it: the knee is where a pass stops getting much cheaper while the tokens per
 task keep rising; the recipe's size (LearnerRecipe.bpe_tokens, 8,192) was chosen there.
@@ -68,7 +68,7 @@ def pass_seconds(size: int | None, tokens: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     from transformers import PreTrainedTokenizerFast
 
     from piexp.pretrain.recipe import LearnerRecipe
@@ -86,9 +86,12 @@ def main() -> None:
         architecture["intermediate_size"],
     )
     per_layer = hidden * head_dim * (2 * heads + 2 * kv) + 3 * hidden * mlp
+    # `--sizes=N,N`: the BPE sizes measured (the whole vocabulary, the baseline, always is).
+    chosen = [arg.removeprefix("--sizes=") for arg in argv if arg.startswith("--sizes=")]
+    sizes = (None, *(int(n) for n in chosen[0].split(","))) if chosen else SIZES
     rows = []
     base_tokens = base_seconds = 0.0
-    for size in SIZES:
+    for size in sizes:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(offline_qwen3_tokenizer_dir(size)))
         tokens = statistics.mean(len(tokenizer.encode(text)) for text in texts)
         vocab = len(tokenizer)
@@ -119,4 +122,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -26,6 +26,8 @@ SMOKE_RUNS = {
     "sandbox_warm_probe": ["--runs", "2"],
     "rollouts": ["--episodes", "2", "--tasks", "1", "--families", "arith", "--paths", "eval"],
     "harness": ["--episodes", "1", "--concurrency", "1", "--slot-episodes", "2", "--node-starts", "1"],
+    "pretrain_fit": ["--tasks=2", "--repeats=1"],
+    "vocabulary": ["--sizes=2048"],
 }
 # Benches that train, or start the local model server, for minutes: imported only.
 IMPORTED_ONLY = (
@@ -35,11 +37,9 @@ IMPORTED_ONLY = (
     "learning",
     "harness_transfer",
     "local_service",
-    "pretrain_fit",
     "sample_call",
     "training_controls",
     "untrained_lora",
-    "vocabulary",
 )
 
 

@@ -84,4 +84,10 @@ def main(argv: Sequence[str]) -> int:
     )
     spec = config.languages[language]
     print(render_preview(tasks, lambda task: workspace_prompt(task, language, spec)))
+    from piexp.tasks import get_family
+
+    for name in config.families:
+        # What a family read and left out (Harbor folders under skip_refused), and why.
+        for refused, reasons in (get_family(name).origin().get("refused") or {}).items():
+            print(f"left out of family {name}: {refused}: {'; '.join(reasons)}")
     return 0

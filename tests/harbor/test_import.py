@@ -270,3 +270,20 @@ def test_the_reward_is_read_as_harbor_reads_it(files: dict, reward: float | None
     read = read_reward(files)
     assert read.reward == reward
     assert (read.problem is None) if problem is None else problem in read.problem
+
+
+def test_the_task_preview_shows_an_imported_tasks_instruction_and_what_was_left_out(tmp_path: Path) -> None:
+    make_task(tmp_path / "tasks", metadata='split = "eval"\n')
+    shutil.copytree(FIXTURES / "adapter-task-template", tmp_path / "tasks" / "adapter-task-template")
+    conf = tmp_path / "conf" / "family"
+    conf.mkdir(parents=True)
+    (conf / "imported.yaml").write_text(
+        f"imported:\n  _target_: piexp.harbor.family.HarborTaskFamily\n  path: {tmp_path / 'tasks'}\n"
+        "  skip_refused: true\n"
+    )
+    result = run_piexp(tmp_path, "tasks", "--config-dir", str(tmp_path / "conf"), "family=imported", "split=eval")
+    assert result.returncode == 0, result.stderr
+    assert "Write the number of lines of /app/data.txt" in result.stdout and "Use python" not in result.stdout
+    assert f"graded by {tmp_path / 'tasks' / 'count-lines'}/tests/test.sh, the workspace at /app" in result.stdout
+    assert "left out of family imported: TODO_ORG/{{ADAPTER_ID}}__{task_id}: " in result.stdout
+    assert "RUN apt-get update" in result.stdout

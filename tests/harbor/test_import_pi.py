@@ -37,7 +37,7 @@ def config_dir(root: Path, path: Path, **params: object) -> Path:
 
 
 def test_an_export_imported_back_checks_and_evaluates_in_pi(tmp_path: Path) -> None:
-    """About 60 s: an export, a check and two evals of 8 tasks through Pi."""
+    """About 80 s: an export, a check, two evals, a replay and a rescore of 8 tasks through Pi."""
     out = tmp_path / "export"
     result = run_piexp(tmp_path, "export-harbor", "family=arith,dates", "lang=python,javascript",
                        "tasks.train_per_family=1", "tasks.eval_per_family=1", "--out", str(out))  # fmt: skip
@@ -61,6 +61,16 @@ def test_an_export_imported_back_checks_and_evaluates_in_pi(tmp_path: Path) -> N
         results = read_json(run / "results.json")
         assert results["overall"]["pass@1"] == expected, results["overall"]
         assert results["overall"]["episodes"] == 4  # the four eval folders, each once
+    # The oracle's eval replays through today's Pi and verifiers with no difference, and
+    # rescores with none (its reward is its verifier's, kept from the recording).
+    result = run_piexp(tmp_path, "replay", str(tmp_path / "oracle"), "--out", str(tmp_path / "replay"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = read_json(tmp_path / "replay" / "replay.json")
+    assert report["episodes"] == 4 and all(outcome["identical"] for outcome in report["outcomes"]), report
+    result = run_piexp(tmp_path, "rescore", str(tmp_path / "oracle"), "--out", str(tmp_path / "rescore"), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["reproduced"] == report["episodes"] == 4 and not report["differ"], result.stdout[-2000:]
     # The oracle's episodes go out as valid ATIF, naming the Harbor task and its verifier's rewards.
     atif = tmp_path / "atif"
     result = run_piexp(tmp_path, "show", str(tmp_path / "oracle"), "--atif", str(atif))

@@ -305,8 +305,6 @@ async def scripted_trajectory(
         )
         return answer
 
-    # The oracle's commands see the task's solution/ (PiHarness binds it for a responder that asks).
-    setattr(respond, "binds_solution", getattr(responder, "binds_solution", False))
     record = await harness.play_responder(respond, policy.name, task, language, settings, record_transcript=False)
     if record.infrastructure_failure or record.error is not None or not transitions:
         raise InfrastructureFailure(record.error or "Pi made no model call")

@@ -54,7 +54,7 @@ from piexp.harness.pi.slot import WarmSlots
 from piexp.harness.pi.trace import PiTrace, grade, parse_events, stated_answer
 from piexp.harness.pi.verifier import VerifierOutcome, prove_tasks, run_verifier, staged, workspace_layout
 from piexp.policies.rollout import EpisodeRecord
-from piexp.policies.scripted import ScriptedPolicy
+from piexp.policies.scripted import OraclePolicy, ScriptedPolicy
 from piexp.sandbox.isolation.layout import resolve_runtime
 from piexp.sandbox.protocol import PROTOCOL_LANGUAGES
 from piexp.sandbox.settings import SandboxSettings as ServerSettings
@@ -256,7 +256,8 @@ class PiHarness(Harness):
         verify = None
         if verifier is not None:
             layout = workspace_layout(verifier)
-            if getattr(responder, "binds_solution", False):
+            if policy_name == OraclePolicy.name:
+                # The oracle's commands (played, replayed or imitated) run its solution/solve.sh.
                 layout = (*layout, "--ro-bind", staged(sandbox, verifier, "solution"), "/solution")
 
             def verify(work: str) -> Any:

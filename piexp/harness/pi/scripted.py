@@ -106,7 +106,7 @@ class VerifiedTaskResponder:
     solution/solve.sh (shown at /solution in its commands' sandboxes) from the working
     folder, then says it is done; `guess` says it did nothing and calls no tool (the
     no-op, which the check requires to score 0). Other policies read piexp's prompt and
-    cannot play such a task."""
+    cannot play such a task. (PiHarness shows solution/ to the oracle's episodes alone.)"""
 
     PLAYABLE = VERIFIED_TASK_POLICIES
 
@@ -118,8 +118,6 @@ class VerifiedTaskResponder:
             )
         self.policy = policy
         self.verifier = verifier
-        # The oracle's commands see solution/ at /solution (PiHarness binds it for it alone).
-        self.binds_solution = policy == "oracle"
 
     def solve_command(self) -> str:
         exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in self.verifier.solution_env)

@@ -228,3 +228,35 @@ def test_a_harbor_task_trains_in_pi_on_its_verifiers_reward(tmp_path: Path) -> N
         final = trajectory.transitions[-1]
         assert len(policy.emitted) == 2 and final.episode_done
         assert final.reward == reward and final.metrics["passed"] == reward, (command, final.metrics)
+
+
+def test_warm_slots_keep_one_slot_a_layout_when_tasks_of_two_layouts_alternate(tmp_path: Path) -> None:
+    """A warm slot's sandbox shows one working folder; a run that mixes piexp's tasks
+    (/sandbox) and an imported task (/app) keeps an idle slot of each, so alternating
+    episodes reuse them rather than start Pi at every switch."""
+    import asyncio
+
+    from piexp.harness.base import make_harness
+    from piexp.tasks import build_tasks
+    from tests.harness.conftest import PI_SETTINGS
+
+    make_task(tmp_path / "tasks", metadata='split = "eval"\n')
+    family = HarborTaskFamily("imported")
+    (imported,) = family.tasks("eval", 9, 0, family.make_params({"path": str(tmp_path / "tasks")}))
+    (generated,) = build_tasks("eval", 1, 0, ["arith"])
+    renderer = get_run_renderer(*MODEL)
+    oracle = make_policy("oracle", renderer, [generated, imported])
+    settings = episode_settings()
+
+    async def main():
+        harness = make_harness(PI_SETTINGS)
+        try:
+            records = [await harness.play(oracle, "oracle", task, "python", settings)
+                       for task in (generated, imported, generated, imported)]  # fmt: skip
+            return records, [(slot.layout != (), slot.starts, slot.episodes) for slot in harness._warm.slots]
+        finally:
+            await harness.aclose()
+
+    records, slots = asyncio.run(main())
+    assert [record.reward for record in records] == [1.0, 1.0, 1.0, 1.0], [r.error for r in records]
+    assert sorted(slots) == [(False, 1, 2), (True, 1, 2)]

@@ -78,14 +78,13 @@ class PiHarness(Harness):
         self.install: PiInstall = found
         self._sandbox: PiSandbox | None = None
         self._sandbox_lock = asyncio.Lock()
-        self._warm = WarmSlots(MODEL_ID, slot_limits(self.options)) if self.options.warm else None
         # Episodes at once, at most as many as the machine's memory holds: a training
         # batch starts all its episodes together (groups x group size), the eval split
         # too; the rest wait for a slot.
         available = available_memory_mb()
-        self._slots = asyncio.Semaphore(
-            max(1, int(MEMORY_SHARE * available // PI_EPISODE_MB)) if available is not None else 64
-        )
+        at_once = max(1, int(MEMORY_SHARE * available // PI_EPISODE_MB)) if available is not None else 64
+        self._slots = asyncio.Semaphore(at_once)
+        self._warm = WarmSlots(MODEL_ID, slot_limits(self.options), at_once) if self.options.warm else None
 
     @classmethod
     def refuse_unusable(cls, settings: HarnessSettings) -> None:

@@ -419,12 +419,16 @@ def _empty(path: str, keep: tuple[str, ...] = ()) -> None:
 
 
 class WarmSlots:
-    """A run's warm slots: an idle one plays the next episode, else a new one starts
-    (the harness bounds how many episodes play at once)."""
+    """A run's warm slots: an idle one of the episode's layout plays the next episode,
+    else a new one starts (the harness bounds how many episodes play at once). Idle slots
+    of other layouts (other tasks' working folders) are kept while the run holds fewer than
+    `max_slots` slots, so runs that mix tasks of several layouts do not restart Pi at every
+    switch."""
 
-    def __init__(self, model: str, limits: SlotLimits) -> None:
+    def __init__(self, model: str, limits: SlotLimits, max_slots: int = 64) -> None:
         self.model = model
         self.limits = limits
+        self.max_slots = max_slots
         self._idle: list[PiSlot] = []
         self._busy: set[PiSlot] = set()
         self.started_at = time.monotonic()
@@ -442,9 +446,9 @@ class WarmSlots:
         idle = next((slot for slot in reversed(self._idle) if slot.layout == layout), None)
         if idle is not None:
             self._idle.remove(idle)
-        elif self._idle:
-            # An idle slot of another layout makes room, so the run holds no more slots
-            # than episodes it plays at once.
+        elif self._idle and len(self._idle) + len(self._busy) >= self.max_slots:
+            # The oldest idle slot of another layout makes room: the run holds no more
+            # slots than episodes it may play at once.
             await self._idle.pop(0).kill()
         slot = idle or PiSlot(sandbox, self.model, self.limits, layout)
         self._busy.add(slot)

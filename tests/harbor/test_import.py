@@ -19,6 +19,7 @@ from piexp.harbor.digest import task_folder_digest
 from piexp.harbor.family import HarborTaskFamily
 from piexp.harbor.reward_files import read_reward
 from piexp.harbor.task_folder import read_task_folder
+from tests.harbor.harbor_rules import HARBOR_PYTHON, NO_HARBOR
 from tests.tasks.test_user_families import assert_refused, run_piexp
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -287,3 +288,19 @@ def test_the_task_preview_shows_an_imported_tasks_instruction_and_what_was_left_
     assert f"graded by {tmp_path / 'tasks' / 'count-lines'}/tests/test.sh, the workspace at /app" in result.stdout
     assert "left out of family imported: TODO_ORG/{{ADAPTER_ID}}__{task_id}: " in result.stdout
     assert "RUN apt-get update" in result.stdout
+
+
+@pytest.mark.skipif(HARBOR_PYTHON is None, reason=NO_HARBOR)
+def test_the_hand_written_tasks_here_are_valid_harbor_tasks(tmp_path: Path) -> None:
+    """The tasks these tests admit are Harbor's too: its own Task model loads them."""
+    import subprocess
+
+    folder = make_task(tmp_path, metadata='split = "eval"\n')
+    script = (
+        "import sys; from pathlib import Path; from harbor.models.task.task import Task; "
+        "t = Task(Path(sys.argv[1])); assert Task.is_valid_dir(Path(sys.argv[1])); "
+        "print(t.name, t.config.environment.network_mode.value)"
+    )
+    done = subprocess.run([HARBOR_PYTHON, "-c", script, str(folder)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["demo/count-lines", "no-network"]

@@ -74,6 +74,13 @@ def refuse_unproven_verified(config: RunConfig, tasks: Sequence[Task]) -> None:
             "(four tools, an integer answer). Run them with harness=pi, Pi's general shell being what such tasks "
             "expect (docs/harbor.md#importing-tasks)."
         )
+    languages = list(dict.fromkeys([*config.train_languages, *config.eval_languages]))
+    if len(languages) > 1:
+        raise UserError(
+            f"family {family!r} holds Harbor tasks, whose instructions say what to use; the run's language is only "
+            f"a label for them, so with lang/eval_lang {', '.join(languages)} each would play once per language. "
+            f"Run them with one language (lang={languages[0]} and no other eval_lang)."
+        )
 
     async def prove() -> list[str]:
         harness = make_harness(config.harness)

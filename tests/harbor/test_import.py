@@ -246,6 +246,10 @@ def test_the_builtin_harness_refuses_harbor_tasks_in_one_paragraph(tmp_path: Pat
     result = run_piexp(tmp_path, "--config-dir", str(tmp_path / "conf"), "family=imported", "lang=python",
                        "mode=check", f"hydra.run.dir={run}")  # fmt: skip
     assert_refused(result, run, "family 'imported' holds Harbor tasks", "harness=builtin", "harness=pi")
+    run = tmp_path / "two-languages"
+    result = run_piexp(tmp_path, "--config-dir", str(tmp_path / "conf"), "family=imported", "harness=pi",
+                       "lang=python,javascript", "mode=check", f"hydra.run.dir={run}")  # fmt: skip
+    assert_refused(result, run, "each would play once per language", "lang=python")
 
 
 @pytest.mark.parametrize(

@@ -44,8 +44,7 @@ FILE_NAME = re.compile(r"^[\w.{}:-]*\w\.(json|jsonl|jsonl\.gz|md|png|html|yaml)$
 # Modules that spell file names that are not a run folder's, and why.
 OTHER_FILES = {
     "piexp/tasks/": "a task's workspace files",
-    "piexp/harbor/digest.py": "a Harbor task folder's files",
-    "piexp/harbor/export.py": "a Harbor task folder's files",
+    "piexp/harbor/": "a Harbor task folder's files (task.toml, instruction.md, a verifier's reward.json)",
     "piexp/harness/pi/": "Pi's own files (its models.json, npm's package files)",
     "piexp/tokenizer/": "the tokenizer's files in piexp's cache",
     "piexp/pretrain/": "the learner-local build's files in piexp's cache",

@@ -67,19 +67,19 @@ def refuse_unproven_verified(config: RunConfig, tasks: Sequence[Task]) -> None:
     from piexp.harness.base import harness_class, make_harness
 
     family = tasks[0].family
-    if not harness_class(config.harness).plays_verified_tasks:
-        raise UserError(
-            f"family {family!r} holds Harbor tasks, graded by their own tests/test.sh after an agent worked in a "
-            f"shell at their working folder; harness={config.harness.name} plays piexp's workspace tasks only "
-            "(four tools, an integer answer). Run them with harness=pi, Pi's general shell being what such tasks "
-            "expect (docs/harbor.md#importing-tasks)."
-        )
     languages = list(dict.fromkeys([*config.train_languages, *config.eval_languages]))
     if len(languages) > 1:
         raise UserError(
             f"family {family!r} holds Harbor tasks, whose instructions say what to use; the run's language is only "
             f"a label for them, so with lang/eval_lang {', '.join(languages)} each would play once per language. "
             f"Run them with one language (lang={languages[0]} and no other eval_lang)."
+        )
+    if not harness_class(config.harness).plays_verified_tasks:
+        raise UserError(
+            f"family {family!r} holds Harbor tasks, graded by their own tests/test.sh after an agent worked in a "
+            f"shell at their working folder; harness={config.harness.name} plays piexp's workspace tasks only "
+            "(four tools, an integer answer). Run them with harness=pi, Pi's general shell being what such tasks "
+            "expect (docs/harbor.md#importing-tasks)."
         )
 
     async def prove() -> list[str]:

@@ -229,7 +229,7 @@ def test_one_folder_imported_into_train_by_one_family_and_eval_by_another_is_ref
         )
     run = tmp_path / "run"
     result = run_piexp(tmp_path, "--config-dir", str(tmp_path / "conf"), "family=as_train,as_eval", "lang=python",
-                       "harness=pi", "mode=check", f"hydra.run.dir={run}")  # fmt: skip
+                       "mode=check", f"hydra.run.dir={run}")  # fmt: skip
     assert_refused(result, run, "overlap")
 
 
@@ -247,7 +247,7 @@ def test_the_builtin_harness_refuses_harbor_tasks_in_one_paragraph(tmp_path: Pat
                        "mode=check", f"hydra.run.dir={run}")  # fmt: skip
     assert_refused(result, run, "family 'imported' holds Harbor tasks", "harness=builtin", "harness=pi")
     run = tmp_path / "two-languages"
-    result = run_piexp(tmp_path, "--config-dir", str(tmp_path / "conf"), "family=imported", "harness=pi",
+    result = run_piexp(tmp_path, "--config-dir", str(tmp_path / "conf"), "family=imported",
                        "lang=python,javascript", "mode=check", f"hydra.run.dir={run}")  # fmt: skip
     assert_refused(result, run, "each would play once per language", "lang=python")
 

@@ -106,21 +106,29 @@ class _PeakMemory:
 
 
 def _own_cpu() -> float:
+    return sum(_own_parts())
+
+
+def _own_parts() -> tuple[float, float]:
+    """CPU seconds of this process, and of its reaped children."""
     me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
 
 
-def _server_pid(url: str) -> int | None:
-    port = url.rsplit(":", 1)[1].split("/")[0]
+def _server_pid() -> int:
+    """The embedded sandbox server: this process's child running `piexp.sandbox serve`
+    (it is handed its socket with --listen-fd, so its command line names no port). Not
+    found is the bench's error: the builtin's programs would go uncounted."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-            except OSError:
+                parent = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if b"piexp.sandbox" in b" ".join(cmdline) and port.encode() in cmdline:
+            if parent == os.getpid() and b"piexp.sandbox" in cmdline and b"serve" in cmdline:
                 return int(entry)
-    return None
+    raise RuntimeError("the embedded sandbox server is not a child of this process: its CPU cannot be counted")
 
 
 def _pi_harness(warm: bool):
@@ -129,10 +137,13 @@ def _pi_harness(warm: bool):
 
 
 async def _pass(name, episodes, concurrency, server):
-    """One pass: (CPU seconds, wall seconds) of its episodes. Pi's harness (its sandbox) is
-    made and closed inside the pass's loop; warm, its slots are started first by one
-    untimed episode each, and their Pis' CPU (their commands' included) read from /proc,
-    so the figure is a started slot's cost per episode."""
+    """One pass: (CPU seconds, wall seconds, CPU seconds by process) of its episodes.
+    Pi's harness (its sandbox) is made and closed inside the pass's loop; warm, its slots
+    are started first by one untimed episode each, and their Pis' CPU read from /proc, so
+    the figure is a started slot's cost per episode. By process: this one (piexp: the
+    episode loop, Pi's model endpoint and the policy), its reaped children (one-process
+    Pi's sandboxes, warm Pi's command sandboxes with the programs they run), the sandbox
+    server (the builtin's programs) and the slots' Pis."""
     harness = _pi_harness(name == "pi-warm") if name.startswith("pi") else None
     play = harness.play if harness is not None else run_episode
     semaphore = asyncio.Semaphore(concurrency)
@@ -142,20 +153,23 @@ async def _pass(name, episodes, concurrency, server):
             record = await play(*args)
             assert record.reward == 1.0, (record.error, record.last_run)
 
-    def cpu() -> float:
+    def cpu() -> dict[str, float]:
         slots = harness._warm.slots if harness is not None and harness._warm is not None else []
-        return (
-            _own_cpu()
-            + (_cpu_of(server) if server else 0.0)
-            + sum(_cpu_of(slot.pi_pid) for slot in slots if slot.pi_pid is not None)
-        )
+        own, children = _own_parts()
+        return {
+            "piexp": own,
+            "children": children,
+            "server": _cpu_of(server) if harness is None else 0.0,
+            "pi": sum(_cpu_of(slot.pi_pid) for slot in slots if slot.pi_pid is not None),
+        }
 
     try:
         if name == "pi-warm":
             await asyncio.gather(*(one(args) for args in episodes[:concurrency]))
         cpu0, wall0 = cpu(), time.perf_counter()
         await asyncio.gather(*(one(args) for args in episodes))
-        return cpu() - cpu0, time.perf_counter() - wall0
+        parts = {key: value - cpu0[key] for key, value in cpu().items()}
+        return sum(parts.values()), time.perf_counter() - wall0, parts
     finally:
         if harness is not None:
             await harness.aclose()
@@ -212,6 +226,7 @@ def main() -> None:
     renderer = get_run_renderer(*MODEL)
     oracle = make_policy("oracle", renderer, tasks)
     rows = []
+    by_process: dict[tuple[str, int], dict[str, float]] = {}
     sandbox = default_settings("sandbox", EmbeddedSandboxSettings, "embedded").model_copy(update={"launcher": "bwrap"})
     with run_sandbox(sandbox) as url:
         settings = EpisodeSettings(
@@ -219,14 +234,15 @@ def main() -> None:
             limits=default_settings("limits", Limits), reward=default_settings("reward", RewardSettings), sandbox_url=url,
         )  # fmt: skip
         episodes = [(oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.episodes)]
-        server = _server_pid(url)
+        server = _server_pid()
         for name in ("builtin", "pi", "pi-warm"):
             for concurrency in args.concurrency:
                 with _PeakMemory() as memory:
-                    cpu, wall = asyncio.run(_pass(name, episodes, concurrency, server))
+                    cpu, wall, parts = asyncio.run(_pass(name, episodes, concurrency, server))
                 peaks = [kb / 1024 for kb in memory.peaks.values()]
                 peak = (sum(peaks) / len(peaks), max(peaks)) if peaks else None
                 rows.append((name, concurrency, args.episodes / wall, cpu / args.episodes, peak))
+                by_process[name, concurrency] = {key: value / args.episodes for key, value in parts.items()}
         slot_episodes = [
             (oracle, "oracle", tasks[i % len(tasks)], "python", settings) for i in range(args.slot_episodes)
         ]
@@ -261,13 +277,22 @@ def main() -> None:
         f"{slot_cpu:.3f} CPU s/episode, {slot_rate:.2f} episodes/s; its Pi replaced after episode(s) "
         f"{', '.join(map(str, slot_recycled)) or 'none'} (harness.options.slot_episodes, slot_rss_mb, or half of its CPU limit)"
     )
+    low = min(args.concurrency)
+    split_table = Table(title=f"CPU s per oracle episode by process, concurrency {low}")
+    for column in ("harness", "piexp", "reaped children", "sandbox server", "Pi (warm slots)", "total"):
+        split_table.add_column(column)
+    for name in ("builtin", "pi", "pi-warm"):
+        parts = by_process[name, low]
+        split_table.add_row(name, *(f"{parts[key]:.3f}" for key in ("piexp", "children", "server", "pi")),
+                            f"{sum(parts.values()):.3f}")  # fmt: skip
     console = Console()
     console.print(table)
+    console.print(split_table)
     console.print(slot_table)
     print(note)
     print(ratio)
     print(slot_note)
-    record(__file__, [table, slot_table], [note, ratio, slot_note])
+    record(__file__, [table, split_table, slot_table], [note, ratio, slot_note])
 
 
 if __name__ == "__main__":

@@ -127,9 +127,14 @@ def test_the_oracle_works_in_the_workspace_at_the_working_folder_and_its_command
     tmp_path: Path,
 ) -> None:
     """The oracle's commands run from the working folder (/work/here, not piexp's
-    /sandbox), with the Dockerfile's ENV; its verifier sees what they left."""
-    folder = make_task(tmp_path / "tasks", "elsewhere", metadata='split = "eval"\n',
-                       dockerfile='FROM debian:12\nENV GREETING=hello\nWORKDIR /work/here\nCOPY data/ ./\n')  # fmt: skip
+    /sandbox), with the Dockerfile's ENV; its verifier sees what they left. The image's
+    variables are the task's commands', under piexp's PATH: a NODE_OPTIONS that would stop
+    any node from starting does not reach Pi, and a PATH of nowhere does not hide `wc`."""
+    dockerfile = (
+        "FROM debian:12\nENV GREETING=hello NODE_OPTIONS=--require=/nowhere.js PATH=/nowhere\n"
+        "WORKDIR /work/here\nCOPY data/ ./\n"
+    )
+    folder = make_task(tmp_path / "tasks", "elsewhere", metadata='split = "eval"\n', dockerfile=dockerfile)
     (folder / "solution" / "solve.sh").write_text('#!/bin/bash\n[ "$PWD" = /work/here ] && wc -l < data.txt > count.txt'
                                                   ' && echo "$GREETING" > greeting.txt\n')  # fmt: skip
     (folder / "tests" / "test.sh").write_text(

@@ -52,7 +52,7 @@ from piexp.harness.pi.sandbox import PiSandbox, dump_models_json, pi_argv
 from piexp.harness.pi.scripted import ScriptedResponder, VerifiedTaskResponder
 from piexp.harness.pi.slot import WarmSlots
 from piexp.harness.pi.trace import PiTrace, grade, parse_events, stated_answer
-from piexp.harness.pi.verifier import VerifierOutcome, prove_tasks, run_verifier, staged, workspace_layout
+from piexp.harness.pi.verifier import VerifierOutcome, prove_tasks, run_verifier, staged, workspace_link
 from piexp.policies.rollout import EpisodeRecord
 from piexp.policies.scripted import OraclePolicy, ScriptedPolicy
 from piexp.sandbox.isolation.layout import resolve_runtime
@@ -253,8 +253,9 @@ class PiHarness(Harness):
         prompt = task.instruction if verifier is not None else workspace_prompt(task, language, language_settings)
         layout: tuple[str, ...] = ()
         verify = None
+        task_env = dict(verifier.environment_env) if verifier is not None else None
         if verifier is not None:
-            layout = workspace_layout(verifier)
+            layout = workspace_link(verifier)
             if policy_name == OraclePolicy.name:
                 # The oracle's commands (played, replayed or imitated) run its solution/solve.sh.
                 layout = (*layout, "--ro-bind", staged(sandbox, verifier, "solution"), "/solution")
@@ -275,6 +276,7 @@ class PiHarness(Harness):
                     agent_files,
                     layout,
                     verify,
+                    task_env,
                 )
         else:
             dirs = sandbox.episode_dirs()
@@ -294,6 +296,7 @@ class PiHarness(Harness):
                         wall_time_s=self.options.wall_time_s,
                         layout=layout,
                         verify=verify,
+                        task_env=task_env,
                     )
             finally:
                 await endpoint.close()

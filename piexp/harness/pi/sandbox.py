@@ -260,11 +260,12 @@ class PiSandbox:
         wall_time_s: float,
         layout: tuple[str, ...] = (),
         verify: Verify | None = None,
+        task_env: dict[str, str] | None = None,
     ) -> PiRun:
         """Run Pi (`argv`) in a fresh sandbox whose /sandbox holds `files`, to its end or
         the wall-time limit, then `verify` its workspace; always disposes of the sandbox.
         `layout`: more bwrap options for Pi's sandbox and its commands' (a task's working
-        folder)."""
+        folder); `task_env`: the task's variables, for its commands only."""
         host, s = self.runner.host, self.runner.settings
         cgroups = host.cgroups
         agent_dir, endpoint_dir = dirs
@@ -293,7 +294,7 @@ class PiSandbox:
             return PiRun(None, b"", b"", False, False, {}, error=str(prepared.message or prepared))
         launch: Launch = prepared
         commands = self.command_server(launch, endpoint_dir, memory_mb=memory_mb, limits=limits,
-                                       wall_time_s=wall_time_s, extra=layout)  # fmt: skip
+                                       wall_time_s=wall_time_s, extra=layout, task_env=task_env)  # fmt: skip
         try:
             await commands.start()
             run = await self._execute(launch, files, limits, wall_time_s)
@@ -314,6 +315,7 @@ class PiSandbox:
         limits: Limits,
         wall_time_s: float,
         extra: tuple[str, ...] = (),
+        task_env: dict[str, str] | None = None,
     ) -> CommandServer:
         """The command socket of Pi's sandbox `launch` (in `endpoint_dir`, at
         /run/piexp/commands.sock inside): every command Pi's shell sends runs in a sandbox
@@ -325,7 +327,7 @@ class PiSandbox:
             os.path.join(endpoint_dir, COMMAND_SOCKET_NAME),
             launch.run.work,
             (*self.runtime_binds(), *extra),
-            command_env(BIN_DIR),
+            {**(task_env or {}), **command_env(BIN_DIR)},  # piexp's PATH wins over a task's
             memory_mb=memory_mb,
             limits=limits,
             wall_time_s=wall_time_s,

@@ -14,6 +14,7 @@ import json
 import shlex
 from typing import Any
 
+from piexp.harness.pi.commands import command_env
 from piexp.policies.observation import Observation, parse_observation
 from piexp.policies.scripted import VERIFIED_TASK_POLICIES, ScriptedPolicy
 
@@ -120,8 +121,12 @@ class VerifiedTaskResponder:
         self.verifier = verifier
 
     def solve_command(self) -> str:
-        exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in self.verifier.solution_env)
-        return f"cd {self.verifier.workdir}\n{exports}bash /solution/solve.sh"
+        # The oracle's variables, under piexp's own (its PATH wins, as in every phase).
+        own = command_env("")
+        exports = "".join(
+            f"export {name}={shlex.quote(value)}\n" for name, value in self.verifier.solution_env if name not in own
+        )
+        return f"cd {shlex.quote(self.verifier.workdir)}\n{exports}bash /solution/solve.sh"
 
     async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = list(body.get("messages") or [])

@@ -168,10 +168,11 @@ class PiSlot:
         files: dict[str, str],
         agent_files: dict[str, str],
         verify: Verify | None = None,
+        task_env: dict[str, str] | None = None,
     ) -> tuple[PiRun, EpisodeEndpoint]:
         """One episode in this slot (started, or restarted, first if it is not alive),
         its model answered by `endpoint_at(socket path)`, its workspace graded by `verify`
-        before the slot is reset."""
+        before the slot is reset; `task_env`: the task's variables, for its commands."""
         try:
             await self._new_session(agent_files)
         except (SlotFailure, OSError, TimeoutError) as error:
@@ -199,7 +200,7 @@ class PiSlot:
         # closing the server at the episode's end ends every command still running.
         commands = self.sandbox.command_server(
             launch, self.dirs[1], memory_mb=self.limits.memory_mb, limits=self._limits,
-            wall_time_s=self.limits.wall_time_s, extra=self.layout,
+            wall_time_s=self.limits.wall_time_s, extra=self.layout, task_env=task_env,
         )  # fmt: skip
         try:
             await commands.start()
@@ -442,6 +443,7 @@ class WarmSlots:
         agent_files: dict[str, str],
         layout: tuple[str, ...] = (),
         verify: Verify | None = None,
+        task_env: dict[str, str] | None = None,
     ) -> tuple[PiRun, EpisodeEndpoint]:
         idle = next((slot for slot in reversed(self._idle) if slot.layout == layout), None)
         if idle is not None:
@@ -453,7 +455,7 @@ class WarmSlots:
         slot = idle or PiSlot(sandbox, self.model, self.limits, layout)
         self._busy.add(slot)
         try:
-            return await slot.play(endpoint_at, prompt, files, agent_files, verify)
+            return await slot.play(endpoint_at, prompt, files, agent_files, verify, task_env)
         except BaseException:
             # Cut short (a rollout's timeout cancelled it, or piexp's own error): the
             # slot was not reset, so it goes.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 from dataclasses import dataclass
 from typing import Any
@@ -65,11 +66,11 @@ class VerifierOutcome:
         return None
 
 
-def workspace_layout(verifier: HarborVerifier) -> tuple[str, ...]:
-    """bwrap options that show the workspace at the task's working folder, and set the
-    environment's variables: for Pi's sandbox, its commands', and every phase."""
-    link = ("--symlink", SANDBOX_WORKDIR, verifier.workdir) if verifier.workdir != SANDBOX_WORKDIR else ()
-    return (*link, *[arg for name, value in verifier.environment_env for arg in ("--setenv", name, value)])
+def workspace_link(verifier: HarborVerifier) -> tuple[str, ...]:
+    """bwrap options that show the workspace at the task's working folder: for Pi's
+    sandbox, its commands' and every phase. (The task's environment variables are its
+    commands' and phases' only: Pi is piexp's, not the image's, and keeps its own.)"""
+    return ("--symlink", SANDBOX_WORKDIR, verifier.workdir) if verifier.workdir != SANDBOX_WORKDIR else ()
 
 
 def staged(sandbox: PiSandbox, verifier: HarborVerifier, part: str) -> str:
@@ -116,12 +117,12 @@ async def run_phase(
     extra = (
         *sandbox.runtime_binds(),
         "--bind", workspace, SANDBOX_WORKDIR,
-        *workspace_layout(verifier),
+        *workspace_link(verifier),
         *binds,
         *[arg for name, value in variables.items() for arg in ("--setenv", name, value)],
     )  # fmt: skip
     language, runtime = next((lang, rt) for lang, rt in host.runtimes.items() if rt is not None)
-    command = f"cd {verifier.workdir} && exec bash {script}"
+    command = f"cd {shlex.quote(verifier.workdir)} && exec bash {script}"
     prepared = await sandbox.launcher.prepare(
         language, runtime, memory_mb, limits.cpu_time_s, False, Timings(),
         command=(["/bin/bash", "-c", command], limits), extra_args=extra,

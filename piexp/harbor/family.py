@@ -26,8 +26,7 @@ from typing import Any
 from piexp.errors import UserError
 from piexp.harbor.task_folder import ReadTask, digest_hex, read_task_folder
 from piexp.tasks.core import Task, canonical_json, sha256_hex
-from piexp.tasks.family import check_split
-from piexp.tasks.task_file import TaskFileFamily, task_file_path
+from piexp.tasks.task_file import TaskFileFamily, split_of, task_file_path
 
 DATASET_FILE = "dataset.toml"
 
@@ -64,13 +63,6 @@ class HarborTaskFamily(TaskFileFamily):
     def source_file(self) -> Path:
         return self._harbor.path if self._harbor is not None else Path("<no Harbor tasks loaded>")
 
-    @property
-    def defaults(self) -> HarborTasksParams:  # type: ignore[override]
-        return HarborTasksParams()
-
-    def param_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(HarborTasksParams))
-
     def check_params(self, params: HarborTasksParams) -> None:
         if not isinstance(params.skip_refused, bool):
             raise UserError(
@@ -82,11 +74,6 @@ class HarborTaskFamily(TaskFileFamily):
         self._harbor = load_harbor_tasks(self.name, str(path), params.eval_percent, params.skip_refused,
                                          _fingerprint(path))  # fmt: skip
         return self._harbor
-
-    def tasks(self, split: str, count: int, seed: int, params: HarborTasksParams) -> list[Task]:  # type: ignore[override]
-        """The first `count` tasks of `split`, in folder order (the seed does not choose them)."""
-        check_split(split)
-        return [task for task in self._loaded(params).tasks if task.split == split][:count]
 
     def reference_languages(self) -> tuple[str, ...]:
         return ()
@@ -229,8 +216,7 @@ def load_harbor_tasks(family: str, path: str, eval_percent: int, skip_refused: b
         seen[found.digest] = found.name
         split = found.metadata.get("split")
         if split not in ("train", "eval"):
-            bucket = int(sha256_hex(f"piexp.harbor.split.v1:{found.digest}")[:8], 16) % 100
-            split = "eval" if bucket < eval_percent else "train"
+            split = split_of(found.digest, eval_percent, salt="piexp.harbor.split.v1")
         short = found.name.rsplit("/", 1)[-1].removeprefix(f"{split}-")
         tasks.append(
             Task(

@@ -122,8 +122,9 @@ def read_task_folder(folder: Path) -> ReadTask:
     reasons += _unsupported(config, environment, verifier, agent)
     image, dockerfile_workdir, copies, env_lines = _environment(folder, environment, reasons)
     workdir = str(environment.get("workdir") or dockerfile_workdir or "")
-    reasons += _workdir_problems(workdir)
-    files = _workspace_files(folder, copies, workdir, reasons) if workdir and not _workdir_problems(workdir) else {}
+    misplaced = _workdir_problems(workdir)
+    reasons += misplaced
+    files = _workspace_files(folder, copies, workdir, reasons) if not misplaced else {}
     for script in ("solution/solve.sh", "tests/test.sh"):
         if not (folder / script).is_file():
             reasons.append(

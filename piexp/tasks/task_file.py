@@ -69,11 +69,11 @@ class TaskFileFamily:
         return self._current.path if self._current is not None else Path("<no task file loaded>")
 
     @property
-    def defaults(self) -> TaskFileParams:
-        return TaskFileParams()
+    def defaults(self) -> Any:
+        return self.params_type()
 
     def param_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(TaskFileParams))
+        return tuple(f.name for f in dataclasses.fields(self.params_type))
 
     def make_params(self, overrides: Mapping[str, Any] | None = None) -> TaskFileParams:
         overrides = dict(overrides or {})
@@ -137,8 +137,10 @@ class TaskFileFamily:
         }
 
 
-def _split_of(files_digest: str, eval_percent: int) -> str:
-    bucket = int(sha256_hex(f"piexp.task_file.split.v1:{files_digest}")[:8], 16) % 100
+def split_of(key: str, eval_percent: int, salt: str = "piexp.task_file.split.v1") -> str:
+    """A task's split from a stable SHA-256 of its `key` (a digest) and `salt`: the same on
+    every machine, whatever the order tasks are read in."""
+    bucket = int(sha256_hex(f"{salt}:{key}")[:8], 16) % 100
     return "eval" if bucket < eval_percent else "train"
 
 
@@ -309,7 +311,7 @@ def _parse(family: str, file: Path, sha256: str, eval_percent: int) -> LoadedTas
         if split is not None and split not in ("train", "eval"):
             raise UserError(f'{where}: split must be "train" or "eval", got {json.dumps(split)}.')
         probe = Task(task_id=task_id, family=family, split="train", instruction=instruction, files=files, answer="0")
-        split = split or _split_of(probe.files_digest, eval_percent)
+        split = split or split_of(probe.files_digest, eval_percent)
         task = Task(
             task_id=f"{split}-{family}-{task_id}",
             family=family,

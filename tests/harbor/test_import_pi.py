@@ -14,6 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 
 from piexp.harbor.family import HarborTaskFamily
 from piexp.policies import make_policy
@@ -265,3 +267,33 @@ def test_warm_slots_keep_one_slot_a_layout_when_tasks_of_two_layouts_alternate(t
     records, slots = asyncio.run(main())
     assert [record.reward for record in records] == [1.0, 1.0, 1.0, 1.0], [r.error for r in records]
     assert sorted(slots) == [(False, 1, 2), (True, 1, 2)]
+
+
+def test_a_sandbox_that_cannot_start_fails_the_proof_as_piexps_failure_not_the_tasks(tmp_path: Path) -> None:
+    """A bwrap that refuses its command line (here an option it does not know, added to
+    every phase's binds) starts no sandbox: the proof before a run stops with piexp's own
+    failure (RunIncompleteError, exit 4: run again), never a refusal of the task."""
+    import asyncio
+
+    from piexp.errors import RunIncompleteError
+    from piexp.harness.pi.install import find_install, locked_versions
+    from piexp.harness.pi.sandbox import PiSandbox
+    from piexp.harness.pi.verifier import prove_tasks
+    from piexp.sandbox.settings import SandboxSettings
+
+    make_task(tmp_path / "tasks", metadata='split = "eval"\n')
+    family = HarborTaskFamily("imported")
+    (task,) = family.tasks("eval", 9, 0, family.make_params({"path": str(tmp_path / "tasks")}))
+
+    async def main() -> None:
+        sandbox = PiSandbox(find_install(locked_versions()["pi"]), SandboxSettings(max_processes=64),
+                            output_cap_bytes=1 << 20, commands={"python": "python"})  # fmt: skip
+        binds = sandbox.runtime_binds()
+        sandbox.runtime_binds = lambda: (*binds, "--piexp-no-such-option")  # type: ignore[method-assign]
+        try:
+            with pytest.raises(RunIncompleteError, match="piexp's sandbox could not run the scripts of 1 Harbor task"):
+                await prove_tasks(sandbox, [task], memory_mb=512, max_processes=64)
+        finally:
+            await sandbox.aclose()
+
+    asyncio.run(main())

@@ -22,6 +22,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from piexp.errors import RunIncompleteError
 from piexp.harbor.reward_files import MISSPELLINGS, REWARD_JSON, REWARD_TXT, RewardRead, read_reward
 from piexp.harbor.task_folder import HarborVerifier
 from piexp.harness.pi.commands import command_env
@@ -132,11 +133,11 @@ async def run_phase(
     launch = prepared
     try:
         returncode, stdout, stderr, timed_out = await run_to_end(launch, limits, timeout_s, _OUTPUT_CAP, _OUTPUT_CAP)
-        if launch.error is not None:
-            return Phase(None, "", error=launch.error)
-        return Phase(returncode, (stdout + stderr).decode("utf-8", errors="replace"), timed_out=timed_out)
     finally:
         await asyncio.shield(sandbox.launcher.dispose(launch))
+    if launch.error is not None:
+        return Phase(None, "", error=f"{launch.error}: {stderr.decode('utf-8', errors='replace').strip()[-300:]}")
+    return Phase(returncode, (stdout + stderr).decode("utf-8", errors="replace"), timed_out=timed_out)
 
 
 async def run_oracle(sandbox: PiSandbox, verifier: HarborVerifier, workspace: str, *, memory_mb: int,
@@ -171,9 +172,11 @@ async def run_verifier(
 async def prove_tasks(sandbox: PiSandbox, tasks: list, *, memory_mb: int, max_processes: int) -> list[str]:
     """Each task's oracle then verifier must give reward 1 and its verifier on the
     untouched workspace (a no-op agent) reward 0, as Harbor's "oracle 1, no-op 0" gate;
-    what is wrong, one sentence per task. Four tasks at once."""
+    what is wrong, one sentence per task. Four tasks at once. A phase the sandbox could
+    not run is piexp's failure, not the task's: `RunIncompleteError`, naming it."""
     gate = asyncio.Semaphore(4)
     host = sandbox.runner.host
+    unrun: list[str] = []
 
     async def graded(task: Any, oracle: bool) -> tuple[Phase | None, VerifierOutcome]:
         run = host.area.new_run(with_tmp=False)
@@ -194,8 +197,12 @@ async def prove_tasks(sandbox: PiSandbox, tasks: list, *, memory_mb: int, max_pr
         async with gate:
             solved, outcome = await graded(task, oracle=True)
             noop = (await graded(task, oracle=False))[1]
-        if solved is not None and (solved.error or solved.returncode != 0):
-            said = solved.error or f"exit {solved.returncode}{' (its timeout)' if solved.timed_out else ''}"
+        failed = next((phase.error for phase in (solved, outcome.phase, noop.phase) if phase and phase.error), None)
+        if failed is not None:
+            unrun.append(f"{name}: {failed}")
+            return None
+        if solved is not None and solved.returncode != 0:
+            said = f"exit {solved.returncode}{' (its timeout)' if solved.timed_out else ''}"
             return f"{name}: its solution/solve.sh failed ({said}): {solved.output[-300:].strip() or 'no output'}"
         for outcome_of, run, want in (("after solution/solve.sh", outcome, 1.0), ("with nothing done", noop, 0.0)):
             if run.error is not None:
@@ -205,4 +212,10 @@ async def prove_tasks(sandbox: PiSandbox, tasks: list, *, memory_mb: int, max_pr
         return None
 
     found = await asyncio.gather(*(prove(task) for task in tasks))
+    if unrun:
+        raise RunIncompleteError(
+            f"piexp's sandbox could not run the scripts of {len(unrun)} Harbor task(s) while proving them solvable "
+            f"(first: {unrun[0]}). This is piexp's failure, not the tasks'; nothing was written. Run the same "
+            "command again once the sandbox is healthy."
+        )
     return [problem for problem in found if problem is not None]

@@ -240,10 +240,21 @@ class BwrapLaunch(Launch):
             except OSError as exc:
                 self.error = f"could not apply the run's limits: {exc}"
 
+    def after_exit(self) -> None:
+        if self.child is None and self.error is None:
+            # bwrap exited before it made the sandbox (a bind it could not make, a namespace
+            # it may not create; its stderr says which): the sandbox's failure, which must
+            # not read as the program's own exit.
+            self.error = "could not set up the sandbox: bwrap exited before starting it"
+
     def release(self) -> None:
         if self.block_w is not None:
             if self.error is None and self.child is not None:
-                os.write(self.block_w, b"1")  # let the init start the program
+                try:
+                    os.write(self.block_w, b"1")  # let the init start the program
+                except BrokenPipeError:
+                    # The init exited while bwrap set the sandbox up (a bind it could not make).
+                    self.error = "could not set up the sandbox: its init exited before the program started"
             os.close(self.block_w)
             self.block_w = None
 

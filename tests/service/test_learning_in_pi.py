@@ -2,7 +2,9 @@
 --harness=pi whole (the pre-trained learner-local-pi, RL in Pi with evaluations in Pi
 before and after on held-out tasks, and a shuffled-reward control in Pi), one seed. RL
 must raise held-out pass@1 in Pi beyond the 95% interval of its paired difference over
-tasks; the control must not, and ends below RL.
+tasks, and end above the shuffled-reward control beyond the interval of their paired
+difference (the control's own change is printed, not asserted, in one seed: see
+tests/service/test_learning.py).
 
 Opt-in (`PIEXP_LEARNING_IN_PI=1`), and not part of `make test`: on the 2-core machine
 the learner-local-pi build takes about 30 minutes on an empty cache (2,200 scripted
@@ -48,8 +50,7 @@ def test_rl_in_pi_improves_held_out_pass_at_1_in_pi_and_ends_above_the_shuffled_
     # The base model acts in Pi (it calls tools) and passes some tasks: room to improve.
     assert 0 < figures["base"]["pass@1"] < 0.5, text
     assert figures["rl_improves"], f"RL in Pi did not raise held-out pass@1 in Pi beyond its interval\n{text}"
-    assert figures["control_flat"], f"the shuffled-reward control improved held-out pass@1 in Pi\n{text}"
-    assert figures["rl_vs_control"]["diff_pass@1"] > 0, f"the shuffled-reward control matched RL\n{text}"
+    assert figures["rl_beats_control"], f"RL in Pi did not end above the shuffled-reward control beyond its interval\n{text}"
     # What each step's episodes did, from Pi's training transcripts.
     assert len(figures["rl_outcomes"]) == 8 and all(sum(step.values()) > 0 for step in figures["rl_outcomes"]), text
     assert (tmp_path / "rl" / "compare.md").is_file()

@@ -50,7 +50,9 @@ def test_rl_in_pi_improves_held_out_pass_at_1_in_pi_and_ends_above_the_shuffled_
     # The base model acts in Pi (it calls tools) and passes some tasks: room to improve.
     assert 0 < figures["base"]["pass@1"] < 0.5, text
     assert figures["rl_improves"], f"RL in Pi did not raise held-out pass@1 in Pi beyond its interval\n{text}"
-    assert figures["rl_beats_control"], f"RL in Pi did not end above the shuffled-reward control beyond its interval\n{text}"
+    assert figures["rl_beats_control"], (
+        f"RL in Pi did not end above the shuffled-reward control beyond its interval\n{text}"
+    )
     # What each step's episodes did, from Pi's training transcripts.
     assert len(figures["rl_outcomes"]) == 8 and all(sum(step.values()) > 0 for step in figures["rl_outcomes"]), text
     assert (tmp_path / "rl" / "compare.md").is_file()

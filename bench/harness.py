@@ -18,7 +18,9 @@ Peak memory: each Pi node process's peak resident set (VmHWM, polled every 20 ms
 /proc while the pass runs): the mean and the largest over the pass's Pi processes (one an
 episode; one a slot when warm; a program Pi runs adds its own, as a builtin episode's
 program does). The slot table: a warm slot's Pi's resident set (VmRSS) after every
-`--slot-episodes / 10` of its episodes, played one after another. Both harnesses run
+`--slot-episodes / 10` of its episodes, played one after another, and the same split by
+kind of mapping (/proc/PID/smaps: anonymous, malloc's brk heap, files), which says
+whether growth is node's own memory or files it maps. Both harnesses run
 their programs with a bwrap per run (the zygote's runs would be reaped outside this
 process tree, their CPU uncounted).
 
@@ -182,10 +184,33 @@ def _rss_mb(pid: int | None) -> float:
     return 0.0
 
 
-async def _slot_memory(episodes) -> tuple[list[tuple[int, float]], list[int], float, float]:
-    """(episodes played, the slot's Pi's VmRSS in MB) through one warm slot, the episodes
-    after which its Pi was replaced (`harness.options.slot_episodes`, `slot_rss_mb`), and the
-    CPU seconds and episodes/s of its episodes (its start included). Pi's CPU is read from
+#: What a warm slot's Pi's resident set is made of, by kind of mapping: anonymous (V8's
+#: heap spaces, its compiled code, and malloc's mmapped arenas), malloc's brk heap, and
+#: files (node's binary, its libraries, the compile cache).
+MAPPINGS = ("anonymous", "brk heap", "files")
+
+
+def _rss_by_mapping_mb(pid: int | None) -> dict[str, float]:
+    """`pid`'s resident set in MB by `MAPPINGS` kind, from /proc/PID/smaps (the stack and
+    the kernel's pages left out)."""
+    sizes = dict.fromkeys(MAPPINGS, 0.0)
+    kind: str | None = None
+    for line in open(f"/proc/{pid}/smaps"):
+        fields = line.split()
+        if not fields[0].endswith(":"):  # a mapping's first line: range perms offset dev inode [path]
+            path = fields[5] if len(fields) > 5 else ""
+            kind = "anonymous" if not path else "brk heap" if path == "[heap]" else None
+            kind = "files" if path.startswith("/") else kind
+        elif fields[0] == "Rss:" and kind is not None:
+            sizes[kind] += int(fields[1]) / 1024
+    return sizes
+
+
+async def _slot_memory(episodes) -> tuple[list[tuple[int, float, dict[str, float]]], list[int], float, float]:
+    """(episodes played, the slot's Pi's VmRSS in MB, the same by kind of mapping) through
+    one warm slot, the episodes after which its Pi was replaced
+    (`harness.options.slot_episodes`, `slot_rss_mb`), and the CPU seconds and episodes/s
+    of its episodes (its start included). Pi's CPU is read from
     /proc after each episode (a killed slot's Pi is never reaped here, so its CPU would
     not reach this process's children's), each Pi the slot had counted once."""
     harness = _pi_harness(True)
@@ -205,7 +230,7 @@ async def _slot_memory(episodes) -> tuple[list[tuple[int, float]], list[int], fl
             if slot.pi_pid is not None:
                 pi_cpu[slot.pi_pid] = _cpu_of(slot.pi_pid)
             if i == 1 or i % max(1, len(episodes) // 10) == 0:
-                points.append((i, _rss_mb(slot.pi_pid)))
+                points.append((i, _rss_mb(slot.pi_pid), _rss_by_mapping_mb(slot.pi_pid)))
         cpu = _own_cpu() - cpu0 + sum(pi_cpu.values())
     finally:
         await harness.aclose()
@@ -263,10 +288,10 @@ def main() -> None:
         f"node -e 0 (Pi's node {install.node_version}, unsandboxed): {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU"
     )
     slot_table = Table(title=f"one warm slot's Pi over {args.slot_episodes} oracle episodes")
-    for column in ("episodes played", "Pi VmRSS MB"):
+    for column in ("episodes played", "Pi VmRSS MB", *(f"{kind} MB" for kind in MAPPINGS)):
         slot_table.add_column(column)
-    for played, rss in slot_points:
-        slot_table.add_row(str(played), f"{rss:.0f}")
+    for played, rss, by_mapping in slot_points:
+        slot_table.add_row(str(played), f"{rss:.0f}", *(f"{by_mapping[kind]:.1f}" for kind in MAPPINGS))
     cpu_of = {(name, concurrency): cpu for name, concurrency, _, cpu, _ in rows}
     ratios = ", ".join(
         f"{cpu_of['pi-warm', c] / cpu_of['builtin', c]:.1f}x at concurrency {c}" for c in args.concurrency

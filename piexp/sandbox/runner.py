@@ -311,11 +311,9 @@ class Runner:
         stderr, err_total = err_task.result() if err_task in done else (b"", 0)
         t.mark("drain")
         if launch.error is not None:
-            return CommandRunResult(
-                status=CommandRunStatus.error,
-                execution_time=round(elapsed, 6),
-                stderr=f"{launch.error}\n{_decode(stderr)}",
-            )
+            # The sandbox failed before the program ran (set-up, limits, exec): piexp's
+            # failure, which every client reads from SandboxError and never scores.
+            return sandbox_error(f"{launch.error}\n{_decode(stderr)[:2000]}".rstrip())
         stdout_s, stderr_s = _decode(stdout), _decode(stderr)
         if out_total > cap:
             stdout_s += f"\n[stdout truncated: {out_total} bytes, kept {cap}]\n"

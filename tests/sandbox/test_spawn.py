@@ -127,3 +127,18 @@ def test_files_and_stdin_reach_a_program_started_by_the_spawner(runner):
         stdin="from-stdin",
     )
     assert resp["run_result"]["stdout"] == "from-file from-stdin\n", resp
+
+
+def test_a_runtime_the_sandbox_cannot_exec_is_the_sandboxs_failure_not_the_programs_exit(runner):
+    """A sandbox whose runtime cannot be exec'd (here a binary that is not there) never ran
+    the program: bwrap then exits 1 after its init was reported and released, which the
+    program's own `exit 1` also gives. Both launchers must answer SandboxError (what the
+    environments read as piexp's failure: played again, never scored), never a run that
+    finished with exit code 1 or failed with no exit code (a crash or a time-out the model
+    would be scored for)."""
+    from piexp.sandbox.isolation.layout import Runtime
+
+    runner.host.runtimes["python"] = Runtime(binary="/usr/bin/piexp-no-such-runtime", bind_prefix=None)
+    out = _run(runner, "print(1)")
+    assert out["status"] == "SandboxError" and out["run_result"] is None, out
+    assert "set up the sandbox" in out["message"], out

@@ -189,6 +189,10 @@ class CommandServer:
             for task in pumps:
                 task.cancel()
             await proc.kill_and_wait()
+        launch.after_exit()
+        if launch.error is not None:  # bash never ran: the sandbox's failure, not the command's exit
+            writer.write(frame(STDERR, f"piexp could not start the command: {launch.error}\n".encode()))
+            return 126
         cgroups = self.launcher.host.cgroups
         if cgroups is not None and launch.cgroup_dirs and cgroups.oom_kills(launch.cgroup_dirs):
             writer.write(frame(STDERR, f"piexp: killed: the command exceeded its {self.memory_mb} MB\n".encode()))

@@ -81,6 +81,7 @@ def build_bwrap_argv(
     tmp_dir: Optional[str] = None,
     info_fd: Optional[int] = None,
     block_fd: Optional[int] = None,
+    status_fd: Optional[int] = None,
     seccomp_fd: Optional[int] = None,
     etc_copies: Sequence[tuple[int, str]] = (),
     extra_args: Sequence[str] = (),
@@ -92,6 +93,10 @@ def build_bwrap_argv(
     `info_fd`/`block_fd`: bwrap writes the sandbox init's pid to `info_fd` and, once the
     sandbox is set up, waits for a byte on `block_fd` before it starts the program; the
     runner applies rlimits and cgroups in between (`confine_blocked_child`).
+    `status_fd`: bwrap's `--json-status-fd`, where it writes `{"exit-code": N}` once the
+    program it started has exited, and nothing of the kind when the sandbox failed
+    before the program ran (a bind it could not make, a runtime it could not exec): the
+    program's exit 1 and bwrap's own are told apart by it (`BwrapLaunch.after_exit`).
     `seccomp_fd`: the syscall filter (classic BPF) bwrap installs just before the exec.
     `extra_args`: more bwrap options (binds, environment) a launch of a command other than
     a program file adds (a harness: piexp.harness.pi.sandbox), placed before the root is
@@ -133,6 +138,8 @@ def build_bwrap_argv(
         argv += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
+    if status_fd is not None:
+        argv += ["--json-status-fd", str(status_fd)]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--", *command]
@@ -191,6 +198,22 @@ async def _read_child_pid(fd: int) -> Optional[int]:
     return int(pid) if isinstance(pid, int) and pid > 0 else None
 
 
+def _read_available(fd: int) -> bytes:
+    """What the pipe `fd` holds now, without waiting for more (bwrap, reaped, has written
+    all it will; a process of the sandbox may still hold the write end open)."""
+    os.set_blocking(fd, False)
+    buf = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        buf.extend(chunk)
+    return bytes(buf)
+
+
 def _reap(pidfd: int, child: int | None) -> None:
     os.close(pidfd)
     try:
@@ -222,6 +245,7 @@ class BwrapLaunch(Launch):
     child: Optional[int] = None  # the sandbox init's pid (as seen here)
     pidfd: Optional[int] = None  # a pidfd of the init, to wait for its namespace's end
     block_w: Optional[int] = None  # the write end of bwrap's --block-fd
+    status_r: Optional[int] = None  # the read end of bwrap's --json-status-fd
     # Whether this server may change the held init's rlimits (not one started as the
     # run user: only its own uid or CAP_SYS_RESOURCE may).
     limits_settable: bool = True
@@ -246,6 +270,14 @@ class BwrapLaunch(Launch):
             # it may not create; its stderr says which): the sandbox's failure, which must
             # not read as the program's own exit.
             self.error = "could not set up the sandbox: bwrap exited before starting it"
+        elif self.error is None and self.status_r is not None and self.proc is not None:
+            # bwrap exited by itself (not killed here: a time limit's kill leaves -9) and
+            # reported no program exit: its init failed after reporting its pid, while it
+            # made the binds or exec'd the runtime, which a release byte already written
+            # does not show. The sandbox's failure, never the program's exit 1.
+            code = self.proc.returncode
+            if code is not None and code >= 0 and b'"exit-code"' not in _read_available(self.status_r):
+                self.error = "could not set up the sandbox: bwrap exited before the program ran"
 
     def release(self) -> None:
         if self.block_w is not None:
@@ -264,6 +296,9 @@ class BwrapLaunch(Launch):
         if self.block_w is not None:
             os.close(self.block_w)  # an unreleased init reads EOF: no program file, it exits
             self.block_w = None
+        if self.status_r is not None:
+            os.close(self.status_r)
+            self.status_r = None
         await super().close()
         if self.pidfd is not None:
             pidfd, self.pidfd = self.pidfd, None
@@ -308,6 +343,7 @@ class BwrapLauncher(Launcher):
         # bwrap holds it at --block-fd.
         info_r, info_w = os.pipe()
         block_r, launch.block_w = os.pipe()
+        launch.status_r, status_w = os.pipe()
         etc_copies = open_etc_copies()
         seccomp_fd = syscall_filter.filter_fd()
         try:
@@ -320,6 +356,7 @@ class BwrapLauncher(Launcher):
                 tmp_dir=launch.run.tmp,
                 info_fd=info_w,
                 block_fd=block_r,
+                status_fd=status_w,
                 seccomp_fd=seccomp_fd,
                 etc_copies=etc_copies,
                 extra_args=launch.extra_args,
@@ -332,7 +369,7 @@ class BwrapLauncher(Launcher):
                 launch.proc = await spawner.spawn(
                     argv,
                     env=launcher_env(),
-                    pass_fds=(info_w, block_r, seccomp_fd, *(fd for fd, _ in etc_copies)),
+                    pass_fds=(info_w, block_r, status_w, seccomp_fd, *(fd for fd, _ in etc_copies)),
                     stdin_pipe=launch.stdin_pipe,
                     join_tasks=join_now,
                     as_run_user=True,
@@ -345,6 +382,7 @@ class BwrapLauncher(Launcher):
             finally:
                 os.close(info_w)
                 os.close(block_r)
+                os.close(status_w)
                 os.close(seccomp_fd)
                 for fd, _ in etc_copies:
                     os.close(fd)

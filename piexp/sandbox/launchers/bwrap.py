@@ -180,17 +180,13 @@ async def _wait_readable(fd: int) -> None:
 async def _read_child_pid(fd: int) -> Optional[int]:
     """Read bwrap's `--info-fd` JSON to EOF without blocking the loop; the init's pid,
     or None when bwrap exited before reporting one."""
-    os.set_blocking(fd, False)
     buf = bytearray()
     while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            await _wait_readable(fd)
-            continue
-        if not chunk:
-            break
+        chunk, ended = _read_available(fd)
         buf.extend(chunk)
+        if ended:
+            break
+        await _wait_readable(fd)
     try:
         pid = json.loads(bytes(buf).decode() or "{}").get("child-pid")
     except ValueError:
@@ -198,20 +194,19 @@ async def _read_child_pid(fd: int) -> Optional[int]:
     return int(pid) if isinstance(pid, int) and pid > 0 else None
 
 
-def _read_available(fd: int) -> bytes:
-    """What the pipe `fd` holds now, without waiting for more (bwrap, reaped, has written
-    all it will; a process of the sandbox may still hold the write end open)."""
+def _read_available(fd: int) -> tuple[bytes, bool]:
+    """What the pipe `fd` holds now, without waiting for more, and whether its writers are
+    all gone (EOF)."""
     os.set_blocking(fd, False)
     buf = bytearray()
     while True:
         try:
             chunk = os.read(fd, 4096)
         except BlockingIOError:
-            break
+            return bytes(buf), False
         if not chunk:
-            break
+            return bytes(buf), True
         buf.extend(chunk)
-    return bytes(buf)
 
 
 def _reap(pidfd: int, child: int | None) -> None:
@@ -276,7 +271,10 @@ class BwrapLaunch(Launch):
             # made the binds or exec'd the runtime, which a release byte already written
             # does not show. The sandbox's failure, never the program's exit 1.
             code = self.proc.returncode
-            if code is not None and code >= 0 and b'"exit-code"' not in _read_available(self.status_r):
+            # bwrap, reaped, has written all it will; a process of the sandbox may still
+            # hold the write end, so read what is there rather than to EOF.
+            status, _ = _read_available(self.status_r)
+            if code is not None and code >= 0 and b'"exit-code"' not in status:
                 self.error = "could not set up the sandbox: bwrap exited before the program ran"
 
     def release(self) -> None:

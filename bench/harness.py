@@ -199,8 +199,7 @@ def _rss_by_mapping_mb(pid: int | None) -> dict[str, float]:
         fields = line.split()
         if not fields[0].endswith(":"):  # a mapping's first line: range perms offset dev inode [path]
             path = fields[5] if len(fields) > 5 else ""
-            kind = "anonymous" if not path else "brk heap" if path == "[heap]" else None
-            kind = "files" if path.startswith("/") else kind
+            kind = "files" if path.startswith("/") else {"": "anonymous", "[heap]": "brk heap"}.get(path)
         elif fields[0] == "Rss:" and kind is not None:
             sizes[kind] += int(fields[1]) / 1024
     return sizes

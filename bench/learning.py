@@ -109,20 +109,17 @@ def build_model(name: str = "learner-local") -> tuple[Path, dict, float, bool]:
         LEARNER_RECIPES,
         data_config,
         ensure_learner_model,
-        known_learner_model_dir,
         read_marker,
     )
 
     recipe = LEARNER_RECIPES[name]
-    known = known_learner_model_dir(recipe)
-    cached = known is not None and read_marker(known) is not None
     started, began = time.perf_counter(), time.time()
     sandbox = data_config(recipe).sandbox
     path = ensure_learner_model(lambda: run_sandbox(sandbox), recipe, learner_rollouts(recipe))
-    # Sources this machine has not rolled out before roll their episodes out again, and
-    # find the fit cached when those episodes' tokens name a model built before: the
-    # build's cost is then its recorded one, not this call's rollouts alone.
-    cached = cached or (path / "model.safetensors").stat().st_mtime < began
+    # Cached when its weights predate this call: a model known here, or one found by the
+    # tokens of episodes rolled out again for sources this machine had not seen (the
+    # build's cost is then its recorded one, not this call's rollouts alone).
+    cached = (path / "model.safetensors").stat().st_mtime < began
     return path, read_marker(path) or {}, time.perf_counter() - started, cached
 
 

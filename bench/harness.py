@@ -19,7 +19,8 @@ Peak memory: each Pi node process's peak resident set (VmHWM, polled every 20 ms
 episode; one a slot when warm; a program Pi runs adds its own, as a builtin episode's
 program does). The slot table: a warm slot's Pi's resident set (VmRSS) after every
 `--slot-episodes / 10` of its episodes, played one after another, and the same split by
-kind of mapping (/proc/PID/smaps: anonymous, malloc's brk heap, files), which says
+kind of mapping (/proc/PID/smaps: malloc's thread arenas, other anonymous memory, malloc's
+brk heap, files), which says
 whether growth is node's own memory or files it maps. Both harnesses run
 their programs with a bwrap per run (the zygote's runs would be reaped outside this
 process tree, their CPU uncounted).
@@ -184,10 +185,16 @@ def _rss_mb(pid: int | None) -> float:
     return 0.0
 
 
-#: What a warm slot's Pi's resident set is made of, by kind of mapping: anonymous (V8's
-#: heap spaces, its compiled code, and malloc's mmapped arenas), malloc's brk heap, and
-#: files (node's binary, its libraries, the compile cache).
-MAPPINGS = ("anonymous", "brk heap", "files")
+#: What a warm slot's Pi's resident set is made of, by kind of mapping: malloc's thread
+#: arenas (what node's worker threads allocate natively), other anonymous memory (V8's
+#: heap pages and compiled code, malloc's mmapped chunks), malloc's brk heap (the main
+#: thread's native allocations), and files (node's binary, its libraries, the compile cache).
+MAPPINGS = ("thread arenas", "other anonymous", "brk heap", "files")
+#: glibc maps each heap of a thread arena at an address aligned to its maximum size
+#: (HEAP_MAX_SIZE, 64 MiB on 64-bit), and grows it in place: an anonymous mapping that
+#: starts on that alignment is an arena's (V8 aligns its pages to 256 KiB; one of them on
+#: a 64 MiB boundary by chance would be counted as an arena's).
+ARENA_ALIGNMENT = 64 << 20
 
 
 def _rss_by_mapping_mb(pid: int | None) -> dict[str, float]:
@@ -199,7 +206,15 @@ def _rss_by_mapping_mb(pid: int | None) -> dict[str, float]:
         fields = line.split()
         if not fields[0].endswith(":"):  # a mapping's first line: range perms offset dev inode [path]
             path = fields[5] if len(fields) > 5 else ""
-            kind = "files" if path.startswith("/") else {"": "anonymous", "[heap]": "brk heap"}.get(path)
+            if path.startswith("/"):
+                kind = "files"
+            elif path == "[heap]":
+                kind = "brk heap"
+            elif path == "":
+                start = int(fields[0].split("-")[0], 16)
+                kind = "thread arenas" if start % ARENA_ALIGNMENT == 0 else "other anonymous"
+            else:
+                kind = None
         elif fields[0] == "Rss:" and kind is not None:
             sizes[kind] += int(fields[1]) / 1024
     return sizes

@@ -80,3 +80,29 @@ def test_a_misspelt_harness_option_suggests_the_nearest(tmp_path):
 def test_an_option_of_another_harness_names_the_harness_it_belongs_to(tmp_path):
     said = _refused(tmp_path, "harness=builtin", "harness.options.wall_time_s=10")
     assert "it is a harness=pi option" in said and "Add harness=pi" in said
+
+
+def test_a_warm_slot_counts_at_its_recycling_size_in_the_concurrency_refusal():
+    """A warm slot's Pi keeps memory from one session to the next until it is replaced
+    past `slot_rss_mb`, so the refusal of `mode.max_concurrency` counts each slot at that
+    size, not at a one-process episode's: a concurrency a one-process run may hold is
+    refused for slots that may each grow to 2 GB before their replacement."""
+    from piexp.errors import UserError
+    from piexp.harness.pi.harness import PiHarness
+    from piexp.harness.pi.options import MEMORY_SHARE, PI_EPISODE_MB, available_memory_mb
+
+    available = available_memory_mb()
+    if available is None:
+        pytest.skip("/proc/meminfo has no MemAvailable here")
+    big = 2048
+    concurrency = int(MEMORY_SHARE * available // big) + 1  # past what slots of 2 GB fit
+    assert concurrency * PI_EPISODE_MB < MEMORY_SHARE * available / 2  # far within one-process episodes
+    PiHarness.refuse_concurrency(pi_settings(warm=False), concurrency)
+    PiHarness.refuse_concurrency(pi_settings(warm=True), concurrency)  # the default recycling size fits
+    with pytest.raises(UserError) as refused:
+        PiHarness.refuse_concurrency(pi_settings(warm=True, slot_rss_mb=big, memory_mb=big), concurrency)
+    said = " ".join(str(refused.value).split())
+    assert (
+        f"harness.options.slot_rss_mb={big}" in said
+        and f"Set mode.max_concurrency={max(1, concurrency - 1)} or less" in said
+    )

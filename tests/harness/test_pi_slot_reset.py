@@ -11,6 +11,8 @@ import asyncio
 import os
 import signal
 
+import pytest
+
 from piexp.env.episode import get_run_renderer
 from piexp.policies import make_policy
 from tests.harness.conftest import MODEL, episode_settings, pi_settings, play_all, requires_pi
@@ -180,6 +182,26 @@ def test_a_slot_is_recycled_after_its_episodes(tasks):
     ((records, starts, played),) = play_all([episodes], pi_settings(warm=True, slot_episodes=2))
     assert [r.reward for r in records] == [1.0, 1.0, 1.0]
     assert starts == [1] and played == [1]  # the first slot went after 2 episodes
+
+
+@requires_pi
+def test_a_slot_whose_pi_holds_more_than_its_recycling_size_is_replaced_and_named(tasks):
+    """A Pi past `slot_rss_mb` after an episode is replaced before the next one (what
+    bounds a warm slot's memory: its Pi keeps memory from one session to the next), and a
+    slot replaced so within its first few episodes is named in a warning: such a run pays
+    a Pi start every episode or two and should raise the size. Pi holds about 120 MB
+    after its first episode, past 100."""
+    oracle = make_policy("oracle", get_run_renderer(*MODEL), tasks)
+    settings = episode_settings()
+
+    async def episodes(harness):
+        records = [await harness.play(oracle, "oracle", tasks[i], "python", settings) for i in range(2)]
+        return records, harness._warm.slots
+
+    with pytest.warns(UserWarning, match=r"past harness\.options\.slot_rss_mb=100, and was replaced"):
+        ((records, slots),) = play_all([episodes], pi_settings(warm=True, slot_rss_mb=100))
+    assert [r.reward for r in records] == [1.0, 1.0]
+    assert slots == []  # each episode's Pi went after it
 
 
 def test_slot_options_out_of_range_are_one_paragraph_exit_2(tmp_path):

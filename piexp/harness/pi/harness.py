@@ -42,9 +42,9 @@ from piexp.harness.pi.model import chat_history, shown_history
 from piexp.harness.pi.install import PiInstall, find_install, install_dir, locked_versions
 from piexp.harness.pi.options import (
     MEMORY_SHARE,
-    PI_EPISODE_MB,
     PiOptions,
     available_memory_mb,
+    episode_memory_mb,
     slot_limits,
     validated_options,
 )
@@ -81,8 +81,8 @@ class PiHarness(Harness):
         # Episodes at once, at most as many as the machine's memory holds: a training
         # batch starts all its episodes together (groups x group size), the eval split
         # too; the rest wait for a slot.
-        available = available_memory_mb()
-        at_once = max(1, int(MEMORY_SHARE * available // PI_EPISODE_MB)) if available is not None else 64
+        available, each_mb = available_memory_mb(), episode_memory_mb(self.options)
+        at_once = max(1, int(MEMORY_SHARE * available // each_mb)) if available is not None else 64
         self._slots = asyncio.Semaphore(at_once)
         self._warm = WarmSlots(MODEL_ID, slot_limits(self.options), at_once) if self.options.warm else None
 
@@ -120,12 +120,19 @@ class PiHarness(Harness):
         available = available_memory_mb()
         if available is None:
             return
-        needed = concurrency * PI_EPISODE_MB
+        options = validated_options(settings)
+        each_mb = episode_memory_mb(options)
+        needed = concurrency * each_mb
         if needed > MEMORY_SHARE * available:
-            fits = max(1, int(MEMORY_SHARE * available // PI_EPISODE_MB))
+            fits = max(1, int(MEMORY_SHARE * available // each_mb))
+            each = (
+                f"a warm slot is counted at its recycling size, harness.options.slot_rss_mb={each_mb}"
+                if options.warm
+                else f"a Pi episode holds about {each_mb} MB, bench/harness.py"
+            )
             raise UserError(
                 f"harness=pi with mode.max_concurrency={concurrency} would hold about {needed / 1024:.1f} GB at once "
-                f"(a Pi episode holds about {PI_EPISODE_MB} MB, bench/harness.py), more than "
+                f"({each}), more than "
                 f"{MEMORY_SHARE:.0%} of the {available / 1024:.1f} GB this machine has available: its episodes would "
                 f"be killed for memory. Set mode.max_concurrency={fits} or less."
             )

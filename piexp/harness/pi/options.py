@@ -33,7 +33,7 @@ class PiOptions(BaseModel):
         default=1000, ge=1, le=1_000_000, description="episodes a warm slot plays before it is recycled"
     )
     slot_rss_mb: int = Field(
-        default=256, ge=64, description="Pi's resident set in MB past which a warm slot is recycled"
+        default=160, ge=64, description="Pi's resident set in MB past which a warm slot is recycled"
     )
     slot_heap_mb: int = Field(
         default=64, ge=32, le=8192, description="a warm slot's node heap cap (--max-old-space-size) in MB"
@@ -83,6 +83,14 @@ def available_memory_mb() -> float | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def episode_memory_mb(options: PiOptions) -> int:
+    """What one episode at once is counted to hold, for the number of episodes a run plays
+    at once and the refusal of a `mode.max_concurrency` the machine cannot hold: a one-process
+    episode `PI_EPISODE_MB`; a warm slot its recycling size `slot_rss_mb` (its Pi grows
+    from one session to the next, and is replaced past that size; docs/harness.md)."""
+    return max(PI_EPISODE_MB, options.slot_rss_mb) if options.warm else PI_EPISODE_MB
 
 
 def slot_limits(options: PiOptions) -> SlotLimits:

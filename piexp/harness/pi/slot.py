@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,6 +47,12 @@ _RESET_TIMEOUT_S = 10.0  # the strays of an episode are gone in ms; this only bo
 
 # The episode's endpoint (its responder, its model name) listening at a socket path.
 EndpointFactory = Callable[[str], EpisodeEndpoint]
+
+
+#: A slot replaced for its memory within this many episodes is named in a warning: its
+#: Pi's working size (about 150 MB after its first 50 episodes, docs/harness.md) is past
+#: `slot_rss_mb` for this run's episodes.
+_FEW_EPISODES = 20
 
 
 class SlotFailure(Exception):
@@ -240,9 +247,17 @@ class PiSlot:
             except (OSError, TimeoutError):
                 await self.kill()
             else:
+                rss_mb = self._pi_rss_mb()
+                if rss_mb > self.limits.rss_mb and self.episodes < _FEW_EPISODES:
+                    warnings.warn(  # shown once: a warm run that quietly pays a Pi start every few episodes
+                        f"a warm Pi slot held {rss_mb:.0f} MB after {self.episodes} episode(s), past "
+                        f"harness.options.slot_rss_mb={self.limits.rss_mb}, and was replaced: these episodes "
+                        "pay a Pi start every few episodes; raise slot_rss_mb (and memory_mb) to keep slots warm",
+                        stacklevel=1,
+                    )
                 if (
                     self.episodes >= self.limits.episodes
-                    or self._pi_rss_mb() > self.limits.rss_mb
+                    or rss_mb > self.limits.rss_mb
                     or self._pi_cpu_s() > (int(self.limits.wall_time_s) + 1) / 2
                 ):
                     await self.kill()

@@ -31,7 +31,7 @@ Read it as: CPU per episode is the steady figure (rates move with whatever else 
 machine runs); the Pi column is what one Pi process holds while it runs; the by-process
 table says where an episode's CPU goes. A one-process Pi episode costs about 10x the CPU
 of a builtin one, almost all of it Pi's own start and module loading (node alone starts
-in about 25-35 ms of CPU), and holds about 107 MB while it runs; a warm one about 2.5x
+in about 25-35 ms of CPU), and holds about 107 MB while it runs; a warm one 2-3x
 (2026-12-06, 2 cores). Pi starts from node's compile cache, filled at install (docs/harness.md): on the
 2-core VM (2026-12-05, --episodes 8, other runs sharing the machine) a Pi episode took
 1.05-1.20 s of CPU with it against 1.53-2.00 s without (the cache in each episode's

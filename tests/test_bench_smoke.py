@@ -28,6 +28,7 @@ SMOKE_RUNS = {
     "harness": ["--episodes", "1", "--concurrency", "1", "--slot-episodes", "2", "--node-starts", "1"],
     "pretrain_fit": ["--tasks=2", "--repeats=1"],
     "vocabulary": ["--sizes=2048"],
+    "suite": ["--workers=1", "tests/test_project_words.py"],
 }
 # Benches that train, or start the local model server, for minutes: imported only.
 IMPORTED_ONLY = (

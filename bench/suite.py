@@ -47,11 +47,10 @@ def per_file(output: str) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default_workers = min(len(os.sched_getaffinity(0)), 3) + 1
-    parser.add_argument("--workers", type=int, default=default_workers, help="pytest-xdist workers")
+    cores = len(os.sched_getaffinity(0))
+    parser.add_argument("--workers", type=int, default=min(cores, 3) + 1, help="pytest-xdist workers")
     parser.add_argument("--top", type=int, default=25, help="test files listed, most time first")
     args, pytest_args = parser.parse_known_args()
-    cores = len(os.sched_getaffinity(0))
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0",
         *(["-n", str(args.workers), "--dist", "loadfile", "--no-loadscope-reorder"] if args.workers > 1 else []),

@@ -9,7 +9,9 @@ import shutil
 
 import pytest
 
-from piexp.harness.pi.options import MINIMUM_OPTIONS
+from piexp.errors import UserError
+from piexp.harness.pi.harness import PiHarness
+from piexp.harness.pi.options import MEMORY_SHARE, MINIMUM_OPTIONS, PI_EPISODE_MB, available_memory_mb
 from piexp.tasks import build_tasks
 from tests.harness.conftest import episode_settings, pi_settings, play_all, requires_pi
 from tests.harness.test_pi_rewards import _play
@@ -87,10 +89,6 @@ def test_a_warm_slot_counts_at_its_recycling_size_in_the_concurrency_refusal():
     past `slot_rss_mb`, so the refusal of `mode.max_concurrency` counts each slot at that
     size, not at a one-process episode's: a concurrency a one-process run may hold is
     refused for slots that may each grow to 2 GB before their replacement."""
-    from piexp.errors import UserError
-    from piexp.harness.pi.harness import PiHarness
-    from piexp.harness.pi.options import MEMORY_SHARE, PI_EPISODE_MB, available_memory_mb
-
     available = available_memory_mb()
     if available is None:
         pytest.skip("/proc/meminfo has no MemAvailable here")

@@ -249,9 +249,10 @@ class PiSlot:
             else:
                 rss_mb = self._pi_rss_mb()
                 if rss_mb > self.limits.rss_mb and self.episodes < _FEW_EPISODES:
-                    warnings.warn(  # shown once: a warm run that quietly pays a Pi start every few episodes
-                        f"a warm Pi slot held {rss_mb:.0f} MB after {self.episodes} episode(s), past "
-                        f"harness.options.slot_rss_mb={self.limits.rss_mb}, and was replaced: these episodes "
+                    # The same text for every slot of a run, so Python's warning filter shows it once.
+                    warnings.warn(
+                        f"a warm Pi slot outgrew its recycling size within its first {_FEW_EPISODES} episodes: "
+                        f"past harness.options.slot_rss_mb={self.limits.rss_mb}, and was replaced: these episodes "
                         "pay a Pi start every few episodes; raise slot_rss_mb (and memory_mb) to keep slots warm",
                         stacklevel=1,
                     )

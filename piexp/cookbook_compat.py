@@ -20,7 +20,8 @@ bump the pin here and in pyproject.toml.
    ``ml_log.setup_logging`` and offers no way to add to what it logs per step;
    :func:`extra_step_metrics` replaces that function while ``main`` runs by one whose
    logger adds piexp's metrics to every training step's row (``metrics.jsonl``, W&B).
-   It also calls it with ``do_configure_logging_module=False``: the cookbook's own
+   Its module imports W&B (about 0.4 s), so only a job that trains checks and imports
+   it (:data:`TRAINING_HOOKS`). It also calls it with ``do_configure_logging_module=False``: the cookbook's own
    configuration replaces every handler of the root logger (piexp's console and the
    run's job.log) by a console handler whose level names are always ANSI-coloured, in a
    terminal as in a log file; piexp keeps its handlers and adds the cookbook's
@@ -46,7 +47,6 @@ from tinker_cookbook import renderers
 from tinker_cookbook.renderers.base import Message, RenderContext
 from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.types import Env
-from tinker_cookbook.utils import ml_log
 
 from piexp.console import add_log_file, remove_log_file
 from piexp.errors import ThirdPartyMismatchError
@@ -83,6 +83,10 @@ HOOKS: tuple[Hook, ...] = (
 )  # fmt: skip
 
 
+#: The hooks only training uses (item 4): an eval or a check neither imports nor checks them.
+TRAINING_HOOKS: tuple[Hook, ...] = tuple(hook for hook in HOOKS if hook.module == "tinker_cookbook.utils.ml_log")
+
+
 def cookbook_pin(hooks: Sequence[Hook] = HOOKS) -> Pin:
     """tinker-cookbook's pin: :data:`TINKER_COOKBOOK_VERSION` and ``hooks``."""
     return Pin(
@@ -105,9 +109,10 @@ def check_cookbook(installed: str | None = None, hooks: Sequence[Hook] = HOOKS) 
 
 
 @cache
-def check_installed_cookbook() -> None:
-    """:func:`check_cookbook` on this process's cookbook, once per process."""
-    check_cookbook()
+def check_installed_cookbook(training: bool = True) -> None:
+    """:func:`check_cookbook` on this process's cookbook, once per process: every hook
+    for a job that trains, all but :data:`TRAINING_HOOKS` for one that does not."""
+    check_cookbook(hooks=HOOKS if training else tuple(hook for hook in HOOKS if hook not in TRAINING_HOOKS))
 
 
 class RenderHookEnv(EnvFromMessageEnv):
@@ -139,43 +144,53 @@ def generation_suffix(renderer: renderers.Renderer, role: str, ctx: RenderContex
     return list(renderer._get_generation_suffix(role, ctx))  # noqa: SLF001 - hook 3
 
 
-class StepMetricsLogger(ml_log.Logger):
-    """The cookbook's logger, each training step's row (one with `progress/batch`, which
-    the training loops log and evaluations alone do not) joined by `extra(step)`."""
+@cache
+def step_metrics_logger_class() -> type[Any]:
+    """``StepMetricsLogger``: the cookbook's logger, each training step's row (one with
+    `progress/batch`, which the training loops log and evaluations alone do not) joined by
+    `extra(step)`. A class made on first use, since its base's module imports W&B."""
+    from tinker_cookbook.utils import ml_log
 
-    def __init__(self, inner: ml_log.Logger, extra: Callable[[int], Mapping[str, Any]]) -> None:
-        self.inner = inner
-        self.extra = extra
+    class StepMetricsLogger(ml_log.Logger):
+        """The cookbook's logger with piexp's metrics in each training step's row."""
 
-    def log_hparams(self, config: Any) -> None:
-        self.inner.log_hparams(config)
+        def __init__(self, inner: ml_log.Logger, extra: Callable[[int], Mapping[str, Any]]) -> None:
+            self.inner = inner
+            self.extra = extra
 
-    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        if step is not None and "progress/batch" in metrics:
-            metrics = {**metrics, **self.extra(step)}
-        self.inner.log_metrics(metrics, step)
+        def log_hparams(self, config: Any) -> None:
+            self.inner.log_hparams(config)
 
-    def log_long_text(self, key: str, text: str) -> None:
-        self.inner.log_long_text(key, text)
+        def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+            if step is not None and "progress/batch" in metrics:
+                metrics = {**metrics, **self.extra(step)}
+            self.inner.log_metrics(metrics, step)
 
-    def close(self) -> None:
-        self.inner.close()
+        def log_long_text(self, key: str, text: str) -> None:
+            self.inner.log_long_text(key, text)
 
-    def sync(self) -> None:
-        self.inner.sync()
+        def close(self) -> None:
+            self.inner.close()
 
-    def get_logger_url(self) -> str | None:
-        return self.inner.get_logger_url()
+        def sync(self) -> None:
+            self.inner.sync()
 
-    @property
-    def store(self) -> Any:
-        return self.inner.store
+        def get_logger_url(self) -> str | None:
+            return self.inner.get_logger_url()
+
+        @property
+        def store(self) -> Any:
+            return self.inner.store
+
+    return StepMetricsLogger
 
 
 @contextmanager
 def extra_step_metrics(extra: Callable[[int], Mapping[str, Any]]) -> Iterator[None]:
     """While inside, loggers the cookbook sets up add `extra(step)` to each training step's
     metrics (hook 4); the cookbook's own function is back on leaving."""
+    from tinker_cookbook.utils import ml_log
+
     original = ml_log.setup_logging
     log_files: list[logging.Handler] = []
 
@@ -185,7 +200,7 @@ def extra_step_metrics(extra: Callable[[int], Mapping[str, Any]]) -> Iterator[No
         root = logging.getLogger()
         if root.getEffectiveLevel() > logging.INFO:
             root.setLevel(logging.INFO)  # as the cookbook's configuration leaves it: its step tables are INFO
-        return StepMetricsLogger(original(log_dir, *args, **kwargs), extra)
+        return step_metrics_logger_class()(original(log_dir, *args, **kwargs), extra)
 
     ml_log.setup_logging = setup_logging
     try:

@@ -32,6 +32,19 @@ def test_the_check_passes_on_the_pinned_cookbook() -> None:
     check_cookbook()  # the installed version and every hook of HOOKS
 
 
+def test_a_job_that_trains_nothing_checks_the_hooks_it_uses_without_importing_wandb() -> None:
+    """The metrics hook's module imports W&B (about 0.4 s of every command): an eval or a
+    check checks every other hook and leaves it unimported; a training job checks it too."""
+    script = (
+        "import sys\nfrom piexp.cookbook_compat import check_installed_cookbook\n"
+        "check_installed_cookbook(training=False)\nprint('wandb' in sys.modules)\n"
+        "check_installed_cookbook(training=True)\nprint('wandb' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == ["False", "True"], done.stdout + done.stderr[-2000:]
+
+
 def test_another_release_is_refused_naming_the_pinned_one() -> None:
     with pytest.raises(CookbookCompatError, match=r"tinker-cookbook 0\.6\.0 is installed, expected 0\.5\.8") as info:
         check_cookbook(installed="0.6.0")

@@ -91,16 +91,24 @@ def test_ruff_format_is_applied() -> None:
     assert done.returncode == 0, "run `ruff format piexp tests bench scripts`:\n" + done.stdout[-4000:]
 
 
-def test_mypy_is_clean(tmp_path: Path) -> None:
-    done = _run("mypy", "--cache-dir", str(tmp_path / "mypy"))
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for this file's two runs, new each session: the benches' run reuses
+    what the packages' run found of piexp and its dependencies (mypy rechecks a module
+    whose source or dependencies changed, so a stale entry cannot hide an error)."""
+    return tmp_path_factory.mktemp("mypy")
+
+
+def test_mypy_is_clean(mypy_cache: Path) -> None:
+    done = _run("mypy", "--cache-dir", str(mypy_cache))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
-def test_mypy_is_clean_on_the_benches(tmp_path: Path) -> None:
+def test_mypy_is_clean_on_the_benches(mypy_cache: Path) -> None:
     """The benches (`bench/`, scripts importing each other by file name, not a package)
     under the same mypy settings: a bench that no longer matches piexp's API fails here,
     not when someone next runs it. A second run, as mypy takes files or packages, not both."""
-    done = _run("mypy", "--cache-dir", str(tmp_path / "mypy"), "bench")
+    done = _run("mypy", "--cache-dir", str(mypy_cache), "bench")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 

@@ -83,7 +83,7 @@ def run_levels(levels: Sequence[Level], out: Path) -> None:
     from piexp.launch.run import _run_mode, resolve_local_model
     from piexp.service import open_service
 
-    check_installed_cookbook()
+    check_installed_cookbook(training=False)  # evaluations only
     first = resolve_local_model(levels[0].config)
     service: contextlib.AbstractContextManager[RunConfig | None] = contextlib.nullcontext(None)
     if first.uses_service:

@@ -22,9 +22,9 @@ def run_mode(config: RunConfig, run_dir: Path) -> float | None:
     from piexp.cookbook_compat import check_installed_cookbook
 
     # Every mode runs cookbook episodes: refuse a cookbook piexp's hooks do not fit
-    # before the service or the sandbox starts.
-    check_installed_cookbook()
+    # before the service or the sandbox starts (training's own hooks where it trains).
     mode = config.mode
+    check_installed_cookbook(training=isinstance(mode, TrainMode))
     if isinstance(mode, TrainMode) and (mode.eval_before or mode.eval_after):
         from piexp.launch.loop import run_loop
 

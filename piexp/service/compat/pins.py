@@ -170,7 +170,7 @@ def check_service_pins(*, proxy: bool, server_python: Path | None = None) -> Non
 
     from piexp.cookbook_compat import check_installed_cookbook
 
-    check_installed_cookbook()
+    check_installed_cookbook(training=False)  # a training job checked training's hooks at its start
     sdk = TINKER_SDK if proxy else dataclasses.replace(TINKER_SDK, check_version=False)
     _raise_for(sdk, pin_problems(sdk))
     if server_python is not None:

@@ -29,10 +29,10 @@ SMOKE_RUNS = {
     "pretrain_fit": ["--tasks=2", "--repeats=1"],
     "vocabulary": ["--sizes=2048"],
     "suite": ["--workers=1", "tests/test_project_words.py"],
+    "ray_rollouts": ["--episodes", "2"],  # a one-node Ray cluster, both harnesses: about 25 s
 }
 # Benches that train, or start the local model server, for minutes: imported only.
 IMPORTED_ONLY = (
-    "ray_rollouts",
     "allocator",
     "discovery",
     "learning",
@@ -57,7 +57,7 @@ def test_every_bench_is_smoke_run_or_imported() -> None:
 def test_the_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
     """The bench runs to its end against today's piexp and records its figures (a bench
     that no longer runs is found here, not by the next person who needs its numbers)."""
-    if name == "harness" and find_install(locked_versions()["pi"]) is None:
+    if name in ("harness", "ray_rollouts") and find_install(locked_versions()["pi"]) is None:
         pytest.skip("Pi is not installed in piexp's cache here (make setup installs it)")
     if name in ("sandbox_warm_probe", "namespace_cost") and os.geteuid() != 0:
         pytest.skip(f"bench/{name}.py needs root")

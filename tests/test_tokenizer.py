@@ -175,6 +175,64 @@ def test_loading_twice_hits_cache(cache_root: Path, tok: ptok.ThreadSafeTokenize
     assert again.encode("hello world", add_special_tokens=False) == tok.encode("hello world")
 
 
+def _state(tokenizer) -> dict:
+    """Every attribute of a transformers tokenizer, its Rust backend as its JSON."""
+    return {**vars(tokenizer), "_tokenizer": tokenizer.backend_tokenizer.to_str()}
+
+
+def test_a_tokenizer_from_its_snapshot_is_the_one_from_pretrained_gives(
+    cache_root: Path, tok: ptok.ThreadSafeTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each job unpickles the tokenizer the first one loaded instead of loading it again
+    (about 0.3 s against 1 s): the same object, attribute for attribute, encoding alike."""
+    from transformers import PreTrainedTokenizerFast
+
+    from piexp.tokenizer.snapshot import load_tokenizer, snapshot_path
+
+    folder = ptok.offline_qwen3_tokenizer_dir()
+    assert snapshot_path(folder).is_file()  # kept by the fixture's load
+    fresh = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
+
+    def not_again(*_args, **_kwargs):
+        raise AssertionError("loaded afresh although its snapshot is kept")
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "from_pretrained", not_again)
+    kept = load_tokenizer(folder)
+    assert kept is not fresh and _state(kept) == _state(fresh)
+    for text in CORPUS:
+        for special in (True, False):
+            assert kept.encode(text, add_special_tokens=special) == fresh.encode(text, add_special_tokens=special)
+    ids = kept.encode(CORPUS[1] + "<|im_end|>")
+    assert kept.decode(ids, skip_special_tokens=True) == fresh.decode(ids, skip_special_tokens=True)
+
+
+def test_a_changed_file_a_torn_snapshot_or_one_others_may_write_loads_afresh(tmp_path: Path, cache_root: Path) -> None:
+    """The snapshot is named by every file the tokenizer is read from and the library
+    versions, so an edited config never gets an old tokenizer; a snapshot that does not
+    unpickle, or that another user could have written, is loaded afresh and kept anew."""
+    import shutil
+
+    from piexp.tokenizer.snapshot import load_tokenizer, snapshot_path
+
+    folder = tmp_path / "model"
+    shutil.copytree(ptok.offline_qwen3_tokenizer_dir(), folder)
+    assert load_tokenizer(folder).model_max_length == 131072
+    first = snapshot_path(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 4096}))
+    assert snapshot_path(folder) != first
+    assert load_tokenizer(folder).model_max_length == 4096
+    kept = snapshot_path(folder)
+    kept.write_bytes(b"torn")
+    assert load_tokenizer(folder).model_max_length == 4096
+    assert pickle.loads(kept.read_bytes()).model_max_length == 4096  # kept anew
+    with kept.open("wb") as out:  # a tokenizer of other settings, writable by anyone
+        pickle.dump(pickle.loads(first.read_bytes()), out)
+    kept.chmod(0o666)
+    assert load_tokenizer(folder).model_max_length == 4096
+    assert kept.stat().st_mode & 0o777 == 0o600
+
+
 def test_stale_cache_is_rebuilt_atomically(tmp_path: Path, cache_root: Path) -> None:
     target = tmp_path / "qwen3"
     target.mkdir()

@@ -18,6 +18,7 @@ from typing import Any
 
 from .build import offline_qwen3_tokenizer_dir
 from .memo import EncodeBudget, EncodeCache
+from .snapshot import load_tokenizer
 
 #: Methods the cookbook renderers and training code call; guarded explicitly so they
 #: are visible (and documented) rather than relying only on ``__getattr__``.
@@ -252,9 +253,7 @@ def _shared_backend(path: Path) -> tuple[Any, threading.RLock, EncodeCache]:
     with _LOAD_LOCK:
         backend = _backends.get(digest)
         if backend is None:
-            from transformers import PreTrainedTokenizerFast
-
-            tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+            tok = load_tokenizer(path)
             backend = _backends[digest] = (tok, threading.RLock(), EncodeCache())
         return backend
 

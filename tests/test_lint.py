@@ -93,7 +93,7 @@ def test_ruff_format_is_applied() -> None:
 
 @pytest.fixture(scope="module")
 def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One mypy cache for this file's two runs, new each session: the benches' run reuses
+    """One mypy cache for this file's two runs, new for each run of the suite: the benches' run reuses
     what the packages' run found of piexp and its dependencies (mypy rechecks a module
     whose source or dependencies changed, so a stale entry cannot hide an error)."""
     return tmp_path_factory.mktemp("mypy")

@@ -21,11 +21,12 @@ bump the pin here and in pyproject.toml.
    :func:`extra_step_metrics` replaces that function while ``main`` runs by one whose
    logger adds piexp's metrics to every training step's row (``metrics.jsonl``, W&B).
    Its module imports W&B (about 0.4 s), so only a job that trains checks and imports
-   it (:data:`TRAINING_HOOKS`). It also calls it with ``do_configure_logging_module=False``: the cookbook's own
-   configuration replaces every handler of the root logger (piexp's console and the
-   run's job.log) by a console handler whose level names are always ANSI-coloured, in a
-   terminal as in a log file; piexp keeps its handlers and adds the cookbook's
-   ``logs.log`` as a plain-text file beside them.
+   it (:data:`TRAINING_HOOKS`). It also calls it with
+   ``do_configure_logging_module=False``: the cookbook's own configuration replaces
+   every handler of the root logger (piexp's console and the run's job.log) by a console
+   handler whose level names are always ANSI-coloured, in a terminal as in a log file;
+   piexp keeps its handlers and adds the cookbook's ``logs.log`` as a plain-text file
+   beside them.
 5. **A group played elsewhere.** ``rl.train.main(rollout_executor=...)`` hands an executor
    ``rollouts._run_rollout_sync`` and a ``rollouts._RolloutTask``; ``rollouts=ray``
    (piexp/launch/ray_rollouts.py) sends the task, its group replaced by one that keeps its

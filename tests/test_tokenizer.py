@@ -233,6 +233,21 @@ def test_a_changed_file_a_torn_snapshot_or_one_others_may_write_loads_afresh(tmp
     assert kept.stat().st_mode & 0o777 == 0o600
 
 
+def test_a_snapshot_that_cannot_be_kept_costs_only_the_full_load(
+    tmp_path: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache that cannot be written (here its folder is a file, as root ignores
+    permissions) loads the tokenizer as before, with nothing half-written left behind."""
+    from piexp.tokenizer.snapshot import load_tokenizer
+
+    blocked = tmp_path / "cache"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("PIEXP_CACHE_DIR", str(blocked))
+    loaded = load_tokenizer(cache_root / "tokenizers" / "qwen3")  # built under the module's cache
+    assert loaded.eos_token == "<|im_end|>" and blocked.read_text() == "not a folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
 def test_stale_cache_is_rebuilt_atomically(tmp_path: Path, cache_root: Path) -> None:
     target = tmp_path / "qwen3"
     target.mkdir()

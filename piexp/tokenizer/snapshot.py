@@ -9,11 +9,16 @@ everything ``from_pretrained`` reads (every file of the folder but model weights
 folder's path (the tokenizer records it as ``name_or_path``) and the versions of Python,
 transformers and tokenizers: any change loads afresh and writes a new snapshot. A snapshot
 that cannot be read, or a file another user could have written, is ignored (loaded
-afresh); writing is atomic, so processes loading at once never read half a file.
+afresh); writing is atomic, so processes loading at once never read half a file, and a
+snapshot that cannot be written (a read-only or full disk) only costs the next process
+the full load. Snapshots are never removed: one per tokenizer folder and library
+versions (about 5 MB for Qwen3's vocabulary), under ``$PIEXP_CACHE_DIR/tokenizer-snapshots``,
+which may be deleted at any time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -68,12 +73,15 @@ def load_tokenizer(folder: Path) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
+    staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         with open(os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
             pickle.dump(tokenizer, out, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(staging, path)
-    except OSError:
-        pass  # a read-only cache: every process loads afresh, as before
+    except (OSError, pickle.PicklingError):
+        # Not kept (a read-only or full disk): the next process loads afresh, as before,
+        # and no half-written file is left behind.
+        with contextlib.suppress(OSError):  # never written, or its folder cannot be made
+            staging.unlink()
     return tokenizer

@@ -30,6 +30,7 @@ SMOKE_RUNS = {
     "vocabulary": ["--sizes=2048"],
     "suite": ["--workers=1", "tests/test_project_words.py"],
     "ray_rollouts": ["--episodes", "2"],  # a one-node Ray cluster, both harnesses: about 25 s
+    "forked_jobs": ["--pairs", "1"],
 }
 # Benches that train, or start the local model server, for minutes: imported only.
 IMPORTED_ONLY = (

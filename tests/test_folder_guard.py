@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from tests.job_launcher import run_piexp
 
 CANARY = "sk-canary-0123456789abcdef"
 
@@ -101,9 +102,7 @@ SMALL = ["mode=eval", "tasks.train_per_family=1", "tasks.eval_per_family=1", "mo
 
 def _piexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PIEXP_SWEEP_FAIL_JOBS")}
-    return subprocess.run(
-        [sys.executable, "-m", "piexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_piexp(*args, cwd=cwd, env=env, timeout=300)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -42,6 +40,7 @@ from piexp.launch.warm_start import write_summary
 from piexp.tasks import Task
 from piexp.transcripts.runs import load_run
 from piexp.transcripts.viewer import render_viewer
+from tests.job_launcher import run_piexp
 
 SANDBOX = "http://127.0.0.1:1/run_code"  # never called: the fixture grades without running programs
 
@@ -310,11 +309,17 @@ def test_adapting_a_family_without_declared_difficulty_exits_2_writing_nothing(t
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     env["PYTHONPATH"] = str(Path(piexp.__file__).resolve().parents[1])  # this checkout's piexp, from any folder
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "--config-dir", str(tmp_path / "conf"), "family=[arith,sums]",
-         "mode=train", "tasks.adaptive.enabled=true", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = run_piexp(
+        "--config-dir",
+        str(tmp_path / "conf"),
+        "family=[arith,sums]",
+        "mode=train",
+        "tasks.adaptive.enabled=true",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "cannot adapt family sums: it declares no difficulty levels" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stderr and not run_dir.exists()

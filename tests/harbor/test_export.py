@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.harbor.harbor_rules import (
     parse_rewards,
 )
 from tests.tasks.test_user_families import assert_refused, run_piexp, said, write_family
+from tests.job_launcher import run_piexp as launch
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["tasks.train_per_family=1", "tasks.eval_per_family=1"]
@@ -37,10 +37,7 @@ def export(
 ) -> subprocess.CompletedProcess:
     if env is None:
         return run_piexp(cwd, "export-harbor", *args, "--out", str(out), **kwargs)
-    return subprocess.run(
-        [sys.executable, "-m", "piexp", "export-harbor", *args, "--out", str(out)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    return launch("export-harbor", *args, "--out", str(out), cwd=cwd, env=env, timeout=300)
 
 
 def run_in_container(task: Path, work: Path, script: str) -> Path:

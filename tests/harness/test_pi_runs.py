@@ -9,25 +9,18 @@ import gzip
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from piexp.harness.pi.harness import PiHarness
 from piexp.run_folder import RunFolder
 from tests.harness.conftest import requires_pi
+from tests.job_launcher import run_piexp
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def piexp(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "piexp", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_piexp(*args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=timeout)
 
 
 @requires_pi

@@ -13,8 +13,6 @@ import asyncio
 import gzip
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from piexp.policies import make_policy
 from piexp.policies.scripted import render_assistant_tokens
 from piexp.tasks import task_reference
 from tests.harness.conftest import MODEL, PI_SETTINGS, episode_settings, pi_settings, requires_pi
+from tests.job_launcher import run_piexp
 
 pytestmark = requires_pi
 
@@ -197,14 +196,29 @@ def test_training_in_pi_on_the_local_service(tmp_path: Path):
     sequence splits, and `show --step first|last` lists each step's episodes."""
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
-    done = subprocess.run(
-        [sys.executable, "-m", "piexp", "service=local", "model=tiny-local", "harness=pi", "family=arith",
-         "lang=python", "tasks.train_per_family=2", "tasks.eval_per_family=1", "mode.group_size=2",
-         "mode.groups_per_batch=1", "mode.save_every=1", "mode.eval_every=1", "mode.preflight=false",
-         "limits.max_turns=4", "limits.max_generation_tokens=512", "warm_start.sft_steps=1", "warm_start.tasks=1",
-         "harness.options.wall_time_s=600", "mode.max_steps=2", f"hydra.run.dir={run_dir}"],
-        capture_output=True, text=True, env=env, timeout=1500, check=False,
-    )  # fmt: skip
+    done = run_piexp(
+        "service=local",
+        "model=tiny-local",
+        "harness=pi",
+        "family=arith",
+        "lang=python",
+        "tasks.train_per_family=2",
+        "tasks.eval_per_family=1",
+        "mode.group_size=2",
+        "mode.groups_per_batch=1",
+        "mode.save_every=1",
+        "mode.eval_every=1",
+        "mode.preflight=false",
+        "limits.max_turns=4",
+        "limits.max_generation_tokens=512",
+        "warm_start.sft_steps=1",
+        "warm_start.tasks=1",
+        "harness.options.wall_time_s=600",
+        "mode.max_steps=2",
+        f"hydra.run.dir={run_dir}",
+        env=env,
+        timeout=1500,
+    )
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [row for row in rows if "env/all/reward/total" in row]
@@ -228,13 +242,11 @@ def test_training_in_pi_on_the_local_service(tmp_path: Path):
         assert [row["iteration"] for row in json.loads(listed)] == [number, number]
     opened = _show(run_dir, "--source", "train", "--step", "last", "0")
     assert "train step 1 model " in opened and "harness pi" in opened
-    beyond = subprocess.run([sys.executable, "-m", "piexp", "show", str(run_dir), "--step", "2"],
-                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    beyond = run_piexp("show", str(run_dir), "--step", "2", timeout=120)
     assert beyond.returncode == 2 and "of steps 0 to 1" in beyond.stderr and "Traceback" not in beyond.stderr
 
 
 def _show(run_dir: Path, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "piexp", "show", str(run_dir), *args],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = run_piexp("show", str(run_dir), *args, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout

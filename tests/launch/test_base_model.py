@@ -7,8 +7,6 @@ as another run: `--replace` moves the folder aside)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from piexp.launch.base_model import (
     refuse_checkpoint_of_another_base_model,
 )
 from piexp.launch.manifest import MANIFEST_NAME
+from tests.job_launcher import run_piexp
 
 EVAL = ["experiment=learn_offline", "mode=eval", "policy=model"]
 
@@ -60,12 +59,7 @@ def test_a_run_that_recorded_no_base_model_is_not_refused(tmp_path: Path) -> Non
 def test_the_command_line_refuses_before_writing_or_building(tmp_path: Path) -> None:
     older = _training_run(tmp_path, "learner-local/0000000000000000")
     out = tmp_path / "eval-run"
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", *EVAL, f"checkpoint={older}", f"hydra.run.dir={out}"],
-        capture_output=True,
-        text=True,
-        timeout=120,  # a build of the model would take many minutes
-    )
+    result = run_piexp(*EVAL, f"checkpoint={older}", f"hydra.run.dir={out}", timeout=120)
     assert result.returncode == 2, result.stderr
     message = " ".join(result.stderr.split())  # the paragraph is wrapped to the terminal
     assert "was trained on the base model learner-local/0000000000000000" in message
@@ -111,12 +105,7 @@ def test_the_command_line_refuses_to_resume_on_another_base_model(tmp_path: Path
     run = tmp_path / "run"
     _held_run(run, TRAIN, "learner-local/0000000000000000")
     before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", *TRAIN, f"hydra.run.dir={run}"],
-        capture_output=True,
-        text=True,
-        timeout=120,  # a build of the model, or a run, would take many minutes
-    )
+    result = run_piexp(*TRAIN, f"hydra.run.dir={run}", timeout=120)
     assert result.returncode == 2, result.stderr
     message = " ".join(result.stderr.split())
     assert "already holds a different run" in message and "its base model differs" in message, message

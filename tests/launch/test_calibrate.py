@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from piexp.errors import UserError
 from piexp.policies import make_policy
 from piexp.policies.observation import DecodeCache, decode_model_input
 from piexp.tasks import FAMILIES, build_tasks
+from tests.job_launcher import run_piexp
 
 
 def _calibrate(sandbox_url: str, out: Path, *args: str) -> dict:
@@ -188,11 +187,18 @@ def test_a_multi_family_preset_calibrates_a_scripted_policy_on_its_local_model_o
     hub lookup fail at once instead of retrying."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("TINKER_API_KEY", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "calibrate", "experiment=learn_offline", "policy=oracle", "levels=1",
-         "n=2", "k=1", "--out", str(tmp_path / "c")],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
-    )  # fmt: skip
+    result = run_piexp(
+        "calibrate",
+        "experiment=learn_offline",
+        "policy=oracle",
+        "levels=1",
+        "n=2",
+        "k=1",
+        "--out",
+        str(tmp_path / "c"),
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     data = json.loads((tmp_path / "c" / "calibration.json").read_text())
     assert {(c["family"], c["level"], c["pass@1"]) for c in data["cells"]} == {

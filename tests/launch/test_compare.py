@@ -7,19 +7,25 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.job_launcher import run_piexp
 
 
 def _eval(run_dir: Path, policy: str, *extra: str) -> Path:
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "mode=eval", f"policy={policy}", "family=arith,dates", "lang=python",
-         "tasks.eval_per_family=4", "tasks.train_per_family=1", "mode.preflight=false", *extra,
-         f"hydra.run.dir={run_dir}"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+    result = run_piexp(
+        "mode=eval",
+        f"policy={policy}",
+        "family=arith,dates",
+        "lang=python",
+        "tasks.eval_per_family=4",
+        "tasks.train_per_family=1",
+        "mode.preflight=false",
+        *extra,
+        f"hydra.run.dir={run_dir}",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
 
@@ -35,8 +41,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _compare(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "piexp", "compare", *map(str, args)],
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    return run_piexp("compare", *map(str, args), timeout=300)
 
 
 def test_compare_writes_table_json_and_plot_with_intervals(runs: dict[str, Path], tmp_path: Path) -> None:

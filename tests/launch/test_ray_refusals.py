@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
+from tests.job_launcher import run_piexp
 
 EVAL = ["mode=eval", "policy=oracle", "family=arith", "lang=python", "mode.preflight=false", "rollouts=ray"]
 
@@ -17,9 +17,7 @@ def _piexp(*args: str, pythonpath: str | None = None) -> subprocess.CompletedPro
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([pythonpath, env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "piexp", *args], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+    return run_piexp(*args, env=env, timeout=120)
 
 
 def test_rollouts_ray_without_ray_says_how_to_install_it(tmp_path: Path) -> None:

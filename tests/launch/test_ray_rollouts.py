@@ -20,6 +20,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from tests.harness.conftest import requires_pi  # noqa: E402
+from tests.job_launcher import run_piexp  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +42,7 @@ def cluster() -> Iterator[Cluster]:
 
 def piexp(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if key not in ("TINKER_API_KEY", "RAY_ADDRESS")}
-    return subprocess.run(
-        [sys.executable, "-m", "piexp", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
-    )
+    return run_piexp(*args, env=env, timeout=timeout)
 
 
 def transcripts(path: Path) -> list[dict[str, Any]]:

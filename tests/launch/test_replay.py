@@ -6,23 +6,19 @@ the first turn it shows, with exit 1."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from piexp.commands.replay import main as replay
 from piexp.errors import UserError
+from tests.job_launcher import run_piexp
 
 SMALL = ["family=arith,json_tree", "lang=[python,javascript]", "tasks.eval_per_family=2", "tasks.train_per_family=1"]
 
 
 def _run(folder: Path, *overrides: str) -> Path:
-    done = subprocess.run(
-        [sys.executable, "-m", "piexp", *SMALL, *overrides, f"hydra.run.dir={folder}"],
-        cwd=folder.parent, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = run_piexp(*SMALL, *overrides, f"hydra.run.dir={folder}", cwd=folder.parent, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return folder
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from piexp.commands.rescore import main as rescore
 from piexp.errors import UserError
+from tests.job_launcher import run_piexp
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +23,19 @@ def wrong_run(tmp_path_factory) -> Path:
     """A real eval of the `wrong` policy (writes and runs a program that prints a wrong
     number: mutation and execution hold, output and answer do not), k=2."""
     run = tmp_path_factory.mktemp("rescore") / "wrong"
-    done = subprocess.run(
-        [sys.executable, "-m", "piexp", "mode=eval", "policy=wrong", "family=arith,dates", "lang=[python,javascript]",
-         "k=2", "tasks.eval_per_family=2", "tasks.train_per_family=1", "mode.preflight=false",
-         f"hydra.run.dir={run}"],
-        cwd=run.parent, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = run_piexp(
+        "mode=eval",
+        "policy=wrong",
+        "family=arith,dates",
+        "lang=[python,javascript]",
+        "k=2",
+        "tasks.eval_per_family=2",
+        "tasks.train_per_family=1",
+        "mode.preflight=false",
+        f"hydra.run.dir={run}",
+        cwd=run.parent,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return run
 

@@ -12,12 +12,12 @@ import glob
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from piexp.launch.result_logging import LOG_SUBDIR
+from tests.job_launcher import run_piexp
 
 SMALL = ["family=arith,dates", "lang=python", "tasks.eval_per_family=2", "tasks.train_per_family=1"]
 
@@ -28,8 +28,7 @@ def _piexp(cwd: Path, *args: str, offline: bool = True, home: Path | None = None
         env["WANDB_MODE"] = "offline"
     if home is not None:
         env["HOME"] = str(home)  # no ~/.netrc: no `wandb login` credentials either
-    done = subprocess.run([sys.executable, "-m", "piexp", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = run_piexp(*args, cwd=cwd, env=env, timeout=300)
     if offline:
         assert done.returncode == 0, done.stderr[-3000:]
     return done

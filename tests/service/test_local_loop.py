@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from piexp.launch.base_model import base_model_identity
 
 from piexp.sweeps.marker import MARKER_PATH
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, read_transcripts
+from tests.job_launcher import run_piexp
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +31,7 @@ OVERRIDES = [
 
 def _loop(run_dir: Path) -> str:
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}  # no key needed
-    result = subprocess.run([sys.executable, "-m", "piexp", *OVERRIDES, f"hydra.run.dir={run_dir}"],
-                            capture_output=True, text=True, env=env, timeout=1200, check=False)  # fmt: skip
+    result = run_piexp(*OVERRIDES, f"hydra.run.dir={run_dir}", env=env, timeout=1200)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     return result.stdout + result.stderr
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.job_launcher import run_piexp
 
 pytestmark = pytest.mark.slow
 
@@ -40,10 +40,7 @@ OVERRIDES = [
 
 def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}  # no key needed
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", *OVERRIDES, *extra, f"hydra.run.dir={run_dir}"],
-        capture_output=True, text=True, env=env, timeout=1500, check=False,
-    )  # fmt: skip
+    result = run_piexp(*OVERRIDES, *extra, f"hydra.run.dir={run_dir}", env=env, timeout=1500)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     return result
 
@@ -130,12 +127,22 @@ def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_mo
     # on that run's state: every episode runs (none fails to load the model).
     eval_dir = tmp_path / "eval"
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "mode=eval", "policy=model", "service=local", "model=tiny-local",
-         "family=arith", "lang=python", "tasks.eval_per_family=2", "mode.preflight=false", "limits.max_turns=2",
-         "limits.max_generation_tokens=64", f"checkpoint={run_dir}", f"hydra.run.dir={eval_dir}"],
-        capture_output=True, text=True, env=env, timeout=900, check=False,
-    )  # fmt: skip
+    result = run_piexp(
+        "mode=eval",
+        "policy=model",
+        "service=local",
+        "model=tiny-local",
+        "family=arith",
+        "lang=python",
+        "tasks.eval_per_family=2",
+        "mode.preflight=false",
+        "limits.max_turns=2",
+        "limits.max_generation_tokens=64",
+        f"checkpoint={run_dir}",
+        f"hydra.run.dir={eval_dir}",
+        env=env,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     results = json.loads((eval_dir / "results.json").read_text())
     assert results["checkpoint"] == str(run_dir) and results["overall"]["episodes"] == 2
@@ -145,12 +152,24 @@ def test_local_training_steps_checkpoints_and_resumes(server_venv: Path, tiny_mo
     # calibrate evaluates the checkpoint once per level on one server, which holds at most
     # 4 LoRA adapters: five levels load it once (each level loaded it anew and the fourth
     # failed with "Maximum number of LoRA adapters (4) reached").
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "calibrate", "service=local", "model=tiny-local", "family=arith",
-         "lang=python", "policy=model", f"checkpoint={run_dir}", "levels=1-5", "n=2", "k=1",
-         "limits.max_turns=2", "limits.max_generation_tokens=64", "--out", str(tmp_path / "calibration")],
-        capture_output=True, text=True, env=env, timeout=900, check=False,
-    )  # fmt: skip
+    result = run_piexp(
+        "calibrate",
+        "service=local",
+        "model=tiny-local",
+        "family=arith",
+        "lang=python",
+        "policy=model",
+        f"checkpoint={run_dir}",
+        "levels=1-5",
+        "n=2",
+        "k=1",
+        "limits.max_turns=2",
+        "limits.max_generation_tokens=64",
+        "--out",
+        str(tmp_path / "calibration"),
+        env=env,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     cells = json.loads((tmp_path / "calibration" / "calibration.json").read_text())["cells"]
     assert [(cell["level"], cell["episodes"]) for cell in cells] == [(level, 2) for level in range(1, 6)]

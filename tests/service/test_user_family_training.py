@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from piexp.transcripts.store import TRAIN_TRANSCRIPTS, read_transcripts
+from tests.job_launcher import run_piexp
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,7 @@ TRAIN = [
 def _piexp(cwd: Path, *args: str, pythonpath: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pythonpath), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-m", "piexp", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=1200)  # fmt: skip
+    return run_piexp(*args, cwd=cwd, env=env, timeout=1200)
 
 
 def test_a_scaffolded_family_and_a_task_file_train_in_the_smallest_local_loop(

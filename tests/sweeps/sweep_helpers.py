@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from tests.job_launcher import run_piexp as launch
 
 SMALL = [
     "mode=eval",
@@ -25,14 +25,7 @@ def run_piexp(
 ) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "PIEXP_SWEEP_FAIL_JOBS")}
     environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "piexp", *args],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return launch(*args, cwd=cwd, env=environment, timeout=timeout)
 
 
 def read_json(path: Path) -> dict:

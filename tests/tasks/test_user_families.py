@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from piexp.errors import UserError
+from tests.job_launcher import run_piexp as launch
 
 SMALL = ["tasks.train_per_family=2", "tasks.eval_per_family=2", "mode.oracle_tasks_per_cell=1"]
 
@@ -91,9 +92,7 @@ def run_piexp(
     env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pythonpath), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "piexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return launch(*args, cwd=cwd, env=env, timeout=timeout)
 
 
 def read_json(path: Path) -> dict:

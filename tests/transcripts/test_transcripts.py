@@ -25,6 +25,7 @@ from piexp.policies.rollout import run_episode
 from piexp.policies.scripted import render_assistant_tokens
 from piexp.transcripts import capture
 from piexp.transcripts.store import EVAL_TRANSCRIPTS, TranscriptWriter, read_transcripts, transcript_key
+from tests.job_launcher import run_piexp
 
 BASE = ["mode=eval", "family=[arith]", "lang=[python]", "tasks.train_per_family=1", "tasks.eval_per_family=2"]
 CANARY = "sk-transcript-canary-0123456789"
@@ -166,12 +167,7 @@ def test_eval_resume_keeps_transcripts_and_records_one_to_one(sandbox_url, tmp_p
 def test_show_prints_a_failed_episode_and_refuses_a_bad_number(sandbox_url, tmp_path):
     config = load([*BASE, "policy=wrong"])
     evaluate.run_eval(config, tmp_path, sandbox_url, build_splits(config))
-    shown = subprocess.run(
-        [sys.executable, "-m", "piexp", "show", str(tmp_path), "--failed", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = run_piexp("show", str(tmp_path), "--failed", "0", timeout=120)
     assert shown.returncode == 0, shown.stderr
     for text in (
         "assistant",
@@ -183,17 +179,10 @@ def test_show_prints_a_failed_episode_and_refuses_a_bad_number(sandbox_url, tmp_
         "reward 0 binary",
     ):
         assert text in shown.stdout, text
-    listed = subprocess.run(
-        [sys.executable, "-m", "piexp", "show", str(tmp_path), "--json", "--lang", "python"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    listed = run_piexp("show", str(tmp_path), "--json", "--lang", "python", timeout=120)
     rows = json.loads(listed.stdout)
     assert len(rows) == 2 and all(row["language"] == "python" and not row["passed"] for row in rows)
-    bad = subprocess.run(
-        [sys.executable, "-m", "piexp", "show", str(tmp_path), "7"], capture_output=True, text=True, timeout=120
-    )
+    bad = run_piexp("show", str(tmp_path), "7", timeout=120)
     assert bad.returncode == 2 and "There is no episode 7" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -202,9 +191,7 @@ def test_show_explains_a_bad_folder(tmp_path, target):
     path = tmp_path / target
     if target == "file":
         path.write_text("x")
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "show", str(path)], capture_output=True, text=True, timeout=120
-    )
+    result = run_piexp("show", str(path), timeout=120)
     assert result.returncode == 2 and "Cannot show" in result.stderr and "Traceback" not in result.stderr
 
 

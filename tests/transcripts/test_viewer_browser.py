@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from piexp.launch import evaluate
 from piexp.env.splits import build_splits
 from piexp.transcripts.store import EVAL_TRANSCRIPTS, TRAIN_TRANSCRIPTS, TranscriptWriter, read_transcripts
 from piexp.transcripts.viewer import VIEWER_FILE, write_run_viewer
+from tests.job_launcher import run_piexp
 
 pytestmark = pytest.mark.skipif(
     chromium_path() is None, reason="chromium is not installed (scripts/setup.sh installs Debian's package)"
@@ -52,12 +51,7 @@ def test_viewer_in_chromium(sandbox_url, tmp_path):
     wrong = eval_run(sandbox_url, tmp_path / "wrong", "wrong")
     oracle = eval_run(sandbox_url, tmp_path / "oracle", "oracle")
     compared = tmp_path / "compare.html"
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "show", str(wrong), "--html", str(compared), "--against", str(oracle)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_piexp("show", str(wrong), "--html", str(compared), "--against", str(oracle), timeout=120)
     assert result.returncode == 0, result.stderr
     train = tmp_path / "train"  # what a train run leaves: cookbook metrics and per-iteration pages
     (train / "iteration_000000").mkdir(parents=True)
@@ -134,12 +128,7 @@ def test_a_passing_check_counts_expectations_met(tmp_path):
     """The viewer of a passing `mode=check` counts expectations met, not binary reward
     (the crash and wrong checks pass by earning nothing and must not show as failures)."""
     run = tmp_path / "check"
-    result = subprocess.run(
-        [sys.executable, "-m", "piexp", "mode=check", "family=arith", "lang=python", f"hydra.run.dir={run}"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    result = run_piexp("mode=check", "family=arith", "lang=python", f"hydra.run.dir={run}", timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     episodes = json.loads((run / "check.json").read_text())["episodes"]
     sampled = sum(episode["policy"] in ("crash", "wrong", "guess") for episode in episodes)

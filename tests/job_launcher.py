@@ -14,7 +14,8 @@ What a forked job shares with the launcher is what was fixed when those packages
 imported: their import-time reads of the environment, `sys.flags`, the hash seed. So a job
 is forked only when its environment equals the one the tests were collected with, apart
 from variables read at run time (`PIEXP_*`, `TINKER_API_KEY`, `PYTEST_CURRENT_TEST`),
-those of packages the launcher does not import (`RAY_*`), and `PYTHONPATH` (applied to
+those of code the launcher does not import (`RAY_*`, `WANDB_*`, `TORCHINDUCTOR_*`), and
+`PYTHONPATH` (applied to
 the child's `sys.path` as the interpreter would); any other difference (`HOME`, `TZ`,
 `PYTHONHASHSEED`, ...) runs it with a fresh interpreter. `PIEXP_TESTS_EXEC_JOBS=1` runs
 every job with a fresh interpreter, and `PIEXP_TESTS_JOB_LOG=FILE` appends a line per job
@@ -80,10 +81,11 @@ PRELOAD = (
 )
 #: Variables a job may set differently from the launcher: read at run time (pytest names
 #: the test running in PYTEST_CURRENT_TEST; nothing imported reads it), or read only by
-#: packages the launcher does not import (Ray, which also sets RAY_CLIENT_MODE in the
-#: environment of the tests that import it, reads its own when the job imports it).
+#: code the launcher does not import, which the job imports itself: Ray (which also sets
+#: RAY_CLIENT_MODE in the environment of the tests that import it), W&B, and torch's
+#: compiler (torch._inductor, imported on first compile, not by `import torch`).
 RUN_TIME_VARIABLES = ("PYTHONPATH", "TINKER_API_KEY", "PYTEST_CURRENT_TEST")
-RUN_TIME_PREFIXES = ("PIEXP_", "RAY_")
+RUN_TIME_PREFIXES = ("PIEXP_", "RAY_", "WANDB_", "TORCHINDUCTOR_")
 EXEC_ONLY = "PIEXP_TESTS_EXEC_JOBS"
 #: A file to which each job appends how it started and the variables it set differently.
 JOB_LOG = "PIEXP_TESTS_JOB_LOG"
@@ -197,13 +199,9 @@ def _become(job: dict[str, Any], base_path: list[str]) -> None:
     runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
 
 
-def _launcher_main(socket_path: str) -> None:
-    os.chdir("/")
-    parent = os.getppid()
-    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    # The interpreter's own entries (stdlib, site-packages), without the script's folder
-    # and the launcher's PYTHONPATH: each child puts its folder and PYTHONPATH first.
-    base_path = [entry for entry in sys.path[1:] if entry not in inherited]
+def preload() -> None:
+    """Import what the launcher holds for its children: PRELOAD, and pyplot as piexp's
+    plots select it."""
     import importlib
 
     import matplotlib
@@ -216,6 +214,15 @@ def _launcher_main(socket_path: str) -> None:
         except ImportError:
             continue  # a name another version of the package lacks: the job imports what it needs
 
+
+def _launcher_main(socket_path: str) -> None:
+    os.chdir("/")
+    parent = os.getppid()
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    # The interpreter's own entries (stdlib, site-packages), without the script's folder
+    # and the launcher's PYTHONPATH: each child puts its folder and PYTHONPATH first.
+    base_path = [entry for entry in sys.path[1:] if entry not in inherited]
+    preload()
     job = _serve(socket_path, parent)
     if job is not None:
         _become(job, base_path)

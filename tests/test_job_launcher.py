@@ -66,12 +66,26 @@ def test_a_job_past_its_timeout_is_killed_and_raises_as_subprocess_run_does(tmp_
     assert done.returncode == 2
 
 
+def _launcher_modules() -> set[str]:
+    """The modules the launcher has imported before it forks (its preload, in a fresh
+    interpreter)."""
+    probe = "import sys, tests.job_launcher as launcher; launcher.preload(); print(' '.join(sys.modules))"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(done.stdout.split())
+
+
 def test_only_piexp_s_own_variables_and_pythonpath_may_differ_from_the_launcher() -> None:
     base = {"HOME": "/root", "PATH": "/usr/bin", "LANG": "C.UTF-8"}
     assert forkable({**base, "PIEXP_CACHE_DIR": "/x", "PYTHONPATH": "/y", "TINKER_API_KEY": "k"}, base)
     assert forkable(dict(base), {**base, "PIEXP_SWEEP_FAIL_JOBS": "1"})
-    # Ray is not among the launcher's imports: the job's own import reads its variables.
-    assert forkable({**base, "RAY_CLIENT_MODE": "0", "PYTEST_CURRENT_TEST": "t (call)"}, base)
+    # Ray, W&B and torch's compiler are not among the launcher's imports: the job's own
+    # import reads their variables.
+    assert forkable({**base, "RAY_CLIENT_MODE": "0", "PYTEST_CURRENT_TEST": "t (call)", "WANDB_MODE": "offline"}, base)
+    assert forkable({**base, "TORCHINDUCTOR_CACHE_DIR": "/c"}, base)
+    for name in ("ray", "wandb", "torch._inductor"):
+        assert name not in _launcher_modules(), name
     # What an imported package may have read at import: a fresh interpreter.
     for key, value in (("HOME", "/tmp/h"), ("TZ", "Asia/Kolkata"), ("PYTHONHASHSEED", "1"), ("HF_HOME", "/h")):
         assert not forkable({**base, key: value}, base), key

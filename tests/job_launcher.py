@@ -132,6 +132,9 @@ def _serve(socket_path: str, parent: int) -> dict[str, Any] | None:
         if listener in readable:
             connection, _ = listener.accept()
             job = _receive(connection)
+            if job is None:
+                connection.close()
+                continue
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -167,17 +170,28 @@ def _serve(socket_path: str, parent: int) -> dict[str, Any] | None:
     return None
 
 
-def _receive(connection: socket.socket) -> dict[str, Any]:
+def _receive(connection: socket.socket) -> dict[str, Any] | None:
+    """The job a test sent, its stream fds included; None when the test hung up first."""
     fds = array.array("i")
     message, ancillary, _, _ = connection.recvmsg(1 << 20, socket.CMSG_LEN(3 * fds.itemsize))
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
-    while not message.endswith(b"\n"):
-        message += connection.recv(1 << 20)
+    while message and not message.endswith(b"\n"):
+        chunk = connection.recv(1 << 20)
+        message = message + chunk if chunk else b""
+    if not message:
+        for fd in fds:
+            os.close(fd)
+        return None
     job: dict[str, Any] = json.loads(message)
     job["fds"] = list(fds)
     return job
+
+
+def _path_entries(environment: Mapping[str, str]) -> list[str]:
+    """The folders PYTHONPATH names, as the interpreter puts them on sys.path."""
+    return [entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]
 
 
 def _become(job: dict[str, Any], base_path: list[str]) -> None:
@@ -191,8 +205,7 @@ def _become(job: dict[str, Any], base_path: list[str]) -> None:
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
-    extra = [entry for entry in job["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
-    sys.path[:] = [os.getcwd(), *extra, *base_path]
+    sys.path[:] = [os.getcwd(), *_path_entries(job["env"]), *base_path]
     # As `python -m piexp ARGS` starts: argv[0] becomes the module's path in runpy.
     sys.argv = ["-m", *job["args"]]
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -218,10 +231,9 @@ def preload() -> None:
 def _launcher_main(socket_path: str) -> None:
     os.chdir("/")
     parent = os.getppid()
-    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     # The interpreter's own entries (stdlib, site-packages), without the script's folder
     # and the launcher's PYTHONPATH: each child puts its folder and PYTHONPATH first.
-    base_path = [entry for entry in sys.path[1:] if entry not in inherited]
+    base_path = [entry for entry in sys.path[1:] if entry not in _path_entries(os.environ)]
     preload()
     job = _serve(socket_path, parent)
     if job is not None:
@@ -235,12 +247,11 @@ class _Launcher:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="piexp-jobs-")
         self.socket_path = os.path.join(self.folder, "launcher.sock")
-        self.env = WORKER_ENV
         self.process = subprocess.Popen(
             [sys.executable, __file__, self.socket_path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            env=self.env,
+            env=WORKER_ENV,
         )
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], START_TIMEOUT_S)
@@ -256,23 +267,24 @@ class _Launcher:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def run(
-        self, args: Sequence[str], cwd: str, env: dict[str, str], timeout: float | None, input: str | None
+        self, args: Sequence[str], cwd: str, env: dict[str, str], timeout: float | None
     ) -> subprocess.CompletedProcess[str]:
         deadline = None if timeout is None else time.monotonic() + timeout
         with (
-            tempfile.TemporaryFile() as stdin,
+            open(os.devnull, "rb") as stdin,
             tempfile.TemporaryFile() as stdout,
             tempfile.TemporaryFile() as stderr,
             socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection,
         ):
-            stdin.write((input or "").encode())
-            stdin.seek(0)
             connection.connect(self.socket_path)
             job = {"module": "piexp", "args": list(args), "cwd": cwd, "env": env}
             fds = array.array("i", [stdin.fileno(), stdout.fileno(), stderr.fileno()])
             connection.sendmsg([json.dumps(job).encode() + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             replies = _Lines(connection)
-            pid = json.loads(replies.next(None) or "{}")["pid"]
+            started = replies.next(None)
+            if started is None:
+                raise RuntimeError(f"the job launcher (pid {self.process.pid}) hung up before starting the job")
+            pid = json.loads(started)["pid"]
             line = replies.next(deadline)
             timed_out = line is None
             if timed_out:
@@ -321,34 +333,30 @@ def run_piexp(
     cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
-    input: str | None = None,
-    python: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`subprocess.run([python, "-m", "piexp", *args], capture_output=True, text=True)`:
+    """`subprocess.run([sys.executable, "-m", "piexp", *args], capture_output=True, text=True)`:
     the same result, forked from the launcher when the environment allows it."""
     global _launcher
     environment = dict(os.environ if env is None else env)
     folder = str(Path(cwd) if cwd is not None else Path.cwd())
-    interpreter = python or sys.executable
-    fork = interpreter == sys.executable and os.environ.get(EXEC_ONLY) != "1" and forkable(environment, WORKER_ENV)
+    fork = os.environ.get(EXEC_ONLY) != "1" and forkable(environment, WORKER_ENV)
     if os.environ.get(JOB_LOG):
         differing = sorted(key for key in {*environment, *WORKER_ENV} if environment.get(key) != WORKER_ENV.get(key))
         with open(os.environ[JOB_LOG], "a", encoding="utf-8") as log:
             print("forked" if fork else "fresh", *differing, file=log)
     if not fork:
         return subprocess.run(
-            [interpreter, "-m", "piexp", *args],
+            [sys.executable, "-m", "piexp", *args],
             cwd=folder,
             env=environment,
             capture_output=True,
             text=True,
             timeout=timeout,
-            input=input,
             check=False,
         )
     if _launcher is None:
         _launcher = _Launcher()
-    return _launcher.run(list(args), folder, environment, timeout, input)
+    return _launcher.run(list(args), folder, environment, timeout)
 
 
 if __name__ == "__main__":

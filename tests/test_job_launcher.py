@@ -8,6 +8,7 @@ command line."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,14 @@ def test_only_piexp_s_own_variables_and_pythonpath_may_differ_from_the_launcher(
     for key, value in (("HOME", "/tmp/h"), ("TZ", "Asia/Kolkata"), ("PYTHONHASHSEED", "1"), ("HF_HOME", "/h")):
         assert not forkable({**base, key: value}, base), key
     assert not forkable({k: v for k, v in base.items() if k != "LANG"}, base)
+
+
+def test_a_test_that_hangs_up_before_sending_its_job_leaves_the_launcher_serving() -> None:
+    """The launcher is one loop for a worker's jobs: a client gone mid-message must not stall it."""
+    assert run_piexp("mode=eval", "lang=cobol", timeout=300).returncode == 2  # the launcher is up
+    assert job_launcher._launcher is not None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.connect(job_launcher._launcher.socket_path)
+        client.sendall(b'{"module": "piexp"')  # no newline: the message never ends
+    done = run_piexp("mode=eval", "lang=cobol", timeout=120)
+    assert done.returncode == 2 and "cobol" in done.stderr

@@ -1,7 +1,9 @@
 """Where the test suite's time goes: runs pytest as `make test` does (parallel workers,
 whole files each, slow files first) and prints the wall time, the CPU the machine spent
 meanwhile and the floor that CPU sets on the wall time (CPU seconds over the cores), then
-each test file's share of the time its workers spent in tests.
+each test file's share of the time its workers spent in tests and of the CPU its tests
+spent (tests/conftest.py's `--cpu-file`: each test's process, the processes it waited for
+and the jobs it forked; daemons nobody waits for, such as a job launcher, are not counted).
 
 Usage: `python bench/suite.py [--workers=N] [PYTEST_ARGS ...]` (`--workers`: as `make
 test` chooses, one more than the cores, at most 4; PYTEST_ARGS: files or options, the
@@ -21,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -45,6 +48,16 @@ def per_file(output: str) -> dict[str, float]:
     return dict(seconds)
 
 
+def cpu_per_file(text: str) -> dict[str, float]:
+    """CPU seconds per test file, from tests/conftest.py's `--cpu-file` lines."""
+    seconds: dict[str, float] = defaultdict(float)
+    for line in text.splitlines():
+        value, _, nodeid = line.strip().partition(" ")
+        if nodeid:
+            seconds[nodeid.split("::")[0]] += float(value)
+    return dict(seconds)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cores = len(os.sched_getaffinity(0))
@@ -58,9 +71,13 @@ def main() -> int:
     ]  # fmt: skip
     console = Console()
     console.print(f"running {' '.join(command[1:])} ...")
-    cpu0, wall0 = busy_cpu_ms(), time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
-    wall, cpu = time.perf_counter() - wall0, (busy_cpu_ms() - cpu0) / 1e3
+    with tempfile.TemporaryDirectory(prefix="piexp-suite-") as scratch:
+        cpu_file = Path(scratch) / "cpu.txt"
+        cpu0, wall0 = busy_cpu_ms(), time.perf_counter()
+        done = subprocess.run([*command, f"--cpu-file={cpu_file}"], cwd=REPO, capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        wall, cpu = time.perf_counter() - wall0, (busy_cpu_ms() - cpu0) / 1e3
+        cpu_files = cpu_per_file(cpu_file.read_text(encoding="utf-8") if cpu_file.is_file() else "")
     outcome = next(
         (m.group(1) or m.group(2) for line in done.stdout.splitlines()[::-1] if (m := OUTCOME.search(line.strip()))),
         f"pytest exited {done.returncode}",
@@ -80,11 +97,22 @@ def main() -> int:
     for name, seconds in sorted(files.items(), key=lambda item: -item[1])[: args.top]:
         running += seconds
         shares.add_row(name, f"{seconds:.0f}", f"{seconds / total:.1%}", f"{running / total:.1%}")
+    attributed = sum(cpu_files.values())
+    by_cpu = Table(title=f"test files by their tests' CPU ({attributed:.0f} s, {attributed / max(cpu, 1e-9):.0%} of the "
+                         "machine's)")  # fmt: skip
+    for column in ("test file", "CPU seconds", "share", "cumulative share"):
+        by_cpu.add_column(column)
+    running = 0.0
+    for name, seconds in sorted(cpu_files.items(), key=lambda item: -item[1])[: args.top]:
+        running += seconds
+        by_cpu.add_row(name, f"{seconds:.0f}", f"{seconds / max(attributed, 1e-9):.1%}",
+                       f"{running / max(attributed, 1e-9):.1%}")  # fmt: skip
     console.print(summary)
     console.print(shares)
+    console.print(by_cpu)
     if done.returncode not in (0, 5):  # 5: nothing collected
         console.print(done.stdout[-3000:] + done.stderr[-2000:])
-    record(__file__, [summary, shares])
+    record(__file__, [summary, shares, by_cpu])
     return done.returncode
 
 

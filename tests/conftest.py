@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         default=None,
         help="also write the slowest tests (as many as --durations asks, default 25) into PATH",
+    )
+    parser.addoption(
+        "--cpu-file",
+        metavar="PATH",
+        default=None,
+        help="write each test's CPU seconds (its setup, call and teardown, with the processes they waited for) into PATH",
     )
 
 
@@ -42,9 +49,50 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items.sort(key=rank)
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process, its waited-for children and the jobs it forked."""
+    from tests.job_launcher import forked_jobs_cpu_s
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked_jobs_cpu_s()
+
+
+_cpu_at_start: dict[str, float] = {}
+_cpu_by_test: dict[str, float] = {}
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _cpu_at_start[nodeid] = _cpu_s()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test's CPU on its teardown report (a parallel run's worker sends it to the
+    controller with the report): the CPU of the process running it, of the processes it
+    waited for (a fresh job, a server it stopped, a module's cluster on the last test's
+    teardown) and of the jobs it forked. Daemons nobody waits for are not counted."""
+    outcome = yield
+    if call.when == "teardown" and item.nodeid in _cpu_at_start:
+        spent = _cpu_s() - _cpu_at_start.pop(item.nodeid)
+        outcome.get_result().user_properties.append(("cpu_s", round(spent, 3)))  # type: ignore[attr-defined]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "cpu_s" and report.when == "teardown":
+            _cpu_by_test[report.nodeid] = float(value)
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """`--durations-file`: pytest's --durations table in a file (`make test` names it), so
+    """`--cpu-file`: each test's CPU, most first (bench/suite.py sums it per file).
+    `--durations-file`: pytest's --durations table in a file (`make test` names it), so
     the slowest tests of a whole run can be read after the fact and the suite kept fast."""
+    cpu_file = config.getoption("--cpu-file")
+    if cpu_file:
+        ranked = sorted(_cpu_by_test.items(), key=lambda item: -item[1])
+        Path(cpu_file).write_text(
+            "".join(f"{seconds:10.3f} {nodeid}\n" for nodeid, seconds in ranked), encoding="utf-8"
+        )
     path = config.getoption("--durations-file")
     if not path:
         return

@@ -154,7 +154,7 @@ def _serve(socket_path: str, parent: int) -> dict[str, Any] | None:
             waiting[pid] = connection
         while waiting:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
@@ -162,8 +162,11 @@ def _serve(socket_path: str, parent: int) -> dict[str, Any] | None:
             connection = waiting.pop(pid, None)
             if connection is not None:
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                # The job's CPU and that of the processes it waited for: the launcher's
+                # children are not the test's, so the test's CPU counts it from here.
+                cpu_s = usage.ru_utime + usage.ru_stime
                 try:
-                    connection.sendall(json.dumps({"returncode": code}).encode() + b"\n")
+                    connection.sendall(json.dumps({"returncode": code, "cpu_s": cpu_s}).encode() + b"\n")
                 except OSError:
                     pass  # the test stopped waiting (its timeout killed the job)
                 connection.close()
@@ -290,7 +293,9 @@ class _Launcher:
             if timed_out:
                 os.kill(pid, signal.SIGKILL)
                 line = replies.next(time.monotonic() + 60)
-            returncode = json.loads(line)["returncode"] if line else -signal.SIGKILL
+            reply = json.loads(line) if line else {"returncode": -signal.SIGKILL}
+            returncode = reply["returncode"]
+            _forked_cpu_s[0] += reply.get("cpu_s", 0.0)
 
             def read(file: Any) -> str:
                 file.seek(0)
@@ -326,6 +331,13 @@ class _Lines:
 
 
 _launcher: _Launcher | None = None
+_forked_cpu_s = [0.0]
+
+
+def forked_jobs_cpu_s() -> float:
+    """CPU seconds of the forked jobs this process has run, with the processes they waited
+    for: a fresh job's CPU is already this process's children's, a forked one's is not."""
+    return _forked_cpu_s[0]
 
 
 def run_piexp(

@@ -54,19 +54,22 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def run_backend_script(server_venv: Path, tiny_model: Path):
     """Run a check script in the server venv (argv: launcher, tiny model, variant), with
-    the server's allocator, after loading the server-side package and, for the `patched`
-    variant, applying its engine patches `patch` (comma-separated names of
-    skyrl_server.ENGINE_PATCHES, applied in that list's order); return the JSON the
-    script prints on its `RESULT ` line."""
+    the server's allocator and its persistent JAX compilation cache, after loading the
+    server-side package and, for the `patched` variant, applying its engine patches
+    `patch` (comma-separated names of skyrl_server.ENGINE_PATCHES, applied in that list's
+    order); return the JSON the script prints on its `RESULT ` line. A program loaded from
+    the cache is the one compiling would give (JAX keys it by the program, shapes, versions
+    and CPU); on a warm cache these scripts take about half the CPU."""
     from piexp.allocator import allocator_env
     from piexp.service.compat import run_server_script
+    from piexp.service.local_server import compilation_cache_env, default_compilation_cache_dir
     from piexp.service.local_venv import venv_python
 
     def run(script: str, launcher: Path, variant: str, patch: str) -> dict:
         return run_server_script(
             script, [tiny_model, variant], patches=patch.split(",") if variant == "patched" else (),
             python=venv_python(server_venv), launcher=launcher, timeout_s=900,
-            env=allocator_env()[0],  # the server's allocator (the same values, faster)
+            env={**allocator_env()[0], **compilation_cache_env(default_compilation_cache_dir())},
         )  # fmt: skip
 
     return run

@@ -58,6 +58,17 @@ def cpu_per_file(text: str) -> dict[str, float]:
     return dict(seconds)
 
 
+def failures(output: str, limit: int = 20000) -> str:
+    """pytest's failure reports (its FAILURES section, up to `limit` characters) and its
+    closing summary: what a failed run needs read, which the durations table would push
+    out of a tail."""
+    start = next((m.start() for m in re.finditer(r"^=+ FAILURES =+$", output, re.MULTILINE)), None)
+    end = next((m.start() for m in re.finditer(r"^=+ slowest durations =+$", output, re.MULTILINE)), None)
+    reports = output[start:end][:limit] if start is not None else ""
+    closing = [m.start() for m in re.finditer(r"^=+ short test summary info =+$", output, re.MULTILINE)]
+    return reports + "\n" + (output[closing[-1] :] if closing else output[-3000:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cores = len(os.sched_getaffinity(0))
@@ -77,7 +88,8 @@ def main() -> int:
         done = subprocess.run([*command, f"--cpu-file={cpu_file}"], cwd=REPO, capture_output=True, text=True,
                               check=False)  # fmt: skip
         wall, cpu = time.perf_counter() - wall0, (busy_cpu_ms() - cpu0) / 1e3
-        cpu_files = cpu_per_file(cpu_file.read_text(encoding="utf-8") if cpu_file.is_file() else "")
+        cpu_lines = cpu_file.read_text(encoding="utf-8") if cpu_file.is_file() else ""
+        cpu_files = cpu_per_file(cpu_lines)
     outcome = next(
         (m.group(1) or m.group(2) for line in done.stdout.splitlines()[::-1] if (m := OUTCOME.search(line.strip()))),
         f"pytest exited {done.returncode}",
@@ -107,12 +119,19 @@ def main() -> int:
         running += seconds
         by_cpu.add_row(name, f"{seconds:.0f}", f"{seconds / max(attributed, 1e-9):.1%}",
                        f"{running / max(attributed, 1e-9):.1%}")  # fmt: skip
+    by_test = Table(title="tests by their CPU")
+    for column in ("test", "CPU seconds"):
+        by_test.add_column(column)
+    for line in cpu_lines.splitlines()[: args.top]:
+        seconds, _, nodeid = line.strip().partition(" ")
+        by_test.add_row(nodeid, f"{float(seconds):.0f}")
     console.print(summary)
     console.print(shares)
     console.print(by_cpu)
+    console.print(by_test)
     if done.returncode not in (0, 5):  # 5: nothing collected
-        console.print(done.stdout[-3000:] + done.stderr[-2000:])
-    record(__file__, [summary, shares, by_cpu])
+        console.print(failures(done.stdout) + done.stderr[-2000:])
+    record(__file__, [summary, shares, by_cpu, by_test])
     return done.returncode
 
 

@@ -123,8 +123,8 @@ def main() -> int:
     for column in ("test", "CPU seconds"):
         by_test.add_column(column)
     for line in cpu_lines.splitlines()[: args.top]:
-        seconds, _, nodeid = line.strip().partition(" ")
-        by_test.add_row(nodeid, f"{float(seconds):.0f}")
+        spent, _, nodeid = line.strip().partition(" ")
+        by_test.add_row(nodeid, f"{float(spent):.0f}")
     console.print(summary)
     console.print(shares)
     console.print(by_cpu)

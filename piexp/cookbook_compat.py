@@ -30,8 +30,9 @@ bump the pin here and in pyproject.toml.
 5. **A group played elsewhere.** ``rl.train.main(rollout_executor=...)`` hands an executor
    ``rollouts._run_rollout_sync`` and a ``rollouts._RolloutTask``; ``rollouts=ray``
    (piexp/launch/ray_rollouts.py) sends the task, its group replaced by one that keeps its
-   records (``dataclasses.replace(task, env_group_builder=...)``), to a node, which calls
-   ``_run_rollout_sync`` on it (piexp/launch/ray_nodes.py).
+   records (``dataclasses.replace(task, env_group_builder=...)``), to a node, which plays
+   it as ``_run_rollout_sync`` would, from the task's fields, but in the node process's one
+   event loop (piexp/launch/ray_nodes.py).
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ HOOKS: tuple[Hook, ...] = (
     Hook("tinker_cookbook.rl.rollouts", "_run_rollout_sync", parameters=("task",),
          used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_nodes.py)"),
     Hook("tinker_cookbook.rl.rollouts", "_RolloutTask",
-         keywords=("sampling_client", "env_group_builder", "max_tokens", "temperature"),
-         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py)"),
+         keywords=("sampling_client", "env_group_builder", "max_tokens", "temperature", "remove_constant_reward_groups",
+                   "enable_logging", "strategy", "termination"),
+         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py, ray_nodes.py)"),
 )  # fmt: skip
 
 

@@ -4,11 +4,12 @@ the driver checks before any episode (piexp's version, the sandbox, the harness)
 
 Each Ray worker process plays against a sandbox of its own node: the run's embedded
 sandbox, started in that process at its first group and kept for the process's life
-(it dies with the process). A group is played by the cookbook's own rollout function
-in a fresh event loop; its recording stages only make their records here
+(it dies with the process). A group is played by the cookbook's own rollout function;
+its recording stages only make their records here
 (`piexp.env.training_pipeline.NodeGroup`), which the driver writes once it accepts the
-group's result. An eval or check episode plays in the process's one event loop, where
-the harness it keeps (Pi's warm slots) lives. Nothing here writes into the run folder."""
+group's result. Groups and eval or check episodes play in the process's one event loop,
+where the harness it keeps (Pi's warm slots: their processes' streams, their locks)
+lives. Nothing here writes into the run folder."""
 
 from __future__ import annotations
 
@@ -135,8 +136,8 @@ class PlayedGroup:
 
 @dataclass(frozen=True)
 class _ClosingGroup(GroupWrapper):
-    """The node's group: after the cookbook's cleanup, the sandbox clients of the group's
-    event loop are closed (each group has a loop of its own, which then ends)."""
+    """The node's group: after the cookbook's cleanup, the sandbox clients are closed, as
+    after an eval episode."""
 
     async def cleanup(self) -> None:
         from piexp.sandbox.client import close_sandbox_clients
@@ -150,12 +151,20 @@ class _ClosingGroup(GroupWrapper):
 def play_group_on_node(task: Any, sandbox: SandboxSettings, attempt: int) -> PlayedGroup:
     """Play one training group here: `task` is the cookbook's rollout task whose group is
     a `NodeGroup`, played against this node's sandbox."""
-    from tinker_cookbook.rl.rollouts import _run_rollout_sync
+    from tinker_cookbook.rl.rollouts import do_group_rollout_and_filter_constant_reward
 
     group = with_sandbox(task.env_group_builder, node_sandbox(sandbox))
     assert isinstance(group, NodeGroup), f"a node plays a NodeGroup, not {type(group)}"
     prepare_model(_settings_of(group).model_name)
-    result = _run_rollout_sync(dataclasses.replace(task, env_group_builder=_ClosingGroup(inner=group)))
+    # What the cookbook's `_run_rollout_sync(task)` runs, in this process's one event loop
+    # rather than a fresh loop per group: the harness kept for the run's episodes belongs
+    # to the loop it started in, and a group played in a later loop found Pi's warm slots
+    # bound to a closed one ("Event loop is closed", its episodes played again, or stuck).
+    played = do_group_rollout_and_filter_constant_reward(
+        task.sampling_client, _ClosingGroup(inner=group), task.max_tokens, task.temperature,
+        task.remove_constant_reward_groups, task.enable_logging, strategy=task.strategy, termination=task.termination,
+    )  # fmt: skip
+    result = _loop().run_until_complete(played)
     return PlayedGroup(result, list(group.records), node_label(), attempt)
 
 

@@ -296,7 +296,9 @@ def test_training_in_pi_on_ray_records_every_group_once(cluster: Cluster, tmp_pa
     """Slow (about 5 minutes on 2 cores): `mode=train harness=pi service=local
     model=tiny-local rollouts=ray` trains two steps whose groups are Pi episodes played on
     the cluster's nodes (each node its own sandbox and Pi); every group is recorded once,
-    each transcript Pi's and naming its node."""
+    each transcript Pi's and naming its node, and no episode failed and was played again:
+    a node keeps its Pi slots from group to group, and a second group played in another
+    event loop than the first found them bound to a closed one."""
     run_dir = tmp_path / "run"
     done = piexp(*TRAIN, "harness=pi", "limits.max_turns=4", "limits.max_generation_tokens=512",
                  "harness.options.wall_time_s=600", f"rollouts.address={cluster.address}",
@@ -307,3 +309,8 @@ def test_training_in_pi_on_ray_records_every_group_once(cluster: Cluster, tmp_pa
     played = transcripts(run_dir / "train_transcripts.jsonl.gz")
     assert len(played) == 8 and all(t["harness"] == "pi" and t["node"] for t in played)
     assert "FutureWarning" not in done.stderr
+    # The cookbook counts each episode its retry strategy played again, per step.
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 2
+    errors = {key: value for step in steps for key, value in step.items() if key.startswith("rollout_errors/")}
+    assert not any(errors.values()), f"episodes failed on the nodes and were played again: {errors}"

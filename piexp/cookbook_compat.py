@@ -78,7 +78,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook("tinker_cookbook.utils.ml_log", "Logger.log_metrics", parameters=("self", "metrics", "step"),
          used_by="piexp/cookbook_compat.py item 4 (StepMetricsLogger)"),
     Hook("tinker_cookbook.rl.rollouts", "_run_rollout_sync", parameters=("task",),
-         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_nodes.py)"),
+         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py's executor; ray_nodes.py plays as it does)"),
     Hook("tinker_cookbook.rl.rollouts", "_RolloutTask",
          keywords=("sampling_client", "env_group_builder", "max_tokens", "temperature", "remove_constant_reward_groups",
                    "enable_logging", "strategy", "termination"),

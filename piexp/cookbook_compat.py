@@ -32,7 +32,9 @@ bump the pin here and in pyproject.toml.
    (piexp/launch/ray_rollouts.py) sends the task, its group replaced by one that keeps its
    records (``dataclasses.replace(task, env_group_builder=...)``), to a node, which plays
    it as ``_run_rollout_sync`` would, from the task's fields, but in the node process's one
-   event loop (piexp/launch/ray_nodes.py).
+   event loop (piexp/launch/ray_nodes.py); a group that is not a training group (an
+   evaluation during training) plays on the driver the same way, in the loop that hands
+   it over (:func:`play_rollout_task`).
 """
 
 from __future__ import annotations
@@ -78,11 +80,11 @@ HOOKS: tuple[Hook, ...] = (
     Hook("tinker_cookbook.utils.ml_log", "Logger.log_metrics", parameters=("self", "metrics", "step"),
          used_by="piexp/cookbook_compat.py item 4 (StepMetricsLogger)"),
     Hook("tinker_cookbook.rl.rollouts", "_run_rollout_sync", parameters=("task",),
-         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py's executor; ray_nodes.py plays as it does)"),
+         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py's executor; play_rollout_task plays as it does)"),
     Hook("tinker_cookbook.rl.rollouts", "_RolloutTask",
          keywords=("sampling_client", "env_group_builder", "max_tokens", "temperature", "remove_constant_reward_groups",
                    "enable_logging", "strategy", "termination"),
-         used_by="piexp/cookbook_compat.py item 5 (piexp/launch/ray_rollouts.py, ray_nodes.py)"),
+         used_by="piexp/cookbook_compat.py item 5 (play_rollout_task, piexp/launch/ray_rollouts.py)"),
 )  # fmt: skip
 
 
@@ -212,3 +214,17 @@ def extra_step_metrics(extra: Callable[[int], Mapping[str, Any]]) -> Iterator[No
         ml_log.setup_logging = original
         for handler in log_files:
             remove_log_file(handler)
+
+
+async def play_rollout_task(task: Any, env_group_builder: Any = None) -> Any:
+    """What the cookbook's ``rollouts._run_rollout_sync(task)`` runs (item 5), awaited in
+    the caller's event loop instead of a fresh one; `env_group_builder` replaces the
+    task's. Played in place: with the run's rollout executor still set in this context,
+    the public entry point would hand the group back to it."""
+    from tinker_cookbook.rl.rollouts import do_group_rollout_and_filter_constant_reward, set_rollout_executor
+
+    set_rollout_executor(None)  # this coroutine's own context: the caller's is unchanged
+    return await do_group_rollout_and_filter_constant_reward(
+        task.sampling_client, env_group_builder or task.env_group_builder, task.max_tokens, task.temperature,
+        task.remove_constant_reward_groups, task.enable_logging, strategy=task.strategy, termination=task.termination,
+    )  # fmt: skip

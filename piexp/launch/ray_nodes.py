@@ -151,7 +151,7 @@ class _ClosingGroup(GroupWrapper):
 def play_group_on_node(task: Any, sandbox: SandboxSettings, attempt: int) -> PlayedGroup:
     """Play one training group here: `task` is the cookbook's rollout task whose group is
     a `NodeGroup`, played against this node's sandbox."""
-    from tinker_cookbook.rl.rollouts import do_group_rollout_and_filter_constant_reward
+    from piexp.cookbook_compat import play_rollout_task
 
     group = with_sandbox(task.env_group_builder, node_sandbox(sandbox))
     assert isinstance(group, NodeGroup), f"a node plays a NodeGroup, not {type(group)}"
@@ -160,10 +160,7 @@ def play_group_on_node(task: Any, sandbox: SandboxSettings, attempt: int) -> Pla
     # rather than a fresh loop per group: the harness kept for the run's episodes belongs
     # to the loop it started in, and a group played in a later loop found Pi's warm slots
     # bound to a closed one ("Event loop is closed", its episodes played again, or stuck).
-    played = do_group_rollout_and_filter_constant_reward(
-        task.sampling_client, _ClosingGroup(inner=group), task.max_tokens, task.temperature,
-        task.remove_constant_reward_groups, task.enable_logging, strategy=task.strategy, termination=task.termination,
-    )  # fmt: skip
+    played = play_rollout_task(task, _ClosingGroup(inner=group))
     result = _loop().run_until_complete(played)
     return PlayedGroup(result, list(group.records), node_label(), attempt)
 

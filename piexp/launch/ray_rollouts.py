@@ -323,9 +323,24 @@ class RayGroupExecutor(concurrent.futures.Executor):
         from piexp.env.training_pipeline import TrainingGroup
 
         builder = getattr(args[0], "env_group_builder", None) if len(args) == 1 and not kwargs else None
+        if builder is None:
+            return self._threads.submit(fn, *args, **kwargs)  # not a group's rollout
         if not isinstance(builder, TrainingGroup):
-            return self._threads.submit(fn, *args, **kwargs)  # not a training group: played here
+            return self._play_here(fn, args[0])
         return self._threads.submit(self._play, args[0], builder)
+
+    def _play_here(self, fn: Callable[..., Any], task: Any) -> concurrent.futures.Future[Any]:
+        """A group that is not a training group (an evaluation during training) plays on
+        this machine, in the event loop that hands it over, as it would with no executor:
+        the run's harness keeps its Pi slots in that loop, and a group played in a fresh
+        loop of a thread of its own found them bound to another loop and never ended."""
+        from piexp.cookbook_compat import play_rollout_task
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not called from a loop: nothing of the run's is bound to one
+            return self._threads.submit(fn, task)
+        return asyncio.run_coroutine_threadsafe(play_rollout_task(task), loop)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._threads.shutdown(wait=wait, cancel_futures=cancel_futures)

@@ -298,9 +298,13 @@ def test_training_in_pi_on_ray_records_every_group_once(cluster: Cluster, tmp_pa
     the cluster's nodes (each node its own sandbox and Pi); every group is recorded once,
     each transcript Pi's and naming its node, and no episode failed and was played again:
     a node keeps its Pi slots from group to group, and a second group played in another
-    event loop than the first found them bound to a closed one."""
+    event loop than the first found them bound to a closed one. The evaluation at every
+    step (`mode.eval_every=1`) plays on the driver, in Pi too, in the loop where the run's
+    Pi slots live: played in a fresh loop of an executor thread, the second evaluation
+    group found slots of another loop and never ended."""
     run_dir = tmp_path / "run"
-    done = piexp(*TRAIN, "harness=pi", "limits.max_turns=4", "limits.max_generation_tokens=512",
+    train = [arg for arg in TRAIN if not arg.startswith("mode.eval_every=")]
+    done = piexp(*train, "mode.eval_every=1", "harness=pi", "limits.max_turns=4", "limits.max_generation_tokens=512",
                  "harness.options.wall_time_s=600", f"rollouts.address={cluster.address}",
                  f"hydra.run.dir={run_dir}")  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
@@ -312,5 +316,11 @@ def test_training_in_pi_on_ray_records_every_group_once(cluster: Cluster, tmp_pa
     # The cookbook counts each episode its retry strategy played again, per step.
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2
+    # Each step's evaluation: its one eval task's episode, in Pi (only Pi counts sequence
+    # splits), graded rather than lost to the harness.
+    assert all(step["test/env/all/total_episodes"] == 1 for step in steps), steps
+    assert all(
+        "test/env/all/sequence_splits" in step and step["test/env/all/infrastructure_error"] == 0 for step in steps
+    )
     errors = {key: value for step in steps for key, value in step.items() if key.startswith("rollout_errors/")}
     assert not any(errors.values()), f"episodes failed on the nodes and were played again: {errors}"

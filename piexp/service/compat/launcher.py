@@ -91,7 +91,7 @@ def launcher_preamble(*patches: str) -> str:
         "import os, sys",
         "sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[1])))",
         f"import {WRITTEN_PACKAGE} as launcher",
-        "launcher.launching.import_without_torch()",
+        'launcher.launching.import_without_torch("engine")',
         f"launcher.apply(*{list(patches)!r})",
     ]
     return "\n".join(lines) + "\n"

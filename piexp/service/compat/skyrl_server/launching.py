@@ -10,7 +10,9 @@ venv, as ``python launcher.py api|engine [skyrl args]``:
    ``torch`` / ``peft`` modules in ``sys.modules``, removed again right after, so nothing
    else sees a torch (transformers has already decided it has none). A multimodal request
    fails with a clear message; the stand-in ``LoraConfig`` writes the same
-   ``adapter_config.json`` fields peft would.
+   ``adapter_config.json`` fields peft would. The API server imports only the first of
+   the two (through ``skyrl.tinker.extra``): the second pulls JAX and flax, about 1.2 s
+   of CPU at each server start that the API process never uses.
 2. **No ``uv run``** (:func:`api`). The API server builds the engine command as ``uv run
    ... -m skyrl.tinker.engine`` from its parent's command line and refuses to start
    otherwise; that one function is replaced so the engine runs with the same
@@ -39,7 +41,7 @@ def die_with_parent():
         sys.exit("piexp launcher: parent exited before the server started")
 
 
-def import_without_torch():
+def import_without_torch(role):
     # The installed skyrl's release and every name used here were checked before the
     # server started (piexp/service/compat/pins.py).
     import transformers.utils.import_utils as import_utils
@@ -82,7 +84,9 @@ def import_without_torch():
     sys.modules.update(torch=torch, peft=peft)
     try:
         import skyrl.backends.renderer  # noqa: F401  (binds the stand-in torch)
-        import skyrl.tx.utils.models  # noqa: F401  (binds the stand-in peft)
+
+        if role == "engine":
+            import skyrl.tx.utils.models  # noqa: F401  (binds the stand-in peft)
     finally:
         for name, module in saved.items():
             if module is None:
@@ -141,7 +145,7 @@ def main(launcher_path, apply_engine_patches):
     role = sys.argv.pop(1)
     die_with_parent()
     os.environ["PIEXP_SERVER_PARENT_PID"] = str(os.getpid())  # the engine's parent is us
-    import_without_torch()
+    import_without_torch(role)
     if role == "engine":
         apply_engine_patches()
         engine()

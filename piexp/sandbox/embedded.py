@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import fields
 from typing import IO, Optional
 
-from .isolation.process import set_parent_death_signal
+from .isolation.process import death_signal_exec_prefix
 from .settings import SandboxSettings, settings_as_flags
 
 log = logging.getLogger(__name__)
@@ -127,13 +127,14 @@ class EmbeddedSandbox:
             env.update(self.env)
         assert self._socket is not None, "start() binds the socket first"
         self.proc = subprocess.Popen(
-            self._argv(),
+            # The parent-death signal from setpriv, not a preexec_fn: a restart runs in a
+            # threaded process, whose fork can deadlock before a preexec function runs.
+            [*death_signal_exec_prefix(), *self._argv()],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log_file or subprocess.DEVNULL,
             stderr=self._log_file or None,
             start_new_session=True,
-            preexec_fn=set_parent_death_signal,
             pass_fds=(self._socket.fileno(),),
         )
         self._wait_ready()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import shutil
 import threading
@@ -142,3 +143,45 @@ def test_a_runtime_the_sandbox_cannot_exec_is_the_sandboxs_failure_not_the_progr
     out = _run(runner, "print(1)")
     assert out["status"] == "SandboxError" and out["run_result"] is None, out
     assert "set up the sandbox" in out["message"], out
+
+
+def test_as_the_run_user_bwrap_gets_its_limits_from_programs_it_execs_not_from_python_in_the_fork(
+    work_dir, monkeypatch
+):
+    """A preexec function makes CPython re-initialise its interpreter state in a fork of
+    the whole (threaded) process, which deadlocks when another thread held the
+    thread-state lock at the fork: the spawn then waits for that child forever, and so
+    does every run queued behind it. As the run user, bwrap is started with no preexec
+    function: util-linux's prlimit and setpriv, exec'd in place first, give it the run's
+    rlimits and its parent-death signal, and the program sees those limits."""
+    import subprocess
+
+    runner = Runner.create(SandboxSettings(work_dir=work_dir, max_processes=64, max_open_files=200, launcher="bwrap"))
+    try:
+        if runner.launcher.host.spawner.user is None:
+            pytest.skip("this sandbox has no run user (it needs root or CAP_SETUID)")
+        started: list[tuple[list[str], object]] = []
+        popen_init = subprocess.Popen.__init__
+
+        def recorded(self, args, *rest, **options):
+            started.append((list(args), options.get("preexec_fn")))
+            popen_init(self, args, *rest, **options)
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", recorded)
+        code = "import json, resource as r; print(json.dumps([r.getrlimit(x) for x in (r.RLIMIT_NOFILE, r.RLIMIT_CORE, r.RLIMIT_FSIZE)]))"
+        result = _run(runner, code)["run_result"]
+    finally:
+        runner.close()
+    assert result["return_code"] == 0, result
+    nofile, core, fsize = json.loads(result["stdout"])
+    assert nofile == [200, 200] and core == [0, 0] and fsize[0] == fsize[1] > 0
+    bwrap_starts = [(argv, preexec) for argv, preexec in started if any(arg.endswith("bwrap") for arg in argv)]
+    assert bwrap_starts, started
+    for argv, preexec in bwrap_starts:
+        assert preexec is None
+        assert os.path.basename(argv[0]) == "prlimit" and "--nofile=200:200" in argv
+        setpriv = argv.index("--") + 1
+        assert os.path.basename(argv[setpriv]) == "setpriv" and argv[setpriv + 1 : setpriv + 3] == [
+            "--pdeathsig",
+            "KILL",
+        ]

@@ -11,7 +11,8 @@ the thread that started it. It is started with `--clearenv` and a minimal enviro
 its own, since bwrap's environment is what `/proc/1/environ` shows inside. Limits are
 applied without a `preexec_fn` (which makes CPython fork the whole server instead of
 vfork+exec): bwrap reports its init's pid on `--info-fd`, the launcher sets the rlimits
-on that pid with prlimit(2) and moves it into the run's cgroups (under v1 the spawner
+on that pid with prlimit(2) (as the run user, bwrap sets them on itself first through
+util-linux's prlimit) and moves it into the run's cgroups (under v1 the spawner
 thread joins them before it starts bwrap: spawn.py), then writes the program file and
 releases the init; should the server die before the release, the init reads EOF and
 finds no program."""
@@ -41,7 +42,7 @@ from ..isolation.layout import (
     open_etc_copies,
     root_layout,
 )
-from ..isolation.process import make_preexec
+from ..isolation.process import limits_exec_prefix
 from ..isolation.rlimits import Limits, rlimit_pairs
 from ..protocol import RunCodeResponse
 from ..timings import Timings
@@ -336,9 +337,9 @@ class BwrapLauncher(Launcher):
         host, s, cgroups = self.host, self.host.settings, self.host.cgroups
         spawner = host.spawner
         limits = launch.limits
-        # No preexec_fn: CPython then spawns with vfork+exec. Limits (and cgroups that
-        # the spawner thread could not join) are applied to the sandbox's init while
-        # bwrap holds it at --block-fd.
+        # No preexec_fn: CPython then spawns with vfork+exec (fork+exec as the run user,
+        # with no Python in the child). Limits (and cgroups that the spawner thread could
+        # not join) are applied to the sandbox's init while bwrap holds it at --block-fd.
         info_r, info_w = os.pipe()
         block_r, launch.block_w = os.pipe()
         launch.status_r, status_w = os.pipe()
@@ -359,6 +360,12 @@ class BwrapLauncher(Launcher):
                 etc_copies=etc_copies,
                 extra_args=launch.extra_args,
             )
+            if spawner.user:
+                # As the run user, bwrap gets the rlimits before its exec, from programs it
+                # execs first: the server may lack CAP_SYS_RESOURCE to set them on another
+                # uid's process, and a preexec_fn can deadlock the child of a threaded
+                # process (process.limits_exec_prefix).
+                argv = [*limits_exec_prefix(limits), *argv]
             attach_later = cgroups.joined_dirs(launch.cgroup_dirs) if cgroups and launch.cgroup_dirs else []
             join_now: list[str] = []
             if cgroups and attach_later and cgroups.joins_per_thread:  # a v2 join would move the whole server
@@ -371,9 +378,6 @@ class BwrapLauncher(Launcher):
                     stdin_pipe=launch.stdin_pipe,
                     join_tasks=join_now,
                     as_run_user=True,
-                    # As the run user, bwrap gets the rlimits before its exec: the server
-                    # may lack CAP_SYS_RESOURCE to set them on another uid's process.
-                    preexec_fn=make_preexec(limits, []) if spawner.user else None,
                 )
                 if launch.proc.joined_cgroups:
                     attach_later = []

@@ -6,21 +6,19 @@ same run:
 
 * as shipped: every engine patch the server applies (piexp/service/compat/), causal
   attention in query blocks of 128 that skip a block in which every row is padding
-  (piexp/service/compat/skyrl_server/speedups.py item 3), a KV cache as long as the padded
-  prompt plus `max_tokens`, rounded up to 128 (item 7: 2,048 + 384 -> 2,432);
+  (piexp/service/compat/skyrl_server/speedups.py item 3), the KV cache padded to skyrl's bucket of the padded prompt plus `max_tokens`
+  (two significant binary digits: 2,048 + 384 -> 3,072);
 * query blocks of 512 (`speedups.CAUSAL_QUERY_BLOCK`; prefill and training alike):
   in these batches no block of 512 is all padding, so nothing is skipped;
-* the KV cache padded to skyrl's length bucket of the padded prompt plus `max_tokens`
-  (two significant binary digits: 2,048 + 384 -> 3,072), as skyrl sizes it.
+* a KV cache padded only to the padded prompt plus `max_tokens`, rounded up to 128
+  (2,048 + 384 -> 2,432; the decode steps read less of it).
 
-The shipped way and skyrl's KV cache alternate call by call in one process, so they see
+The shipped way and the KV cache way alternate call by call in one process, so they see
 the same machine; the query blocks of 512 run in processes of their own, alternating
 with those. Each process runs skyrl's backend in the server venv (no HTTP) with a LoRA
 adapter of the server's rank active, as an RL step samples: 8 prompts of random tokens
 with the lengths of a batch of 8 that an RL run sent, one per bucket (the longest 949,
-1,337 and 1,687 tokens, padded on the right to 1,024, 1,536 and 2,048), and 8 rows of
-2,100 to 2,700 tokens (padded to 3,072: Pi's prompts, about 1,900 tokens at an episode's
-first turn, pass 2,048 at later ones), temperature 1,
+1,337 and 1,687 tokens, padded on the right to 1,024, 1,536 and 2,048), temperature 1,
 no stop token, `max_tokens` 384 (limits.max_generation_tokens of experiment=learn_offline).
 Prefill: seconds of a call that samples 1 token; a decode step: (seconds of a call that
 samples all 384 - prefill) / 383; "a call": prefill plus 165 steps (the mean longest turn
@@ -58,26 +56,22 @@ import skyrl.tx.utils.models as models
 from skyrl.backends.jax import JaxBackendConfig, JaxBackendImpl
 from skyrl.tinker import types
 
-from skyrl.tx.utils import generator
-
-bucket = models.round_up_seq_len  # the prompt's padding (the backend's own name for it)
-# The generator's only use of round_up_seq_len, through its own view of skyrl's modules
-# (speedups.py item 7): the KV cache's length.
-kv_models = generator.skyrl.tx.utils.models
-kv_lengths = {"as shipped": kv_models.round_up_seq_len, "KV cache to skyrl's bucket": bucket}
+bucket = models.round_up_seq_len  # the prompt's padding, and the shipped KV cache length
+# The generator's only use of models.round_up_seq_len: the KV cache's length.
+kv_lengths = {"as shipped": bucket, "KV cache to prompt + max_tokens": lambda length: -(-length // 128) * 128}
 ways = list(kv_lengths) if way == "as shipped" else [way]  # the KV ways alternate call by call
 vocab = json.load(open(model_dir + "/config.json"))["vocab_size"]
 # Prompt lengths of batches of 8 an RL run of experiment=learn_offline sent, one per length
 # bucket (its server log; rows are padded on the right to the bucket of the longest).
 BATCHES = ([829, 829, 831, 831, 831, 831, 831, 949], [947, 949, 1128, 1128, 1286, 1303, 1337, 1337],
-           [829, 829, 1126, 1128, 1559, 1631, 1631, 1687], [2100, 2200, 2300, 2400, 2500, 2500, 2600, 2700])
+           [829, 829, 1126, 1128, 1559, 1631, 1631, 1687])
 backend = JaxBackendImpl(model_dir, JaxBackendConfig(**config), 0)
 backend.create_model("m", types.LoraConfig(rank=config["max_lora_rank"], alpha=32.0, seed=0))
 adapter = backend.models["m"].adapter_index
 
 
 def call(kv_way, lengths, new_tokens):
-    kv_models.round_up_seq_len = kv_lengths.get(kv_way, kv_lengths["as shipped"])
+    models.round_up_seq_len = kv_lengths.get(kv_way, bucket)
     longest = max(lengths)
     padded, rng = bucket(longest), np.random.default_rng(longest)  # the same prompts every way
     ids = np.zeros((8, padded), np.int32)
@@ -112,7 +106,7 @@ for lengths in BATCHES:
 print("FIGURES " + json.dumps(figures))
 """
 
-WAYS = ("as shipped", "query blocks of 512", "KV cache to skyrl's bucket")
+WAYS = ("as shipped", "query blocks of 512", "KV cache to prompt + max_tokens")
 PROCESSES = ("as shipped", "query blocks of 512")  # the first also runs the KV cache way, call by call
 TYPICAL_STEPS = 165
 

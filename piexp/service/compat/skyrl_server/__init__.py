@@ -29,7 +29,6 @@ ENGINE_PATCHES = (
     ("untrained_lora", speedups.untrained_lora),
     ("sampling_draws", speedups.sampling_draws),
     ("power_of_two_batches", speedups.power_of_two_batches),
-    ("kv_cache_to_need", speedups.kv_cache_to_need),
     ("prompt_logprobs_per_token", fixes.prompt_logprobs_per_token),
 )
 

@@ -16,9 +16,6 @@ positions, losses, gradients and greedy tokens are skyrl's own to float rounding
    and a min, in skyrl's generator only (figures: its comment, from a probe).
 6. ``power_of_two_batches``: sample batches padded to the next power of two, so that each
    batch size compiles once (figures: its comment).
-7. ``kv_cache_to_need``: a sample call's KV cache as long as its padded prompt plus
-   ``max_tokens``, rounded up to 128, instead of skyrl's length bucket of that sum (figures:
-   bench/sample_call.py).
 
 A bench measures one against the others by its flag: ``PIEXP_SKYRL_SPEEDUPS=all`` and the
 same list without it.
@@ -283,6 +280,16 @@ def sampling_draws():
         index = jax.lax.broadcasted_iota(jnp.int32, a.shape, a.ndim - 1)
         return jnp.min(jnp.where((a == top) | jnp.isnan(a), index, a.shape[-1]), axis=-1)
 
+    class Delegate(types.ModuleType):
+        # `target` with some attributes replaced; everything else is target's own.
+        def __init__(self, target, **replaced):
+            super().__init__(target.__name__)
+            self.__dict__.update(replaced)
+            self._target = target
+
+        def __getattr__(self, name):
+            return getattr(self._target, name)
+
     generator.jax = Delegate(jax, random=Delegate(jax.random, categorical=categorical_by_inverse_cdf))
     generator.jnp = Delegate(jnp, argmax=argmax_by_min_index)
 
@@ -323,36 +330,6 @@ def power_of_two_batches():
     jax_backend.JaxBackendImpl.sample = sample_in_power_of_two_batches
 
 
-def kv_cache_to_need():
-    # Every decode step attends over the whole KV cache, padding included, and on a CPU a
-    # step is bound by reading it. skyrl sizes the cache by its length bucket (two
-    # significant binary digits) of the padded prompt plus max_tokens: 2,048 + 384 ->
-    # 3,072, 3,072 + 384 -> 4,096. The cache now ends at that sum rounded up to 128 (2,432,
-    # 3,456): the positions dropped are ones no step ever writes, masked out of every
-    # attention, so the sampled tokens are the same (bench/sample_call.py compares them).
-    # The generator's one use of round_up_seq_len is that length (GeneratorMixin.generate,
-    # pinned by its source); the prompt's own padding (the backend's name) is unchanged.
-    import skyrl
-    from skyrl.tx.utils import generator
-
-    def kv_length(seq_len):
-        return -(-seq_len // 128) * 128
-
-    models = Delegate(skyrl.tx.utils.models, round_up_seq_len=kv_length)
-    generator.skyrl = Delegate(skyrl, tx=Delegate(skyrl.tx, utils=Delegate(skyrl.tx.utils, models=models)))
-
-
-class Delegate(types.ModuleType):
-    # `target` with some attributes replaced; everything else is target's own.
-    def __init__(self, target, **replaced):
-        super().__init__(target.__name__)
-        self.__dict__.update(replaced)
-        self._target = target
-
-    def __getattr__(self, name):
-        return getattr(self._target, name)
-
-
 #: Every speed-up by its flag, in the order the engine applies them.
 SPEEDUPS = {
     "needed_logprobs": needed_logprobs,
@@ -361,7 +338,6 @@ SPEEDUPS = {
     "untrained_lora": untrained_lora,
     "sampling_draws": sampling_draws,
     "power_of_two_batches": power_of_two_batches,
-    "kv_cache_to_need": kv_cache_to_need,
 }
 
 

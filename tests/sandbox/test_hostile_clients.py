@@ -108,19 +108,25 @@ def test_a_deep_or_long_file_name_is_refused_and_leaves_nothing(sandbox):
 
 
 def _fill_slots(sandbox, marker: str, pids_with) -> list[socket.socket]:
-    """Four clients (the fixture's max_concurrency) whose `sleep 30` runs have started."""
-    running = [_raw_request(sandbox.sb.port, _payload(_sleeper(30, marker))) for _ in range(4)]
-    deadline = time.monotonic() + 15
+    """Four clients (the fixture's max_concurrency) whose `sleep` runs have started.
+
+    On a machine busy with other tests, starting four sandboxed programs (and the teardown
+    of the previous test's runs, whose slots they take) has taken more than 15 s: the wait
+    is 60 s, and each run sleeps well past it, so that the first is still running when the
+    last starts. The caller's clients hang up, which kills the runs."""
+    running = [_raw_request(sandbox.sb.port, _payload(_sleeper(300, marker))) for _ in range(4)]
+    deadline = time.monotonic() + 60
     while len(pids_with(marker)) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(pids_with(marker)) >= 4, "the four sleeping runs did not start"
+    started = len(pids_with(marker))
+    assert started >= 4, f"{started} of the four sleeping runs started within 60 s"
     return running
 
 
 def test_a_client_that_hangs_up_frees_its_slot_and_its_queued_request_never_runs(
     sandbox, marker, pids_with, leftover_pids
 ):
-    """Four clients hold every slot with `sleep 30` runs and two more queue behind them;
+    """Four clients hold every slot with `sleep` runs and two more queue behind them;
     all hang up. Their runs are killed, the queued ones never start, and the next
     request is answered at once (it waited 49 s for the gone clients' runs before)."""
     queued_marker = marker + "Q"

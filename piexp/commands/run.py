@@ -15,6 +15,7 @@ from pathlib import Path
 from piexp.commands import SUBCOMMANDS
 from piexp.config.argv import is_multirun, rewrite_list_overrides, split_hydra_flags
 from piexp.config.compose import compose, planned_jobs, sweep_combinations
+from piexp.config.hydra_compose import composing_once
 from piexp.config.schema import RunConfig
 from piexp.config.search_path import take_config_dir, with_search_path
 from piexp.config.suggest import refuse_unknown_subcommand
@@ -151,6 +152,11 @@ def prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, rep
     rollouts=ray without Ray or without a cluster at its address, and job
     folders that hold another run (refused, or moved aside with --replace). Returns the
     sweep folder of a sweep (None for a single run, or when only printing)."""
+    with composing_once():  # the same overrides are composed for the jobs and their folders
+        return _prevalidate(overrides, multirun, prints_only, replace)
+
+
+def _prevalidate(overrides: Sequence[str], multirun: bool, prints_only: bool, replace: bool) -> Path | None:
     jobs = planned_jobs(overrides, multirun=multirun)
     configs = [config for _, config in jobs]
     if prints_only:

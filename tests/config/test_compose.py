@@ -3,10 +3,14 @@ list-valued overrides keep their two meanings (list in a run, sweep with -m)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from omegaconf import DictConfig, OmegaConf
 
 from piexp.config.argv import rewrite_list_overrides
-from piexp.config.compose import group_options, load, sweep_combinations
+from piexp.config.compose import compose, group_options, load, sweep_combinations
+from piexp.config.hydra_compose import composing_once
 from piexp.config.presets import preset_names
 from piexp.config.schema import RunConfig
 from piexp.errors import UserError
@@ -140,3 +144,64 @@ def test_guess_policy_has_one_spelling_and_null_is_refused_with_a_hint() -> None
 
     policies = [config.eval_policy for _, config in planned_jobs(["mode=eval", "policy=oracle,guess"], multirun=True)]
     assert policies == ["oracle", "guess"]
+
+
+def _limits_yaml(conf: Path, max_turns: int) -> None:
+    (conf / "limits").mkdir(parents=True, exist_ok=True)
+    (conf / "limits" / "mine.yaml").write_text(f"defaults:\n  - default\n  - _self_\nmax_turns: {max_turns}\n")
+
+
+def test_composing_once_gives_each_caller_its_own_copy_of_what_hydra_composes(tmp_path: Path) -> None:
+    """Within one command's checks, composing the same overrides again returns what Hydra
+    composed the first time, with and without Hydra's node as asked, and a caller that
+    changes its config changes no other caller's."""
+    overrides = ["mode=eval", "policy=oracle", "family=arith", "lang=python"]
+    fresh, fresh_hydra = compose(overrides), compose(overrides, with_hydra=True)
+    with composing_once():
+        first = compose(overrides, with_hydra=True)
+        first.mode.name = "changed"
+        again, again_hydra = compose(overrides), compose(overrides, with_hydra=True)
+    # Compared unresolved: resolving Hydra's `${now:...}` folders reads the clock.
+    assert _tree(again) == _tree(fresh) and "hydra" not in again
+    assert _tree(again_hydra) == _tree(fresh_hydra) and "hydra" in again_hydra
+
+
+def _tree(cfg: DictConfig) -> object:
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def test_a_config_file_edited_between_commands_is_read_again(tmp_path: Path) -> None:
+    """The copies live only as long as one command's checks: a user's config file edited
+    after them (the next command, or the next test of one process) composes anew. Inside
+    them, Hydra composed each override list once."""
+    path = f"hydra.searchpath=['file://{tmp_path}']"
+    _limits_yaml(tmp_path, 3)
+    with composing_once():
+        assert compose([path, "limits=mine"]).limits.max_turns == 3
+        _limits_yaml(tmp_path, 5)
+        assert compose([path, "limits=mine"]).limits.max_turns == 3  # the command's one reading
+    assert compose([path, "limits=mine"]).limits.max_turns == 5
+    with composing_once():
+        assert compose([path, "limits=mine"]).limits.max_turns == 5
+
+
+def test_checking_a_run_composes_its_overrides_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's checks (the sweep a preset declares, the job's config, the folder it
+    will write) compose its overrides with Hydra once, not once per check: each compose
+    is about 0.2 s of every command's start."""
+    import hydra
+
+    from piexp.commands.run import prevalidate
+
+    composed: list[list[str]] = []
+    real = hydra.compose
+
+    def counting(config_name: str, overrides: list[str], **kwargs: object) -> DictConfig:
+        composed.append(list(overrides))
+        return real(config_name, overrides=overrides, **kwargs)
+
+    monkeypatch.setattr(hydra, "compose", counting)
+    overrides = ["mode=eval", "policy=oracle", "family=arith", "lang=python", f"hydra.run.dir={tmp_path / 'run'}"]
+    prevalidate(overrides, False, False, False)
+    mine = [entry for entry in composed if f"hydra.run.dir={tmp_path / 'run'}" in entry]
+    assert len(mine) == 1, composed

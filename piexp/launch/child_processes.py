@@ -35,16 +35,22 @@ def _parents() -> dict[int, int]:
 
 def descendants(pid: int) -> set[int]:
     """The processes below `pid` (children, their children, ...) at this moment."""
+    return set(_top_down(pid))
+
+
+def _top_down(pid: int) -> list[int]:
+    """`descendants(pid)`, each process before any process below it."""
     children: dict[int, list[int]] = {}
     for child, parent in _parents().items():
         children.setdefault(parent, []).append(child)
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
+    found: list[int] = []
+    seen: set[int] = set()
+    level = [pid]
+    while level:
+        below = [child for parent in level for child in children.get(parent, []) if child not in seen]
+        seen.update(below)
+        found.extend(below)
+        level = below
     return found
 
 
@@ -58,15 +64,18 @@ def _waited_for(pid: int) -> bool:
 
 def end_child_processes(grace_s: float = 30.0) -> list[int]:
     """Wait up to `grace_s` for this process's descendants to end, then SIGKILL those
-    left; returns the killed ones' pids (empty when all ended in time)."""
+    left, each before the processes it started; returns the killed ones' pids (sorted;
+    empty when all ended in time)."""
     deadline = time.monotonic() + grace_s
     while True:
-        left = {pid for pid in descendants(os.getpid()) if _waited_for(pid)}
+        left = [pid for pid in _top_down(os.getpid()) if _waited_for(pid)]
         if not left:
             return []
         if time.monotonic() >= deadline:
             break
         time.sleep(0.1)
+    # Parents first: a parent killed after its child could see the child end and act on
+    # it meanwhile (exit with its own status, start another) on a busy machine.
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import threading
 
 import pytest
@@ -145,6 +146,21 @@ def test_a_runtime_the_sandbox_cannot_exec_is_the_sandboxs_failure_not_the_progr
     assert "set up the sandbox" in out["message"], out
 
 
+def _recorded_starts(monkeypatch) -> list[tuple[list[str], object]]:
+    """Every process this test's process starts from now on: its argv and preexec function."""
+    import subprocess
+
+    started: list[tuple[list[str], object]] = []
+    popen_init = subprocess.Popen.__init__
+
+    def recorded(self, args, *rest, **options):
+        started.append((list(args), options.get("preexec_fn")))
+        popen_init(self, args, *rest, **options)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", recorded)
+    return started
+
+
 def test_as_the_run_user_bwrap_gets_its_limits_from_programs_it_execs_not_from_python_in_the_fork(
     work_dir, monkeypatch
 ):
@@ -154,20 +170,11 @@ def test_as_the_run_user_bwrap_gets_its_limits_from_programs_it_execs_not_from_p
     does every run queued behind it. As the run user, bwrap is started with no preexec
     function: util-linux's prlimit and setpriv, exec'd in place first, give it the run's
     rlimits and its parent-death signal, and the program sees those limits."""
-    import subprocess
-
     runner = Runner.create(SandboxSettings(work_dir=work_dir, max_processes=64, max_open_files=200, launcher="bwrap"))
     try:
         if runner.launcher.host.spawner.user is None:
             pytest.skip("this sandbox has no run user (it needs root or CAP_SETUID)")
-        started: list[tuple[list[str], object]] = []
-        popen_init = subprocess.Popen.__init__
-
-        def recorded(self, args, *rest, **options):
-            started.append((list(args), options.get("preexec_fn")))
-            popen_init(self, args, *rest, **options)
-
-        monkeypatch.setattr(subprocess.Popen, "__init__", recorded)
+        started = _recorded_starts(monkeypatch)
         code = "import json, resource as r; print(json.dumps([r.getrlimit(x) for x in (r.RLIMIT_NOFILE, r.RLIMIT_CORE, r.RLIMIT_FSIZE)]))"
         result = _run(runner, code)["run_result"]
     finally:
@@ -185,3 +192,39 @@ def test_as_the_run_user_bwrap_gets_its_limits_from_programs_it_execs_not_from_p
             "--pdeathsig",
             "KILL",
         ]
+
+
+def test_an_unisolated_program_starts_in_its_cgroups_with_no_python_in_the_fork(work_dir, monkeypatch, v1_thread_join):
+    """Where bubblewrap is missing and unisolated runs are allowed, the program is a plain
+    child of the server. With cgroup v1 the spawner thread joins the run's cgroups and
+    the child starts inside them, and prlimit and setpriv, exec'd in place, give it its
+    rlimits and parent-death signal: no preexec function, which can deadlock the fork of
+    the threaded server (as bwrap's start above). The program sees its limits, its
+    parent-death signal and its run's cgroups."""
+    import piexp.sandbox.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "bwrap_path", lambda: None)
+    runner = Runner.create(
+        SandboxSettings(work_dir=work_dir, max_processes=64, max_open_files=200, allow_unisolated=True)
+    )
+    try:
+        assert runner.launcher.name == "unisolated"
+        started = _recorded_starts(monkeypatch)
+        code = (
+            "import ctypes, json, resource as r, signal\n"
+            "death = ctypes.c_int(0)\n"
+            "ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG\n"
+            "print(json.dumps({'nofile': r.getrlimit(r.RLIMIT_NOFILE), 'death': death.value,\n"
+            "                  'cgroups': open('/proc/self/cgroup').read()}))\n"
+        )
+        result = _run(runner, code)["run_result"]
+    finally:
+        runner.close()
+    assert result["return_code"] == 0, result
+    seen = json.loads(result["stdout"])
+    assert seen["nofile"] == [200, 200] and seen["death"] == signal.SIGKILL, seen
+    memory = [line for line in seen["cgroups"].splitlines() if ":memory:" in line]
+    assert memory and "/run-" in memory[0], seen["cgroups"]  # the run's own memory cgroup
+    (argv, preexec), *_ = [(argv, preexec) for argv, preexec in started if "python" in " ".join(argv)]
+    assert preexec is None, argv
+    assert os.path.basename(argv[0]) == "prlimit" and "--nofile=200:200" in argv, argv

@@ -1,8 +1,8 @@
 """A sandbox's processes as the kernel sees them: the server dies with its parent
 (PR_SET_PDEATHSIG), reaps orphaned sandbox inits itself (PR_SET_CHILD_SUBREAPER), kills
 a sandbox by its process group, starts a child as the run user with its rlimits through
-programs it execs (`limits_exec_prefix`), and, for unisolated runs only, confines a child
-in a preexec function."""
+programs it execs (`limits_exec_prefix`), and, for unisolated runs under cgroup v2 only,
+confines a child in a preexec function."""
 
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ def _util_linux() -> tuple[str, str]:
 
 def make_preexec(limits: Limits, cgroup_dirs: list[str]) -> Callable[[], None]:
     """The function run in the child between fork and exec (only for unisolated runs,
-    without bwrap): join the run's cgroups, set rlimits, and die if the server dies.
+    without bwrap, under cgroup v2, where the spawner thread cannot join the run's cgroups
+    alone): join the run's cgroups, set rlimits, and die if the server dies.
     It must only make async-signal-safe-ish syscalls: no locks, no logging."""
 
     pairs = rlimit_pairs(limits)

@@ -151,7 +151,7 @@ def _limits_yaml(conf: Path, max_turns: int) -> None:
     (conf / "limits" / "mine.yaml").write_text(f"defaults:\n  - default\n  - _self_\nmax_turns: {max_turns}\n")
 
 
-def test_composing_once_gives_each_caller_its_own_copy_of_what_hydra_composes(tmp_path: Path) -> None:
+def test_composing_once_gives_each_caller_its_own_copy_of_what_hydra_composes() -> None:
     """Within one command's checks, composing the same overrides again returns what Hydra
     composed the first time, with and without Hydra's node as asked, and a caller that
     changes its config changes no other caller's."""

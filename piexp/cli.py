@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TextIO
 from piexp.commands import SUBCOMMANDS
 from piexp.console import quiet_third_party_deprecations
 from piexp.errors import deliver_interrupts_quietly, exit_on_user_error
+from piexp.quick_exit import freeze_the_heap_at_exit
 
 
 def _subcommand(name: str) -> Callable[[list[str]], int | None]:
@@ -74,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     that only prints quietly; a run, a sweep or a command that plays episodes goes on with
     its console quiet (`piexp.console.outlive_closed_streams`)."""
     deliver_interrupts_quietly()
+    freeze_the_heap_at_exit()
     args = list(sys.argv[1:] if argv is None else argv)
     stdout, stderr = sys.stdout, sys.stderr
     if _only_prints(args):

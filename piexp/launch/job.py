@@ -36,6 +36,7 @@ from piexp.launch.base_model import refuse_checkpoint_of_another_base_model
 from piexp.launch.ray_rollouts import close_rollouts, open_rollouts
 from piexp.launch.run import run_mode
 from piexp.launch.folder_guard import claim_job_folder
+from piexp.quick_exit import freeze_the_heap_at_exit
 from piexp.sweeps import JobInfo, job_failed, run_tracked
 
 
@@ -46,6 +47,7 @@ SWEEP_PROCESS_ENV = "PIEXP_SWEEP_PROCESS"
 
 def run_job(cfg: DictConfig) -> float | None:
     deliver_interrupts_quietly()  # a parallel sweep's worker too
+    freeze_the_heap_at_exit()  # likewise
     outlive_closed_streams()  # likewise: a closed console never ends a job
     quiet_third_party_deprecations()  # likewise (a sweep's job process starts here)
     third_party_warnings_to_job_log()  # likewise

@@ -59,6 +59,23 @@ def test_a_refusal_is_the_same_paragraph_and_exit_status_either_way(tmp_path: Pa
     assert not (tmp_path / "a").exists()
 
 
+def test_a_job_whose_folder_holds_another_piexp_runs_that_one_as_a_fresh_interpreter_does(tmp_path: Path) -> None:
+    """The launcher holds piexp's tokenizer package imported; a job whose sys.path finds
+    another piexp first (its working folder's) must not get the launcher's."""
+    other = tmp_path / "piexp"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    (other / "__main__.py").write_text(
+        "import piexp, piexp.tokenizer\nprint(piexp.__file__)\nprint(piexp.tokenizer.__file__)\n"
+    )
+    (other / "tokenizer.py").write_text("")
+    forked = run_piexp(cwd=tmp_path, timeout=300)
+    fresh = _fresh(cwd=tmp_path)
+    assert job_launcher._launcher is not None, "the job was not forked"
+    assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
+    assert forked.stdout == fresh.stdout == f"{other / '__init__.py'}\n{other / 'tokenizer.py'}\n"
+
+
 def test_a_job_past_its_timeout_is_killed_and_raises_as_subprocess_run_does(tmp_path: Path) -> None:
     with pytest.raises(subprocess.TimeoutExpired):
         run_piexp(*SMALL_EVAL, "tasks.eval_per_family=400", f"hydra.run.dir={tmp_path / 'long'}", timeout=1)

@@ -251,9 +251,12 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError:
             continue  # a name another version of the package lacks: the job imports what it needs
-    from piexp.tokenizer import load_offline_qwen3_tokenizer
+    try:
+        from piexp.tokenizer import load_offline_qwen3_tokenizer
 
-    load_offline_qwen3_tokenizer()
+        load_offline_qwen3_tokenizer()
+    except Exception:  # noqa: BLE001 - each job then loads it itself, and reports what failed
+        pass
 
 
 def _launcher_main(socket_path: str) -> None:

@@ -85,9 +85,9 @@ def learner_rollouts(recipe: LearnerRecipe) -> Rollouts:
 
 
 def register_local_model_tokenizer(name: str) -> None:
-    """Register the tokenizer of a local model piexp builds (`learner-local`: its smaller
-    vocabulary; `tiny-local`: Qwen3's) under the model's name, without building the
-    model: replay renders a recorded run's turns with it, offline."""
+    """Register the tokenizer of a local model piexp builds (`learner-local` and
+    `tiny-local`: a smaller Qwen3 vocabulary) under the model's name, without building
+    the model: replay renders a recorded run's turns with it, offline."""
     from piexp.pretrain.build import LEARNER_RECIPES
     from piexp.service.tiny_model import TINY_LOCAL_NAME
 
@@ -96,9 +96,10 @@ def register_local_model_tokenizer(name: str) -> None:
 
         register_learner_tokenizer(LEARNER_RECIPES[name])
     elif name == TINY_LOCAL_NAME:
-        from piexp.tokenizer import register_offline_tokenizers
+        from piexp.service.tiny_model import tiny_tokenizer_dir
+        from piexp.tokenizer import register_offline_tokenizer
 
-        register_offline_tokenizers([TINY_LOCAL_NAME])
+        register_offline_tokenizer(TINY_LOCAL_NAME, str(tiny_tokenizer_dir()))
 
 
 def _recorded_base_model(run_dir: Path) -> str | None:

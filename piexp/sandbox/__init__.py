@@ -11,11 +11,39 @@ Public API:
 - `create_app(settings)` for hosting the server in-process
 """
 
-from .client import SandboxClient, close_sandbox_clients, sandbox_client
-from .embedded import EmbeddedSandbox
-from .protocol import PROTOCOL_LANGUAGES
-from .settings import SandboxSettings
-from .url import ensure_loopback_url
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .client import SandboxClient, close_sandbox_clients, sandbox_client
+    from .embedded import EmbeddedSandbox
+    from .protocol import PROTOCOL_LANGUAGES
+    from .settings import SandboxSettings
+    from .url import ensure_loopback_url
+
+# Where each public name lives, imported on first use: the server process
+# (`python -m piexp.sandbox serve`) never loads the client's HTTP stack.
+_HOMES = {
+    "SandboxClient": ".client",
+    "close_sandbox_clients": ".client",
+    "sandbox_client": ".client",
+    "EmbeddedSandbox": ".embedded",
+    "PROTOCOL_LANGUAGES": ".protocol",
+    "SandboxSettings": ".settings",
+    "ensure_loopback_url": ".url",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EmbeddedSandbox",

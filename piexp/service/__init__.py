@@ -5,7 +5,7 @@
 started. Modules, one job each:
 
 * `local_venv`: the server's own virtual environment (created once, cached);
-* `tiny_model`: the `tiny-local` model folder (random weights, real Qwen3 tokenizer);
+* `tiny_model`: the `tiny-local` model folder (random weights, a smaller vocabulary of the real Qwen3 tokenizer);
 * `compat`: every SkyRL workaround, and the pins of every third-party hook, checked at start;
 * `local_server`: start / wait / stop of the server process tree.
 """

@@ -1,11 +1,16 @@
-"""`model=tiny-local`: a random-weight 2-layer Qwen3 with the real (offline) Qwen3 tokenizer.
+"""`model=tiny-local`: a random-weight 2-layer Qwen3 with a smaller vocabulary of the real
+(offline) Qwen3 tokenizer: its first 8,192 BPE tokens, then its 26 special and tool-call
+tokens (learner-local's vocabulary).
 
 It exists so that `service=local` can train offline and fast on a CPU: the weights are
-random (seeded, so every machine builds the same model), but the tokenizer is the real
-Qwen3 one, so the `qwen3` renderer, the Pi tool-call format and the parser are exercised
-exactly as with a real Qwen3. Built once (a few seconds, ~50 MB) into piexp's cache with
-transformers + torch from piexp's own environment; the folder is used as `base_model`
-by the server and as `model_name` by tinker-cookbook (which loads a local path).
+random (seeded, so every machine builds the same model), but the tokenizer is Qwen3's own
+BPE, special tokens and chat format, so the `qwen3` renderer, the Pi tool-call format and
+the parser are exercised exactly as with a real Qwen3. The smaller vocabulary is what
+keeps it fast: at hidden size 64 the output layer and its log-softmax over Qwen3's
+151,936 entries were nearly all of a training step and of a sampled token
+(bench/vocabulary.py). Built once (a few seconds) into piexp's cache with transformers +
+torch from piexp's own environment; the folder is used as `base_model` by the server and
+as `model_name` by tinker-cookbook (which loads a local path and its tokenizer).
 """
 
 from __future__ import annotations
@@ -17,12 +22,22 @@ from typing import Any
 
 from piexp.files import exclusive_lock
 
-__all__ = ["TINY_LOCAL_NAME", "TINY_QWEN3_CONFIG", "copy_tokenizer_files", "ensure_tiny_model", "tiny_model_dir"]
+__all__ = [
+    "TINY_LOCAL_CONFIG",
+    "TINY_LOCAL_NAME",
+    "TINY_QWEN3_CONFIG",
+    "copy_tokenizer_files",
+    "ensure_tiny_model",
+    "tiny_model_dir",
+    "tiny_tokenizer_dir",
+]
 
 TINY_LOCAL_NAME = "tiny-local"
 SEED = 0
 
-#: Qwen3 architecture at toy size; vocabulary and special ids are Qwen3's.
+#: Qwen3 architecture at toy size, with Qwen3's whole vocabulary and special ids (the base
+#: of learner-local's recipe, whose content key reads it; tiny-local's own vocabulary is
+#: :data:`TINY_BPE_TOKENS`).
 TINY_QWEN3_CONFIG: dict[str, Any] = {
     "vocab_size": 151936,
     "hidden_size": 64,
@@ -38,22 +53,38 @@ TINY_QWEN3_CONFIG: dict[str, Any] = {
     "pad_token_id": 151643,
 }
 
+#: tiny-local's vocabulary: Qwen3's first BPE tokens, then its added tokens
+#: (<|endoftext|>, <|im_start|>, <|im_end|>, ..., <think>, </think>), numbered after them.
+TINY_BPE_TOKENS = 8192
+ADDED_TOKENS = 26  # Qwen3's added tokens (piexp.tokenizer.build)
+TINY_LOCAL_CONFIG: dict[str, Any] = {
+    **TINY_QWEN3_CONFIG,
+    "vocab_size": TINY_BPE_TOKENS + ADDED_TOKENS,
+    "bos_token_id": TINY_BPE_TOKENS,
+    "pad_token_id": TINY_BPE_TOKENS,
+    "eos_token_id": TINY_BPE_TOKENS + 2,
+}
+
 #: End-of-turn prior. With purely random weights the model's next-token distribution is
-#: nearly uniform over 152k tokens, so it practically never samples `<|im_end|>`: every
+#: nearly uniform over its vocabulary, so it practically never samples `<|im_end|>`: every
 #: turn runs to the token limit, every episode gets the same (truncation) reward and RL
 #: sees no reward variance, hence zero gradients. A shared component on one hidden
 #: dimension of every token embedding, read by the `<|im_end|>` row of the (untied)
 #: output layer, gives `<|im_end|>` a roughly constant logit: about 1 in
-#: `1 + 152k / exp(EOS_LOGIT)` sampled tokens ends the turn (about 1 in 740 here), so turn
-#: lengths are roughly geometric with mean ~740 tokens: at a 512-token generation limit
-#: about half the turns end on their own and half are cut off, which gives groups
-#: different rewards. Everything else stays random.
-EOS_TOKEN_ID = 151645
+#: `1 + 8,217 / exp(EOS_LOGIT)` sampled tokens ends the turn (about 1 in 740, as it was
+#: with Qwen3's whole vocabulary and a logit of 5.33), so turn lengths are roughly
+#: geometric with mean ~740 tokens: at a 512-token generation limit about half the turns
+#: end on their own and half are cut off, which gives groups different rewards. The other
+#: added tokens read the same component with OTHER_ADDED_LOGIT, so that each is as rare as
+#: one token among Qwen3's whole vocabulary (1 in ~152k): a random turn opens a tool call
+#: or a new message no more often than it did. Everything else stays random.
+EOS_TOKEN_ID = TINY_BPE_TOKENS + 2
 SHARED_EMBEDDING_COMPONENT = 1.0
-EOS_LOGIT = 5.33
+EOS_LOGIT = 2.41
+OTHER_ADDED_LOGIT = -2.92
 
 _MARKER = "piexp_tiny_model.json"
-_FORMAT_VERSION = 3
+_FORMAT_VERSION = 4
 
 
 def tiny_model_dir() -> Path:
@@ -66,8 +97,12 @@ def _expected_marker() -> dict[str, Any]:
     return {
         "format_version": _FORMAT_VERSION,
         "seed": SEED,
-        "config": TINY_QWEN3_CONFIG,
-        "eos_prior": {"shared_component": SHARED_EMBEDDING_COMPONENT, "eos_logit": EOS_LOGIT},
+        "config": TINY_LOCAL_CONFIG,
+        "eos_prior": {
+            "shared_component": SHARED_EMBEDDING_COMPONENT,
+            "eos_logit": EOS_LOGIT,
+            "other_added_logit": OTHER_ADDED_LOGIT,
+        },
     }
 
 
@@ -77,6 +112,14 @@ def _is_complete(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return marker == _expected_marker() and (path / "model.safetensors").is_file()
+
+
+def tiny_tokenizer_dir() -> Path:
+    """The folder of tiny-local's tokenizer (Qwen3's, cut to TINY_BPE_TOKENS), built
+    offline on first use."""
+    from piexp.tokenizer import offline_qwen3_tokenizer_dir
+
+    return offline_qwen3_tokenizer_dir(TINY_BPE_TOKENS)
 
 
 def copy_tokenizer_files(model_dir: Path, tokenizer_dir: Path | None = None) -> None:
@@ -109,16 +152,18 @@ def _build_tiny_model(target: Path) -> Path:
     staging = target.with_name(f".{target.name}.building")
     shutil.rmtree(staging, ignore_errors=True)
     torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(Qwen3Config(**TINY_QWEN3_CONFIG), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**TINY_LOCAL_CONFIG), dtype=torch.float32)
     with torch.no_grad():
         # The end-of-turn prior (see EOS_LOGIT). After the final RMSNorm the shared
         # component dominates dimension 0 at about sqrt(hidden_size).
         model.model.embed_tokens.weight[:, 0] += SHARED_EMBEDDING_COMPONENT
         head = model.lm_head.weight
-        head[EOS_TOKEN_ID].zero_()
-        head[EOS_TOKEN_ID, 0] = EOS_LOGIT / TINY_QWEN3_CONFIG["hidden_size"] ** 0.5
+        scale = TINY_LOCAL_CONFIG["hidden_size"] ** 0.5
+        head[TINY_BPE_TOKENS:].zero_()
+        head[TINY_BPE_TOKENS:, 0] = OTHER_ADDED_LOGIT / scale
+        head[EOS_TOKEN_ID, 0] = EOS_LOGIT / scale
     model.save_pretrained(staging)
-    copy_tokenizer_files(staging)
+    copy_tokenizer_files(staging, tiny_tokenizer_dir())
     (staging / _MARKER).write_text(json.dumps(_expected_marker(), indent=2), encoding="utf-8")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)

@@ -42,9 +42,12 @@ rank = int(sys.argv[3])
 backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=2, max_lora_rank=rank,
                          train_micro_batch_size=1, loss_chunk_size=1024), 0)
 backend.create_model("m", types.LoraConfig(rank=rank, alpha=32.0, seed=0))
+# Token ids the model's vocabulary holds, below its 26 added (special) tokens.
+VOCAB = json.load(open(sys.argv[2] + "/config.json"))["vocab_size"]
+ORDINARY_TOKENS = VOCAB - 26
 rng = np.random.default_rng(0)
 count, length, observed = 4, 1500, 1000
-ids = [[int(t) for t in rng.integers(0, 150000, length)] for _ in range(count)]
+ids = [[int(t) for t in rng.integers(0, ORDINARY_TOKENS, length)] for _ in range(count)]
 sampled = [[0.0] * observed + [1.0] * (length - observed) for _ in ids]
 batch = types.PreparedModelPassBatch(
     all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=s)]) for s in ids],

@@ -24,15 +24,19 @@ from skyrl.tinker import types
 backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=3, max_lora_rank=8,
                          train_micro_batch_size=2, loss_chunk_size=128), 0)
 backend.create_model("m", types.LoraConfig(rank=8, alpha=32.0, seed=0))
+# Token ids the model's vocabulary holds, below its 26 added (special) tokens.
+VOCAB = json.load(open(sys.argv[2] + "/config.json"))["vocab_size"]
+ORDINARY_TOKENS = VOCAB - 26
+UNIFORM_LOGPROB = float(np.log(VOCAB))  # a sampled token's log-prob under a uniform model
 rng = np.random.default_rng(0)
-shared = [int(t) for t in rng.integers(0, 150000, 300)]
-longer = shared + [int(t) for t in rng.integers(0, 150000, 500)]  # more observation after the span
+shared = [int(t) for t in rng.integers(0, ORDINARY_TOKENS, 300)]
+longer = shared + [int(t) for t in rng.integers(0, ORDINARY_TOKENS, 500)]  # more observation after the span
 span = [1.0 if 100 <= i < 160 else 0.0 for i in range(len(longer))]
 out = {}
 for name, signs in (("cancelling pair", (1.0, -1.0)), ("one datum", (1.0, 0.0))):
     ids = [shared, longer]
     advantages = [[sign * s for s in span[: len(seq)]] for sign, seq in zip(signs, ids)]
-    sampled = [[-11.9 * s for s in span[: len(seq)]] for seq in ids]
+    sampled = [[-UNIFORM_LOGPROB * s for s in span[: len(seq)]] for seq in ids]
     batch = types.PreparedModelPassBatch(
         all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=s)]) for s in ids],
         all_targets=ids, all_token_weights=[[1.0] * len(s) for s in ids], all_sampling_logprobs=sampled,

@@ -27,8 +27,11 @@ from skyrl.tx.utils import generator
 
 out = {}
 backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=2, max_lora_rank=8), 0)
+# Token ids the model's vocabulary holds, below its 26 added (special) tokens.
+VOCAB = json.load(open(sys.argv[2] + "/config.json"))["vocab_size"]
+ORDINARY_TOKENS = VOCAB - 26
 rng = np.random.default_rng(0)
-prompts = [[int(t) for t in rng.integers(0, 150000, n)] for n in (40, 90, 65)]
+prompts = [[int(t) for t in rng.integers(0, ORDINARY_TOKENS, n)] for n in (40, 90, 65)]
 def greedy_batch(prompts, max_tokens, prompt_logprobs, tag):
     # One request per prompt, named tag + its index.
     n = len(prompts)

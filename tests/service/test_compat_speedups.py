@@ -25,18 +25,22 @@ from skyrl.tinker import types
 backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=3, max_lora_rank=8,
                          train_micro_batch_size=1, loss_chunk_size=128), 0)
 backend.create_model("m", types.LoraConfig(rank=8, alpha=32.0, seed=0))
+# Token ids the model's vocabulary holds, below its 26 added (special) tokens.
+VOCAB = json.load(open(sys.argv[2] + "/config.json"))["vocab_size"]
+ORDINARY_TOKENS = VOCAB - 26
+UNIFORM_LOGPROB = float(np.log(VOCAB))  # a sampled token's log-prob under a uniform model
 rng = np.random.default_rng(0)
 lengths = (1300, 700)
 out = {}
 for loss in ("cross_entropy", "importance_sampling"):
-    ids = [[int(t) for t in rng.integers(0, 150000, n)] for n in lengths]
+    ids = [[int(t) for t in rng.integers(0, ORDINARY_TOKENS, n)] for n in lengths]
     spans = [[1.0 if (i % 400) >= 350 else 0.0 for i in range(n)] for n in lengths]
     if loss == "cross_entropy":
         weights, advantages, sampled = spans, [[0.0] * n for n in lengths], [[0.0] * n for n in lengths]
     else:
         weights = [[1.0] * n for n in lengths]
         advantages = [[0.7 * s for s in span] for span in spans]
-        sampled = [[-11.9 * s for s in span] for span in spans]
+        sampled = [[-UNIFORM_LOGPROB * s for s in span] for span in spans]
     batch = types.PreparedModelPassBatch(
         all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=s)]) for s in ids],
         all_targets=ids, all_token_weights=weights, all_sampling_logprobs=sampled, all_advantages=advantages,
@@ -97,7 +101,8 @@ out["real_max_diff"] = float(np.abs(ours[real] - theirs[real]).max())
 out["tail_block_zero"] = bool((ours[:, 640:] == 0).all())
 # Greedy sampling of the same three prompts through skyrl's generator (prefill and decode).
 backend = JaxBackendImpl(sys.argv[2], JaxBackendConfig(max_lora_adapters=2, max_lora_rank=8), 0)
-prompts = [[int(t) for t in rng.integers(0, 150000, n)] for n in lengths]
+ORDINARY_TOKENS = json.load(open(sys.argv[2] + "/config.json"))["vocab_size"] - 26  # below the added tokens
+prompts = [[int(t) for t in rng.integers(0, ORDINARY_TOKENS, n)] for n in lengths]
 batch = types.PreparedSampleBatch(
     all_model_inputs=[types.ModelInput(chunks=[types.EncodedTextChunk(tokens=p)]) for p in prompts],
     all_sampling_params=[types.SamplingParams(temperature=0.0, max_tokens=8, seed=i) for i in range(3)],

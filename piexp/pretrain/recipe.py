@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piexp.service.tiny_model import TINY_QWEN3_CONFIG
+from piexp.service.tiny_model import TINY_QWEN3_CONFIG, with_smaller_vocabulary
 
 #: The piexp packages whose code can shape the pre-training episodes' tokens (the
 #: sandbox's own code shapes the tool outputs).
@@ -105,14 +105,7 @@ class LearnerRecipe:
         <|im_end|>, ...)."""
         if self.bpe_tokens is None:
             return dict(self.architecture)
-        added = 26  # Qwen3's added tokens, piexp.tokenizer.build
-        return {
-            **self.architecture,
-            "vocab_size": self.bpe_tokens + added,
-            "bos_token_id": self.bpe_tokens,
-            "pad_token_id": self.bpe_tokens,
-            "eos_token_id": self.bpe_tokens + 2,
-        }
+        return with_smaller_vocabulary(self.architecture, self.bpe_tokens)
 
 
 def source_digest(package_root: Path, packages: tuple[str, ...] = SOURCE_PACKAGES) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "ensure_tiny_model",
     "tiny_model_dir",
     "tiny_tokenizer_dir",
+    "with_smaller_vocabulary",
 ]
 
 TINY_LOCAL_NAME = "tiny-local"
@@ -53,17 +54,25 @@ TINY_QWEN3_CONFIG: dict[str, Any] = {
     "pad_token_id": 151643,
 }
 
-#: tiny-local's vocabulary: Qwen3's first BPE tokens, then its added tokens
-#: (<|endoftext|>, <|im_start|>, <|im_end|>, ..., <think>, </think>), numbered after them.
-TINY_BPE_TOKENS = 8192
 ADDED_TOKENS = 26  # Qwen3's added tokens (piexp.tokenizer.build)
-TINY_LOCAL_CONFIG: dict[str, Any] = {
-    **TINY_QWEN3_CONFIG,
-    "vocab_size": TINY_BPE_TOKENS + ADDED_TOKENS,
-    "bos_token_id": TINY_BPE_TOKENS,
-    "pad_token_id": TINY_BPE_TOKENS,
-    "eos_token_id": TINY_BPE_TOKENS + 2,
-}
+
+
+def with_smaller_vocabulary(architecture: dict[str, Any], bpe_tokens: int) -> dict[str, Any]:
+    """`architecture` with the vocabulary size and special ids of Qwen3's tokenizer cut to
+    its first `bpe_tokens` BPE tokens: its added tokens follow them (<|endoftext|>,
+    <|im_start|>, <|im_end|>, ..., <think>, </think>)."""
+    return {
+        **architecture,
+        "vocab_size": bpe_tokens + ADDED_TOKENS,
+        "bos_token_id": bpe_tokens,
+        "pad_token_id": bpe_tokens,
+        "eos_token_id": bpe_tokens + 2,
+    }
+
+
+#: tiny-local's vocabulary: Qwen3's first BPE tokens, then its added tokens.
+TINY_BPE_TOKENS = 8192
+TINY_LOCAL_CONFIG: dict[str, Any] = with_smaller_vocabulary(TINY_QWEN3_CONFIG, TINY_BPE_TOKENS)
 
 #: End-of-turn prior. With purely random weights the model's next-token distribution is
 #: nearly uniform over its vocabulary, so it practically never samples `<|im_end|>`: every
@@ -78,7 +87,7 @@ TINY_LOCAL_CONFIG: dict[str, Any] = {
 #: added tokens read the same component with OTHER_ADDED_LOGIT, so that each is as rare as
 #: one token among Qwen3's whole vocabulary (1 in ~152k): a random turn opens a tool call
 #: or a new message no more often than it did. Everything else stays random.
-EOS_TOKEN_ID = TINY_BPE_TOKENS + 2
+EOS_TOKEN_ID = TINY_LOCAL_CONFIG["eos_token_id"]
 SHARED_EMBEDDING_COMPONENT = 1.0
 EOS_LOGIT = 2.41
 OTHER_ADDED_LOGIT = -2.92

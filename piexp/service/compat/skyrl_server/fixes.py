@@ -65,8 +65,9 @@ def prompt_logprobs_per_token():
     # the generator holds the logits of every prompt position of the whole batch at once
     # ([batch, length, vocabulary] in float32: 16 x 2,048 x 8,218 is 1.1 GB for
     # learner-local and tiny-local, x 151,936 is 20 GB for a model of Qwen3's whole
-    # vocabulary), which a KL penalty's 16 scored episodes reach at every step. Wraps whatever sample the backend has (so it applies
-    # after speedups.power_of_two_batches, whose padding then sees the limit of 1).
+    # vocabulary), which a KL penalty's 16 scored episodes reach at every step. Wraps
+    # whatever sample the backend has (so it applies after speedups.power_of_two_batches,
+    # whose padding then sees the limit of 1).
     from skyrl.backends import jax as jax_backend
     from skyrl.tinker import types
 
